@@ -1,0 +1,93 @@
+"""Pure acceptance rules shared by every decoder (one row at a time).
+
+Shapes: N draft length, V vocabulary. `p` always holds N+1 target distributions: p[i] is the
+target's distribution for draft position i (p[N] is the bonus position after the last draft).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .sampling import sample
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`num_accepted` drafts kept, then `next_token` (sampled or corrected) is committed."""
+
+    num_accepted: int
+    next_token: int
+
+
+def accept_greedy_prefix(draft: torch.Tensor, target: torch.Tensor) -> Verdict:
+    """draft (N,), target (N+1,) argmax tokens: keep the longest prefix where they agree."""
+    n = draft.shape[0]
+    mismatch = (draft != target[:n]).nonzero()
+    k = int(mismatch[0]) if mismatch.numel() else n
+    return Verdict(k, int(target[k]))
+
+
+def accept_speculative(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor,
+                       generator: torch.Generator | None = None) -> Verdict:
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+    draft (N,) tokens drawn from q (N, V); q=None means point-mass drafts (n-gram, lookup).
+    Accept draft i with probability min(1, p_i(x)/q_i(x)); at the first rejection sample the
+    residual norm(max(0, p_i - q_i)); if all N pass, sample the bonus from p_N.
+    The committed tokens are distributed exactly as the target's (greedy p is one-hot)."""
+    n = draft.shape[0]
+    idx = torch.arange(n, device=p.device)
+    p_x = p[idx, draft]
+    q_x = torch.ones_like(p_x) if q is None else q[idx, draft]
+    u = torch.rand(n, generator=generator, device=p.device)
+    rejected = (u * q_x >= p_x).nonzero()  # u < p/q accepts; q_x > 0 for any drawn draft
+    if not rejected.numel():
+        return Verdict(n, int(sample(p[n], generator)))
+    k = int(rejected[0])
+    if q is None:
+        residual = p[k].clone()
+        residual[draft[k]] = 0.0
+    else:
+        residual = (p[k] - q[k]).clamp(min=0.0)
+    if residual.sum() <= 0:  # p == q numerically: any draw from p is exact
+        residual = p[k]
+    return Verdict(k, int(sample(residual / residual.sum(), generator)))
+
+
+def accept_multi_draft(p: torch.Tensor, candidates: list[int],
+                       generator: torch.Generator | None = None) -> tuple[int, bool]:
+    """Several point-mass drafts for one position (SpecInfer-style multi-draft sampling).
+
+    p (V,). Try the candidates in order: accept x with probability p(x); on rejection set
+    p(x)=0 and renormalise. Returns (token, True) for an accepted candidate, or a sample from
+    the final residual with False. Lossless; greedy p (one-hot) accepts exactly the argmax."""
+    p = p.clone()
+    for x in candidates:
+        if float(torch.rand(1, generator=generator, device=p.device)) < float(p[x]):
+            return x, True
+        p[x] = 0.0
+        total = p.sum()
+        if total <= 0:
+            break
+        p = p / total
+    return int(sample(p, generator)), False
+
+
+def accept_by_confidence(probs: torch.Tensor, tokens: torch.Tensor, threshold: float | None = None,
+                         top_k: int | None = None) -> torch.Tensor:
+    """Which masked positions to commit in parallel (Fast-dLLM / SDAR threshold unmasking).
+
+    probs (N, V), tokens (N,) the proposed values. Confidence = probs[i, tokens[i]]. Commit the
+    positions with confidence >= threshold, or the top_k most confident; always at least one
+    (the most confident). Returns an (N,) bool mask."""
+    if (threshold is None) == (top_k is None):
+        raise ValueError("accept_by_confidence takes exactly one of threshold= or top_k=")
+    conf = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if threshold is not None:
+        keep = conf >= threshold
+    else:
+        keep = torch.zeros_like(conf, dtype=torch.bool)
+        keep[conf.topk(min(top_k, conf.shape[0])).indices] = True
+    keep[conf.argmax()] = True
+    return keep

@@ -1,0 +1,114 @@
+"""Model adapters: the only way decoders reach a model.
+
+`logits = model(tokens, positions, cache, attention_mask)` with tokens/positions (B, N),
+cache a `KVCache`, attention_mask (B, 1, N, S+N) bool (True = attend) -> logits (B, N, V).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .cache import KVCache
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    vocab_size: int
+    eos_token_ids: frozenset[int] = frozenset()
+    pad_token_id: int = 0
+    max_length: int | None = None
+    extra: dict = field(default_factory=dict)   # grid size, codebooks, mask id, classes ...
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    config: AdapterConfig
+    supports_custom_mask: bool
+    supports_rollback: bool
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                 attention_mask: torch.Tensor | None) -> torch.Tensor: ...
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache: ...
+
+
+def _as_set(ids) -> frozenset[int]:
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)
+
+
+class HFCausalLM:
+    """Any transformers causal LM, through its public forward (position ids, 4-D masks, cache)."""
+
+    supports_custom_mask = True
+    supports_rollback = True
+
+    def __init__(self, model, eos_token_id=None, pad_token_id=None):
+        self.model = model.eval()
+        cfg = model.config
+        gen = getattr(model, "generation_config", None)
+        eos = _as_set(eos_token_id if eos_token_id is not None else
+                      (getattr(gen, "eos_token_id", None) if gen is not None else None) or cfg.eos_token_id)
+        pad = pad_token_id if pad_token_id is not None else (
+            getattr(gen, "pad_token_id", None) if gen is not None else None)
+        if pad is None:
+            pad = cfg.pad_token_id if getattr(cfg, "pad_token_id", None) is not None else min(eos, default=0)
+        max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        self.config = AdapterConfig(vocab_size=model.get_output_embeddings().weight.shape[0],
+                                    eos_token_ids=eos, pad_token_id=int(pad), max_length=max_len)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        from transformers import DynamicCache
+        return KVCache(batch, DynamicCache(), device=self.device)
+
+    def __call__(self, tokens, positions, cache, attention_mask):
+        if attention_mask is None:
+            n = tokens.shape[1]
+            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
+        dev = self.device
+        out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
+                         attention_mask=attention_mask.to(dev), use_cache=True)
+        return out.logits
+
+
+def as_adapter(model) -> ModelAdapter:
+    """Wrap a transformers model; pass adapters through unchanged."""
+    if isinstance(model, ModelAdapter):
+        return model
+    if hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
+        return HFCausalLM(model)
+    raise ValueError(f"cannot decode with a {type(model).__name__}: pass a transformers causal LM "
+                     "or an object implementing suite.ModelAdapter")
+
+
+def layer_truncated_draft(model, num_layers: int):
+    """A self-speculative draft: the first `num_layers` decoder layers of `model`, sharing its
+    embeddings, final norm and LM head (no new weights). Works for models laid out as
+    `model.model.layers` (Llama, Qwen2, Mistral, SmolLM2, ...)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no model.layers; pass draft_model= instead of draft='self:N'")
+    if not 1 <= num_layers < len(layers):
+        raise ValueError(f"draft='self:{num_layers}' needs 1 <= N < {len(layers)} (the model's layer count)")
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = num_layers
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = cfg.layer_types[:num_layers]
+    draft_inner = copy.copy(inner)
+    draft_inner._modules = dict(inner._modules)
+    draft_inner._modules["layers"] = torch.nn.ModuleList(list(layers)[:num_layers])
+    draft_inner.config = cfg
+    draft = copy.copy(model)
+    draft._modules = dict(model._modules)
+    draft._modules["model"] = draft_inner
+    draft.config = cfg
+    return draft

@@ -1,0 +1,75 @@
+"""A slot-indexed KV cache with per-row validity, so rows roll back independently.
+
+The model's own cache (a transformers `DynamicCache`) stores K/V in slots along one axis S
+shared by the batch. Here each row b tracks which slots hold its live tokens (`valid`, (B, S))
+and their logical positions (`positions`, (B, S)). Rejected drafts are discarded by marking
+their slots invalid (one visible call, `discard`); `compact` then drops slots no row needs,
+cropping a common tail cheaply or gathering each row's live slots to the front.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, batch: int, backend, fanout: int = 1, device=None):
+        self.backend = backend          # the model's cache object (e.g. transformers DynamicCache)
+        self.fanout = fanout            # backend rows per logical row (2 under CFG)
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+
+    @property
+    def num_slots(self) -> int:
+        return self.valid.shape[1]
+
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
+
+    def lengths(self) -> torch.Tensor:
+        """(B,) live tokens per row."""
+        return self.valid.sum(1)
+
+    def append(self, positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Record N new slots the forward just wrote; returns their slot indices (N,)."""
+        start = self.num_slots
+        self.positions = torch.cat([self.positions, positions], 1)
+        self.valid = torch.cat([self.valid, valid], 1)
+        return torch.arange(start, self.num_slots, device=self.valid.device)
+
+    def discard(self, slots: torch.Tensor) -> None:
+        """Mark slots (B, S) bool as dead: their K/V is never attended again."""
+        self.valid &= ~slots
+
+    def compact(self, max_dead_fraction: float = 0.25) -> None:
+        """Free dead slots: crop the tail no row uses; gather live slots to the front of each
+        row once holes take more than `max_dead_fraction` of the slots."""
+        used = self.valid.any(0).nonzero()
+        end = int(used[-1]) + 1 if used.numel() else 0
+        if end < self.num_slots:
+            self.backend.crop(end - self.num_slots)  # transformers 5: negative = drop that many
+            self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
+        live = self.lengths()
+        if self.num_slots == 0 or 1 - float(live.sum()) / live.numel() / self.num_slots <= max_dead_fraction:
+            return
+        keep = int(live.max())
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :keep]  # (B, keep)
+        self.valid = self.valid.gather(1, order)
+        self.positions = self.positions.gather(1, order)
+        self._gather_backend(order)
+
+    def _gather_backend(self, order: torch.Tensor) -> None:
+        idx = order.repeat(self.fanout, 1)  # (fanout*B, keep): copies are stacked, not interleaved
+        for layer in self.backend.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                if t is None or t.numel() == 0:
+                    continue
+                g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+                setattr(layer, name, t.gather(2, g))
+
+    def attention_mask(self, draft_mask: torch.Tensor) -> torch.Tensor:
+        """Cached slots (by validity) ++ the draft's own visibility (B, N, N) -> (B, 1, N, S+N) bool."""
+        n = draft_mask.shape[1]
+        past = self.valid[:, None, :].expand(-1, n, -1)
+        return torch.cat([past, draft_mask], 2)[:, None]

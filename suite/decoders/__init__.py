@@ -1,0 +1,1 @@
+"""One file per decoding algorithm; `suite.registry.DECODERS` names them."""

@@ -1,0 +1,51 @@
+"""Helpers for decoders whose draft is a chain: the row's pending tokens, then guesses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..loop import Acceptance, DecodeState, Draft
+
+
+@dataclass
+class ChainMeta:
+    num_pending: list[int]
+    guesses: list[list[int]]
+
+
+def chain_draft(state: DecodeState, guesses: list[list[int]]) -> Draft:
+    """Pending tokens ++ guesses per row, at consecutive logical positions; done rows stay empty."""
+    rows, positions, pend = [], [], []
+    for b in range(state.batch):
+        if state.done[b]:
+            rows.append([]), positions.append([]), pend.append(0)
+            guesses[b] = []
+            continue
+        pending = state.pending(b)
+        start = state.num_cached[b]
+        rows.append(pending + guesses[b])
+        positions.append(list(range(start, start + len(rows[-1]))))
+        pend.append(len(pending))
+    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses))
+
+
+def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
+    """(G+1, V) logits of row b: the last pending token predicts guess 0, guess i predicts i+1."""
+    meta: ChainMeta = draft.meta
+    start = meta.num_pending[b] - 1
+    return logits[b, start:start + len(meta.guesses[b]) + 1]
+
+
+def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:
+    """Keep the K/V of each row's pending tokens and of its first accepted[b] guesses."""
+    meta: ChainMeta = draft.meta
+    keep = torch.zeros_like(draft.valid)
+    for b, n in enumerate(meta.num_pending):
+        keep[b, :n + accepted[b]] = n > 0
+    return Acceptance(committed, keep)
+
+
+def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
+    """Guesses worth scoring: at most `want`, and one less than the row's room (the bonus token)."""
+    return max(0, min(want, state.room(b) - 1))

@@ -1,0 +1,64 @@
+"""Jacobi decoding (Santilli et al. 2023; CLLM, Kou et al. 2024): greedy fixed-point iteration.
+
+A window of guessed tokens is scored in one forward; the longest prefix that equals the greedy
+output is a fixed point and is committed, plus the first corrected token. The outputs after the
+first mismatch become the next guesses. Greedy only (use `sjd` for sampling); exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..acceptance import accept_greedy_prefix
+from ..loop import Acceptance, DecodeState, Draft
+from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+
+
+def init_guesses(state: DecodeState, b: int, count: int, scheme: str) -> list[int]:
+    """New guess tokens: copies of random prompt tokens (CLLM) or repeats of the last token."""
+    if count <= 0:
+        return []
+    if scheme == "repeat":
+        return [state.tokens[b][-1]] * count
+    prompt = state.tokens[b][:state.prompt_lengths[b]]
+    idx = torch.randint(len(prompt), (count,), generator=state.generator)
+    return [prompt[i] for i in idx.tolist()]
+
+
+@dataclass(frozen=True)
+class Jacobi:
+    window: int = 8
+    init: str = "prompt"   # "prompt" (random prompt tokens) or "repeat" (the last token)
+
+    name: ClassVar[str] = "jacobi"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> None:
+        if not state.params.greedy:
+            raise ValueError("jacobi is greedy only; use decoder='sjd' (speculative Jacobi) for temperature > 0")
+        if self.init not in ("prompt", "repeat"):
+            raise ValueError(f"init must be 'prompt' or 'repeat', got {self.init!r}")
+        state.scratch["guesses"] = [[] for _ in range(state.batch)]
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses = state.scratch["guesses"]
+        for b in range(state.batch):
+            n = room_for_guesses(state, b, self.window)
+            guesses[b] = guesses[b][:n] + init_guesses(state, b, n - len(guesses[b][:n]), self.init)
+        return chain_draft(state, [list(g) for g in guesses])
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, accepted = [], []
+        for b in range(state.batch):
+            guess = draft.meta.guesses[b]
+            if state.done[b]:
+                committed.append([]), accepted.append(0)
+                continue
+            target = chain_logits(draft, logits, b).argmax(-1)
+            v = accept_greedy_prefix(torch.tensor(guess, dtype=torch.long), target)
+            committed.append(guess[:v.num_accepted] + [v.next_token])
+            accepted.append(v.num_accepted)
+            state.scratch["guesses"][b] = target[v.num_accepted + 1:].tolist()
+        return chain_acceptance(draft, committed, accepted)

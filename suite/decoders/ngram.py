@@ -1,0 +1,89 @@
+"""N-gram drafting: prompt lookup (Saxena 2023) with an adaptive multi-level n-gram table
+(ANPD, Ou et al. NAACL 2024).
+
+The table maps every n-gram (n = max_ngram .. min_ngram) of the prompt and of the generated text
+to where it last occurred; it grows online as tokens are committed. The draft is the continuation
+of the longest n-gram that ends the text. Drafts are point masses verified by the speculative rule
+(greedy: longest matching prefix), so the output equals `ar`'s exactly (greedy) or in
+distribution (sampling). The draft length adapts: +2 after a fully accepted draft, else the
+accepted length + 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..acceptance import accept_speculative
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs
+from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+
+
+class NgramTable:
+    """Most recent continuation index of every n-gram of a growing token list."""
+
+    def __init__(self, max_n: int, min_n: int):
+        self.sizes = range(max_n, min_n - 1, -1)
+        self.index: dict[tuple, int] = {}
+        self.indexed = 0   # n-grams ending before this many tokens are indexed
+
+    def update(self, tokens: list[int]) -> None:
+        # index n-grams that end at j for j < len-1, so each has a continuation
+        for end in range(self.indexed, len(tokens) - 1):
+            for n in self.sizes:
+                if end + 1 >= n:
+                    self.index[tuple(tokens[end + 1 - n:end + 1])] = end + 1
+        self.indexed = max(self.indexed, len(tokens) - 1)
+
+    def lookup(self, tokens: list[int], length: int) -> list[int]:
+        for n in self.sizes:
+            if len(tokens) >= n:
+                start = self.index.get(tuple(tokens[-n:]))
+                if start is not None:
+                    return tokens[start:start + length]
+        return []
+
+
+@dataclass(frozen=True)
+class Ngram:
+    max_ngram: int = 4
+    min_ngram: int = 1
+    num_draft: int = 10     # longest draft
+    adaptive: bool = True
+
+    name: ClassVar[str] = "ngram"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> None:
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
+        state.scratch["tables"] = [NgramTable(self.max_ngram, self.min_ngram) for _ in range(state.batch)]
+        state.scratch["draft_len"] = [self.num_draft] * state.batch
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses = []
+        for b in range(state.batch):
+            table = state.scratch["tables"][b]
+            table.update(state.tokens[b])
+            n = room_for_guesses(state, b, state.scratch["draft_len"][b])
+            guesses.append(table.lookup(state.tokens[b], n) if n else [])
+        return chain_draft(state, guesses)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, accepted = [], []
+        for b in range(state.batch):
+            guess = draft.meta.guesses[b]
+            if state.done[b]:
+                committed.append([]), accepted.append(0)
+                continue
+            p = logits_to_probs(chain_logits(draft, logits, b), state.params)
+            v = accept_speculative(torch.tensor(guess, dtype=torch.long), None, p, state.generator)
+            committed.append(guess[:v.num_accepted] + [v.next_token])
+            accepted.append(v.num_accepted)
+            if self.adaptive and guess:
+                full = v.num_accepted == len(guess)
+                grown = state.scratch["draft_len"][b] + 2 if full else v.num_accepted + 1
+                state.scratch["draft_len"][b] = max(1, min(self.num_draft, grown))
+        return chain_acceptance(draft, committed, accepted)

@@ -1,0 +1,75 @@
+"""Speculative Jacobi Decoding (Teng et al. 2024, "Accelerating Auto-regressive Text-to-Image
+Generation with Training-free Speculative Jacobi Decoding").
+
+A Jacobi window of drafts, each carrying the distribution q it was drawn from (a point mass for
+freshly initialised drafts). One forward gives the target p at every window position; drafts are
+accepted left to right with min(1, p/q), the first rejection is resampled from
+norm(max(0, p - q)), and every later position is redrawn from its new p, which becomes its q.
+Lossless in distribution; at temperature 0 it equals `ar` token for token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..acceptance import accept_speculative
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs, sample
+from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from .jacobi import init_guesses
+
+
+def draft_q(guess: list[int], q: list[torch.Tensor | None], vocab: int) -> torch.Tensor:
+    """(G, V) draft distributions; None entries are point masses on their token."""
+    rows = [qi if qi is not None else torch.nn.functional.one_hot(torch.tensor(t), vocab).float()
+            for t, qi in zip(guess, q)]
+    return torch.stack(rows) if rows else torch.zeros(0, vocab)
+
+
+@dataclass(frozen=True)
+class SJD:
+    window: int = 8
+    init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens) or "repeat" (the last token)
+
+    name: ClassVar[str] = "sjd"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> None:
+        if self.init not in ("prompt", "repeat"):
+            raise ValueError(f"init must be 'prompt' or 'repeat', got {self.init!r}")
+        state.scratch["guesses"] = [[] for _ in range(state.batch)]
+        state.scratch["q"] = [[] for _ in range(state.batch)]
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses, qs = state.scratch["guesses"], state.scratch["q"]
+        for b in range(state.batch):
+            n = room_for_guesses(state, b, self.window)
+            fresh = init_guesses(state, b, n - len(guesses[b][:n]), self.init)
+            guesses[b] = guesses[b][:n] + fresh
+            qs[b] = qs[b][:n] + [None] * len(fresh)
+        return chain_draft(state, [list(g) for g in guesses])
+
+    def redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
+        """Drafts for the positions after the committed token, one per row of p (M, V):
+        independent samples from p (MC-SJD overrides this with a coupling to `old`)."""
+        return sample(p, state.generator).tolist() if len(p) else []
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, accepted = [], []
+        for b in range(state.batch):
+            guess, q = draft.meta.guesses[b], state.scratch["q"][b]
+            if state.done[b]:
+                committed.append([]), accepted.append(0)
+                continue
+            p = logits_to_probs(chain_logits(draft, logits, b), state.params)   # (G+1, V)
+            v = accept_speculative(torch.tensor(guess, dtype=torch.long), draft_q(guess, q, p.shape[-1]),
+                                   p, state.generator)
+            k = v.num_accepted
+            committed.append(guess[:k] + [v.next_token])
+            accepted.append(k)
+            later = p[k + 1:]                    # targets of the positions after the committed token
+            state.scratch["guesses"][b] = self.redraw(guess[k + 1:], q[k + 1:], later, state)
+            state.scratch["q"][b] = list(later)
+        return chain_acceptance(draft, committed, accepted)

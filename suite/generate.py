@@ -1,0 +1,89 @@
+"""`suite.generate`: the transformers-shaped entry point over the one decode loop."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .adapters import as_adapter
+from .loop import DecodeState, decode, decode_steps
+from .registry import make_decoder
+from .sampling import SamplingParams
+from .stats import DecodeStats
+
+
+@dataclass
+class GenerateOutput:
+    sequences: torch.Tensor        # (B, P + new): the input as given, then new tokens, pad after EOS
+    new_tokens: list[list[int]]
+    stats: DecodeStats
+
+
+def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
+            temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None, **options):
+    """Resolve the adapter, decoder and per-request state of a `generate` call."""
+    adapter = as_adapter(model)
+    if isinstance(decoder, str):
+        decoder = make_decoder(decoder, **options)
+    elif options:
+        raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
+    if hasattr(decoder, "bind"):
+        decoder = decoder.bind(model)
+    missing = {c for c in decoder.requires if not getattr(adapter, f"supports_{c}", False)}
+    if missing:
+        raise ValueError(f"decoder {decoder.name!r} needs a model adapter with {', '.join(sorted(missing))}; "
+                         f"{type(adapter).__name__} lacks it, use decoder='ar', 'jacobi', 'sjd' or 'ngram'")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    rows = _rows(input_ids, attention_mask)
+    limit = adapter.config.max_length
+    for r in rows:
+        if not r:
+            raise ValueError("empty prompt: give at least one token (e.g. a BOS token)")
+        if limit is not None and len(r) >= limit:
+            raise ValueError(f"prompt of {len(r)} tokens does not fit the model's context of {limit}; shorten it")
+    eos = adapter.config.eos_token_ids if eos_token_id is None else frozenset(
+        [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
+    state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)),
+                        params=SamplingParams(temperature, top_k, top_p, seed),
+                        max_new_tokens=max_new_tokens, eos_token_ids=eos, max_length=limit)
+    return adapter, decoder, state
+
+
+def generate(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
+             temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
+             **options) -> GenerateOutput:
+    """Generate with any registered decoder. input_ids (B, P), left-padded with attention_mask
+    for ragged prompts (as tokenizers give them for transformers' generate)."""
+    adapter, dec, state = prepare(model, input_ids, attention_mask, decoder, max_new_tokens,
+                                  temperature, top_k, top_p, seed, eos_token_id, **options)
+    result = decode(adapter, dec, state)
+    return GenerateOutput(_sequences(input_ids, result.new_tokens, adapter.config.pad_token_id),
+                          result.new_tokens, result.stats)
+
+
+def stream(model, input_ids, attention_mask=None, decoder="ar", **kwargs):
+    """Yield a `Step` per forward (committed tokens per row) as decoding runs."""
+    adapter, dec, state = prepare(model, input_ids, attention_mask, decoder, **kwargs)
+    yield from decode_steps(adapter, dec, state)
+
+
+def _rows(input_ids, attention_mask) -> list[list[int]]:
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if attention_mask is None:
+        return [r.tolist() for r in ids]
+    mask = torch.as_tensor(attention_mask).bool().reshape(ids.shape)
+    return [r[m].tolist() for r, m in zip(ids, mask)]
+
+
+def _sequences(input_ids, new_tokens: list[list[int]], pad: int) -> torch.Tensor:
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    width = max(len(n) for n in new_tokens)
+    tail = torch.full((ids.shape[0], width), pad, dtype=ids.dtype)
+    for b, n in enumerate(new_tokens):
+        tail[b, :len(n)] = torch.tensor(n, dtype=ids.dtype)
+    return torch.cat([ids, tail], 1)

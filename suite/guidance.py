@@ -1,0 +1,52 @@
+"""Classifier-free guidance as a model adapter (Ho & Salimans 2022), so every decoder gets CFG.
+
+The wrapped batch is doubled: conditional rows, then unconditional rows whose prompt tokens are
+replaced by `uncond_ids` (e.g. the null class), position by position. logits = u + s (c - u).
+"""
+from __future__ import annotations
+
+import torch
+
+from .cache import KVCache
+
+
+class ClassifierFreeGuidance:
+    def __init__(self, model, scale: float, uncond_ids: torch.Tensor):
+        if scale < 0:
+            raise ValueError(f"guidance scale must be >= 0 (1 = no guidance), got {scale}")
+        self.model, self.scale = model, float(scale)
+        self.uncond_ids = torch.as_tensor(uncond_ids)        # (B, P) unconditional prompt tokens
+        self.config = model.config
+        self.supports_custom_mask = model.supports_custom_mask
+        self.supports_rollback = model.supports_rollback
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        inner = self.model.new_cache(2 * batch, max_len)
+        return KVCache(batch, inner.backend, fanout=2, device=inner.valid.device)
+
+    def __call__(self, tokens, positions, cache, attention_mask):
+        prompt_len = self.uncond_ids.shape[1]
+        in_prompt = positions < prompt_len
+        uncond = torch.where(in_prompt, self.uncond_ids.gather(1, positions.clamp(max=prompt_len - 1)), tokens)
+        both = torch.cat([tokens, uncond])
+        doubled = _Doubled(cache)
+        mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
+        logits = self.model(both, torch.cat([positions, positions]), doubled, mask)
+        cond, unc = logits.chunk(2)
+        return unc + self.scale * (cond - unc)
+
+
+class _Doubled:
+    """A view of a fanout-2 cache as the inner adapter's batch of 2B rows."""
+
+    def __init__(self, cache: KVCache):
+        self.backend = cache.backend
+        self.valid = torch.cat([cache.valid, cache.valid])
+        self.positions = torch.cat([cache.positions, cache.positions])
+
+    @property
+    def num_slots(self) -> int:
+        return self.valid.shape[1]
+
+    def attention_mask(self, draft_mask):
+        return KVCache.attention_mask(self, draft_mask)

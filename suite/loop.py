@@ -1,0 +1,170 @@
+"""The one decode loop: propose -> score (one forward) -> accept -> commit and discard K/V.
+
+Every decoder of every modality runs through `decode_steps`; streaming UIs iterate it,
+`decode` drains it. Per-request state lives in `DecodeState`, so a decoder object (a frozen
+dataclass of hyperparameters) serves many requests at once.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator, Protocol
+
+import torch
+
+from .cache import KVCache
+from .sampling import SamplingParams
+from .stats import DecodeStats
+
+
+@dataclass
+class Draft:
+    """What one forward scores. tokens/positions (B, N); mask (B, N, N) visibility among the
+    draft's own slots (the cache part comes from the cache's validity); valid (B, N) marks
+    real slots (rows are padded to the longest draft); meta is the decoder's bookkeeping."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor
+    valid: torch.Tensor
+    meta: Any = None
+
+    @staticmethod
+    def from_rows(tokens: list[list[int]], positions: list[list[int]],
+                  masks: list[torch.Tensor | None] | None = None, meta: Any = None) -> "Draft":
+        """Pad per-row drafts to one (B, N) block; a row's mask defaults to causal."""
+        batch, n = len(tokens), max(1, max(len(t) for t in tokens))
+        tok = torch.zeros(batch, n, dtype=torch.long)
+        pos = torch.zeros(batch, n, dtype=torch.long)
+        valid = torch.zeros(batch, n, dtype=torch.bool)
+        mask = torch.eye(n, dtype=torch.bool).repeat(batch, 1, 1)  # padding sees itself only
+        for b, (t, p) in enumerate(zip(tokens, positions)):
+            m = len(t)
+            tok[b, :m], pos[b, :m], valid[b, :m] = torch.tensor(t, dtype=torch.long), torch.tensor(p), True
+            row_mask = masks[b] if masks is not None and masks[b] is not None else None
+            mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril() if row_mask is None else row_mask
+        return Draft(tok, pos, mask, valid, meta)
+
+
+@dataclass
+class Acceptance:
+    """committed: new tokens per row, in order. keep (B, N): draft slots whose K/V stays live;
+    they must be the committed tokens that directly follow the row's cached ones."""
+
+    committed: list[list[int]]
+    keep: torch.Tensor
+
+
+@dataclass
+class Step:
+    index: int
+    committed: list[list[int]]   # tokens each row committed in this forward (after EOS/budget cuts)
+    draft_size: int              # slots scored per row in this forward
+    done: list[bool]
+
+
+@dataclass
+class DecodeState:
+    tokens: list[list[int]]               # committed tokens per row, prompt included
+    cache: KVCache
+    params: SamplingParams
+    max_new_tokens: int
+    eos_token_ids: frozenset[int] = frozenset()
+    max_length: int | None = None         # model context; rows stop there
+    generator: torch.Generator | None = None
+    scratch: dict = field(default_factory=dict)   # decoder bookkeeping (guesses, pools, draft caches)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+    def __post_init__(self):
+        self.prompt_lengths = [len(t) for t in self.tokens]
+        self.num_cached = [0] * len(self.tokens)
+        self.done = [False] * len(self.tokens)
+        if self.generator is None:
+            self.generator = torch.Generator().manual_seed(self.params.seed if self.params.seed is not None else 0)
+
+    @property
+    def batch(self) -> int:
+        return len(self.tokens)
+
+    def pending(self, b: int) -> list[int]:
+        """Committed tokens of row b whose K/V is not cached yet (the prompt, then the last token)."""
+        return self.tokens[b][self.num_cached[b]:]
+
+    def new_tokens(self, b: int) -> list[int]:
+        return self.tokens[b][self.prompt_lengths[b]:]
+
+    def room(self, b: int) -> int:
+        """How many more tokens row b may commit (max_new_tokens and the context both bound it)."""
+        left = self.max_new_tokens - len(self.new_tokens(b))
+        if self.max_length is not None:
+            left = min(left, self.max_length - len(self.tokens[b]))
+        return max(left, 0)
+
+    def commit(self, acc: Acceptance) -> list[list[int]]:
+        """Append each row's tokens, cut at EOS and at its room; returns what was committed."""
+        out = []
+        for b, new in enumerate(acc.committed):
+            if self.done[b]:
+                out.append([])
+                continue
+            new = new[:self.room(b)]
+            for i, t in enumerate(new):
+                if t in self.eos_token_ids:
+                    new = new[:i + 1]
+                    break
+            self.num_cached[b] += int(acc.keep[b].sum())
+            self.tokens[b].extend(new)
+            if not new and not acc.keep[b].any():
+                raise RuntimeError(f"decoder made no progress on row {b}")
+            self.done[b] = self.room(b) == 0 or (bool(new) and new[-1] in self.eos_token_ids)
+            out.append(new)
+        return out
+
+
+class Decoder(Protocol):
+    name: ClassVar[str]
+    requires: ClassVar[frozenset[str]]   # adapter capabilities, e.g. {"custom_mask"}
+
+    def start(self, state: DecodeState) -> None: ...
+    def propose(self, state: DecodeState) -> Draft: ...
+    def accept(self, state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance: ...
+
+
+def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
+    """Yield one Step per target forward until every row is done."""
+    decoder.start(state)
+    index = 0
+    t0 = time.perf_counter()
+    while not all(state.done):
+        draft = decoder.propose(state)
+        with torch.no_grad():
+            logits = model(draft.tokens, draft.positions, state.cache, state.cache.attention_mask(draft.mask))
+        slots = state.cache.append(draft.positions, draft.valid)
+        state.stats.num_forwards += 1
+        acc = decoder.accept(state, draft, logits)
+        state.cache.discard(_dead_slots(state.cache, slots, acc.keep))
+        committed = state.commit(acc)
+        state.cache.compact()
+        state.stats.num_new_tokens += sum(len(c) for c in committed)
+        state.stats.accepted_lengths.append([len(c) for c in committed])
+        state.stats.wall_time_s = time.perf_counter() - t0
+        yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done))
+        index += 1
+
+
+def _dead_slots(cache: KVCache, slots: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    dead = torch.zeros_like(cache.valid)
+    dead[:, slots] = ~keep
+    return dead
+
+
+@dataclass
+class DecodeResult:
+    new_tokens: list[list[int]]
+    stats: DecodeStats
+
+
+def decode(model, decoder: Decoder, state: DecodeState) -> DecodeResult:
+    for _ in decode_steps(model, decoder, state):
+        pass
+    return DecodeResult([state.new_tokens(b) for b in range(state.batch)], state.stats)

@@ -1,0 +1,38 @@
+"""What every decode reports."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DecodeStats:
+    num_forwards: int = 0          # target-model passes, prefill included
+    num_draft_forwards: int = 0    # passes of a separate draft model (speculative)
+    num_new_tokens: int = 0        # committed new tokens, summed over the batch
+    accepted_lengths: list[list[int]] = field(default_factory=list)  # per step, tokens committed per row
+    wall_time_s: float = 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.num_new_tokens / max(self.num_forwards, 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.num_new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean tokens committed per row per step, over rows that committed anything."""
+        lengths = [n for step in self.accepted_lengths for n in step if n > 0]
+        return sum(lengths) / max(len(lengths), 1)
+
+    def summary(self) -> str:
+        return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "
+                f"({self.tokens_per_forward:.2f} tok/forward), {self.wall_time_s:.2f} s, "
+                f"{self.tokens_per_second:.1f} tok/s")
+
+    def as_dict(self) -> dict:
+        return {"num_forwards": self.num_forwards, "num_draft_forwards": self.num_draft_forwards,
+                "num_new_tokens": self.num_new_tokens, "tokens_per_forward": self.tokens_per_forward,
+                "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
+                "wall_time_s": self.wall_time_s}

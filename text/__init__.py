@@ -1,0 +1,1 @@
+"""parasuite text package."""

@@ -1,0 +1,1 @@
+"""parasuite vision package."""
