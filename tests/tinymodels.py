@@ -1,0 +1,30 @@
+"""Tiny random models of real transformers architectures, built from config in-process."""
+from __future__ import annotations
+
+import torch
+
+VOCAB = 99
+
+
+def tiny_model(arch: str, vocab: int = VOCAB, seed: int = 0, sharpen: float = 8.0):
+    import transformers as tf
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  eos_token_id=None, pad_token_id=0, bos_token_id=None)
+    configs = {
+        "llama": lambda: tf.LlamaConfig(**common),
+        "qwen2": lambda: tf.Qwen2Config(**common),
+        "mistral": lambda: tf.MistralConfig(**common, sliding_window=None),
+        "gpt2": lambda: tf.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                                      eos_token_id=None, pad_token_id=0, bos_token_id=None),
+    }
+    torch.manual_seed(seed)
+    config = configs[arch]()
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    # sharpen the random logits so greedy paths are not decided by float noise
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    return model
+
+
+ARCHS = ("llama", "qwen2", "mistral", "gpt2")

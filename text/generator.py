@@ -1,0 +1,221 @@
+"""`text.load()` and `TextGenerator`: prompts in, text out, over `suite.generate` / `suite.stream`."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+import suite
+from suite.generate import prepare
+
+from .model import load_embedded, quiet_transformers
+
+# files any transformers tokenizer folder has at least one of
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
+                   "spiece.model", "vocab.txt", "sentencepiece.bpe.model")
+
+
+@dataclass
+class TextResult:
+    text: str | list[str]                        # str for a str prompt, one per prompt for a list
+    token_ids: list[int] | list[list[int]]       # new token ids as generated (a final EOS included)
+    stats: suite.DecodeStats                     # for the whole call (the batch together)
+    finish_reason: str | list[str] = "length"    # "eos" or "length", per prompt
+
+
+def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
+         dtype: torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
+    """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
+    (config, weights and tokenizer). Never downloads."""
+    if path is None:
+        model, tokenizer = load_embedded(progress=progress)
+        name = "SmolLM2-135M-Instruct (embedded)"
+    else:
+        model, tokenizer = _load_folder(path, dtype)
+        name = str(path)
+    if device is not None:
+        model.to(device)
+    return TextGenerator(model, tokenizer, name=name)
+
+
+def _load_folder(path, dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ValueError(f"no model folder at {str(path)!r}: pass an existing local folder saved with "
+                         "save_pretrained (hub ids are not fetched), or omit the path for the embedded model")
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        raise ValueError(f"{str(path)!r} is not a transformers model folder (no config.json): pass the folder "
+                         "that model.save_pretrained() wrote")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(f"the folder {str(path)!r} has no tokenizer: save one there with "
+                         f"tokenizer.save_pretrained({str(path)!r})")
+    with quiet_transformers():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot load the tokenizer in {str(path)!r} ({_first_line(e)}): save a working one "
+                             "there with tokenizer.save_pretrained()") from e
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot load a causal LM from {str(path)!r} ({_first_line(e)}): pass a folder "
+                             "saved from a transformers *ForCausalLM model") from e
+    return model.eval(), tokenizer
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+class TextGenerator:
+    """A causal LM and its tokenizer, decoded with any decoder in `suite.DECODERS`."""
+
+    def __init__(self, model, tokenizer, name: str | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or type(model).__name__
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            if tokenizer.eos_token is not None:
+                tokenizer.pad_token = tokenizer.eos_token
+            else:   # any id works: padded slots are masked out
+                tokenizer.pad_token_id = 0
+        self.eos_token_ids = suite.as_adapter(model).config.eos_token_ids
+
+    @property
+    def max_length(self) -> int | None:
+        cfg = self.model.config
+        return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+    def __repr__(self) -> str:
+        return f"TextGenerator({self.name!r})"
+
+    # -- prompts -> token ids ------------------------------------------------------------------
+
+    def encode(self, prompts: str | list[str], chat: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids, attention_mask), both (B, P), left-padded. Raises ValueError on an empty
+        prompt or one that does not fit the model's context."""
+        rows = self._as_list(prompts)
+        if chat:
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise ValueError(f"the tokenizer of {self.name} has no chat template: drop chat=True (--chat)")
+            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}],
+                                                        add_generation_prompt=True, tokenize=False) for p in rows]
+            enc = self.tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+        else:
+            enc = self.tokenizer(rows, padding=True, return_tensors="pt")
+        lengths = enc["attention_mask"].sum(1).tolist()
+        limit = self.max_length
+        for i, n in enumerate(lengths):
+            where = "the prompt" if isinstance(prompts, str) else f"prompt {i}"
+            if n == 0:
+                raise ValueError(f"{where} gives no tokens: pass some text")
+            if limit is not None and n >= limit:
+                raise ValueError(f"{where} is {n} tokens, the model's context is {limit}: shorten it "
+                                 f"to at most {limit - 1} tokens")
+        return enc["input_ids"], enc["attention_mask"]
+
+    @staticmethod
+    def _as_list(prompts) -> list[str]:
+        if isinstance(prompts, str):
+            rows = [prompts]
+        elif isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts):
+            rows = list(prompts)
+        else:
+            raise ValueError(f"prompt must be a str or a list of str, got {type(prompts).__name__}")
+        if not rows:
+            raise ValueError("empty list of prompts: pass at least one prompt")
+        for i, p in enumerate(rows):
+            if not p:
+                where = "empty prompt" if isinstance(prompts, str) else f"prompt {i} is empty"
+                raise ValueError(f"{where}: pass some text")
+        return rows
+
+    # -- token ids -> text ---------------------------------------------------------------------
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of new tokens; a final EOS is left out."""
+        ids = list(token_ids)
+        if ids and ids[-1] in self.eos_token_ids:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def generate(self, prompt: str | list[str], decoder: str = "ar", max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, chat: bool = False, **decoder_options) -> TextResult:
+        """Decode one prompt (text is a str) or a batch (text is a list, ragged rows left-padded)."""
+        dec = self._decoder(decoder, max_new_tokens, decoder_options)
+        input_ids, attention_mask = self.encode(prompt, chat)
+        out = suite.generate(self.model, input_ids, attention_mask, decoder=dec, max_new_tokens=max_new_tokens,
+                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        texts = [self.decode(ids) for ids in out.new_tokens]
+        reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
+        if isinstance(prompt, str):
+            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0])
+        return TextResult(texts, out.new_tokens, out.stats, reasons)
+
+    def stream(self, prompt: str, decoder: str = "ar", max_new_tokens: int = 128, temperature: float = 0.0,
+               top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+               chat: bool = False, **decoder_options) -> "TextStream":
+        """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
+        `generate`; bad input raises here, before iterating. After iteration the returned
+        object's `.text`, `.token_ids` and `.stats` hold the whole result."""
+        if not isinstance(prompt, str):
+            raise ValueError("stream takes one prompt (a str); use generate for a list")
+        dec = self._decoder(decoder, max_new_tokens, decoder_options)
+        input_ids, attention_mask = self.encode(prompt, chat)
+        # what suite.stream does, keeping hold of the state so the stream can report its stats
+        adapter, dec, state = prepare(self.model, input_ids, attention_mask, dec, max_new_tokens=max_new_tokens,
+                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        return TextStream(self, suite.decode_steps(adapter, dec, state), state.stats)
+
+    def _decoder(self, decoder, max_new_tokens, options):
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if isinstance(decoder, str):
+            return suite.make_decoder(decoder, **options)   # ValueError for unknown names/options
+        if options:
+            raise ValueError("decoder options go into the decoder object when you pass one; drop "
+                             + ", ".join(options))
+        return decoder
+
+
+class TextStream:
+    """Iterator of text chunks; the chunks join to `.text`. Token ids are decoded in full each
+    step and only the new suffix is yielded, held back while it ends inside a multi-byte character."""
+
+    def __init__(self, gen: TextGenerator, steps, stats: suite.DecodeStats):
+        self._gen, self._steps = gen, steps
+        self.token_ids: list[int] = []
+        self.text = ""          # what has been yielded so far (all of it once iteration ends)
+        self.stats = stats      # live: updated after every forward
+        self.finish_reason: str | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        for step in self._steps:
+            self.token_ids.extend(step.committed[0])
+            chunk = self._advance(final=False)
+            if chunk:
+                yield chunk
+        chunk = self._advance(final=True)
+        if chunk:
+            yield chunk
+        ids = self.token_ids
+        self.finish_reason = "eos" if ids and ids[-1] in self._gen.eos_token_ids else "length"
+
+    def _advance(self, final: bool) -> str:
+        full = self._gen.decode(self.token_ids)
+        if not final and full.endswith("\ufffd"):
+            return ""     # the last token ends inside a multi-byte character: wait for the rest
+        if full.startswith(self.text):
+            chunk, self.text = full[len(self.text):], full
+            return chunk
+        return ""         # decoding rewrote earlier text (rare); keep what was already yielded
