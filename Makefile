@@ -1,0 +1,15 @@
+# The two commands of the README. Both create the environment when it is missing.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test env
+env: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-assets.txt pyproject.toml scripts/setup.sh
+	scripts/setup.sh
+
+demo: env
+	$(PY) -m text "Write a Python function that checks whether a number is prime." --chat --decoder ngram --max-new-tokens 160
+
+test: env
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
