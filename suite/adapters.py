@@ -1,7 +1,8 @@
 """Model adapters: the only way decoders reach a model.
 
 `logits = model(tokens, positions, cache, attention_mask)` with tokens/positions (B, N),
-cache a `KVCache`, attention_mask (B, 1, N, S+N) bool (True = attend) -> logits (B, N, V).
+cache a `KVCache`, attention_mask (B, 1, N, S+N) bool (True = attend) -> logits (B, N - logits_from, V)
+(slots before `logits_from` need no logits: a long prefill skips most of the LM head).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class ModelAdapter(Protocol):
     supports_rollback: bool
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                 attention_mask: torch.Tensor | None) -> torch.Tensor: ...
+                 attention_mask: torch.Tensor | None, logits_from: int = 0) -> torch.Tensor: ...
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache: ...
 
@@ -69,13 +70,14 @@ class HFCausalLM:
         from transformers import DynamicCache
         return KVCache(batch, DynamicCache(), device=self.device)
 
-    def __call__(self, tokens, positions, cache, attention_mask):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         if attention_mask is None:
             n = tokens.shape[1]
             attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
         dev = self.device
         out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                         attention_mask=attention_mask.to(dev), use_cache=True)
+                         attention_mask=attention_mask.to(dev), use_cache=True,
+                         logits_to_keep=tokens.shape[1] - logits_from)
         return out.logits
 
 

@@ -24,14 +24,14 @@ class ClassifierFreeGuidance:
         inner = self.model.new_cache(2 * batch, max_len)
         return KVCache(batch, inner.backend, fanout=2, device=inner.valid.device)
 
-    def __call__(self, tokens, positions, cache, attention_mask):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         prompt_len = self.uncond_ids.shape[1]
         in_prompt = positions < prompt_len
         uncond = torch.where(in_prompt, self.uncond_ids.gather(1, positions.clamp(max=prompt_len - 1)), tokens)
         both = torch.cat([tokens, uncond])
         doubled = _Doubled(cache)
         mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
-        logits = self.model(both, torch.cat([positions, positions]), doubled, mask)
+        logits = self.model(both, torch.cat([positions, positions]), doubled, mask, logits_from=logits_from)
         cond, unc = logits.chunk(2)
         return unc + self.scale * (cond - unc)
 

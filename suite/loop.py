@@ -21,17 +21,20 @@ from .stats import DecodeStats
 class Draft:
     """What one forward scores. tokens/positions (B, N); mask (B, N, N) visibility among the
     draft's own slots (the cache part comes from the cache's validity); valid (B, N) marks
-    real slots (rows are padded to the longest draft); meta is the decoder's bookkeeping."""
+    real slots (rows are padded to the longest draft); meta is the decoder's bookkeeping. The
+    forward returns logits for slots logits_from.. only: index them with `slot - logits_from`."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     mask: torch.Tensor
     valid: torch.Tensor
     meta: Any = None
+    logits_from: int = 0     # logits are needed for slots >= this only (prefill needs one)
 
     @staticmethod
     def from_rows(tokens: list[list[int]], positions: list[list[int]],
-                  masks: list[torch.Tensor | None] | None = None, meta: Any = None) -> "Draft":
+                  masks: list[torch.Tensor | None] | None = None, meta: Any = None,
+                  logits_from: int = 0) -> "Draft":
         """Pad per-row drafts to one (B, N) block; a row's mask defaults to causal."""
         batch, n = len(tokens), max(1, max(len(t) for t in tokens))
         tok = torch.zeros(batch, n, dtype=torch.long)
@@ -43,7 +46,7 @@ class Draft:
             tok[b, :m], pos[b, :m], valid[b, :m] = torch.tensor(t, dtype=torch.long), torch.tensor(p), True
             row_mask = masks[b] if masks is not None and masks[b] is not None else None
             mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril() if row_mask is None else row_mask
-        return Draft(tok, pos, mask, valid, meta)
+        return Draft(tok, pos, mask, valid, meta, logits_from)
 
 
 @dataclass
@@ -138,7 +141,8 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     while not all(state.done):
         draft = decoder.propose(state)
         with torch.no_grad():
-            logits = model(draft.tokens, draft.positions, state.cache, state.cache.attention_mask(draft.mask))
+            logits = model(draft.tokens, draft.positions, state.cache, state.cache.attention_mask(draft.mask),
+                           logits_from=draft.logits_from)
         slots = state.cache.append(draft.positions, draft.valid)
         state.stats.num_forwards += 1
         acc = decoder.accept(state, draft, logits)

@@ -46,7 +46,7 @@ class ScriptedModel:
     def new_cache(self, batch: int, max_len=None) -> KVCache:
         return KVCache(batch, _Backend(batch))
 
-    def __call__(self, tokens, positions, cache, attention_mask):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         self.calls += 1
         cached = cache.backend.layers[0].keys[:, 0, :, 0]          # (B, S) token ids by slot
         slot_tokens = torch.cat([cached, tokens], 1)               # (B, S+N)
@@ -60,7 +60,7 @@ class ScriptedModel:
                 history = slot_tokens[r, order].tolist()
                 logits[r, i, self.next_token(history)] = 10.0
         cache.backend.write(tokens)
-        return logits
+        return logits[:, logits_from:]
 
 
 def successor(vocab: int):

@@ -27,13 +27,14 @@ def chain_draft(state: DecodeState, guesses: list[list[int]]) -> Draft:
         rows.append(pending + guesses[b])
         positions.append(list(range(start, start + len(rows[-1]))))
         pend.append(len(pending))
-    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses))
+    active = [n - 1 for n in pend if n > 0]
+    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses), logits_from=min(active, default=0))
 
 
 def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     """(G+1, V) logits of row b: the last pending token predicts guess 0, guess i predicts i+1."""
     meta: ChainMeta = draft.meta
-    start = meta.num_pending[b] - 1
+    start = meta.num_pending[b] - 1 - draft.logits_from
     return logits[b, start:start + len(meta.guesses[b]) + 1]
 
 

@@ -25,6 +25,18 @@ from ..sampling import logits_to_probs
 from .jacobi import init_guesses
 
 
+class _SlotLogits:
+    """A row's logits indexed by draft slot (the forward skipped slots before `offset`)."""
+
+    def __init__(self, logits: torch.Tensor, offset: int):
+        self.logits, self.offset = logits, offset
+
+    def __getitem__(self, slots):
+        if isinstance(slots, int):
+            return self.logits[slots - self.offset]
+        return self.logits[[s - self.offset for s in slots]]
+
+
 @dataclass
 class RowLayout:
     num_pending: int = 0
@@ -83,7 +95,8 @@ class Lookahead:
                 continue
             tok, pos, mask, layout = self._row(state, b)
             rows.append(tok), positions.append(pos), masks.append(mask), layouts.append(layout)
-        return Draft.from_rows(rows, positions, masks, meta=layouts)
+        active = [lay.num_pending - 1 for lay in layouts if lay.num_pending > 0]
+        return Draft.from_rows(rows, positions, masks, meta=layouts, logits_from=min(active, default=0))
 
     def _row(self, state: DecodeState, b: int):
         pending = state.pending(b)
@@ -128,11 +141,12 @@ class Lookahead:
             if state.done[b]:
                 committed.append([])
                 continue
-            new, path = self._verify(state, layout, logits[b])
+            row_logits = _SlotLogits(logits[b], draft.logits_from)
+            new, path = self._verify(state, layout, row_logits)
             committed.append(new)
             keep[b, :layout.num_pending] = True
             keep[b, path] = True
-            self._update_trajectories(state, b, layout, logits[b])
+            self._update_trajectories(state, b, layout, row_logits)
         self._grow_pools(state, committed)
         return Acceptance(committed, keep)
 

@@ -60,14 +60,15 @@ class Speculative:
         for step in range(max(want, default=0)):
             rows = [f if step < want[b] else [] for b, f in enumerate(feed)]
             starts = [len(state.tokens[b]) + step - 1 if step else cached[b] for b in range(state.batch)]
-            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)])
+            first = min((len(r) - 1 for r in rows if r), default=0)
+            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first)
             with torch.no_grad():
-                logits = drafter(d.tokens, d.positions, cache, cache.attention_mask(d.mask))
+                logits = drafter(d.tokens, d.positions, cache, cache.attention_mask(d.mask), logits_from=first)
             cache.append(d.positions, d.valid)
             state.stats.num_draft_forwards += 1
             for b, r in enumerate(rows):
                 if r:
-                    q = logits_to_probs(logits[b, len(r) - 1], state.params)
+                    q = logits_to_probs(logits[b, len(r) - 1 - first], state.params)
                     drafts[b].append(int(sample(q, state.generator)))
                     qs[b].append(q)
             feed = [[x[-1]] if x else [] for x in drafts]
