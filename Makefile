@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 .PHONY: demo test env
 env: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-assets.txt pyproject.toml scripts/setup.sh
+$(VENV)/.installed: $(wildcard requirements/*.txt) pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 
 demo: env

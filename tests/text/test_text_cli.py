@@ -1,0 +1,122 @@
+"""`python -m text` on the tiny model (in process) and its exit codes (one subprocess)."""
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from text.__main__ import main, parse_option
+from text.generator import TextGenerator
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_single_prompt_prints_text_and_stats(tiny, tiny_dir, capsys):
+    assert main(["Hello there", "--model", str(tiny_dir), "--decoder", "ngram", "--max-new-tokens", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == tiny.generate("Hello there", max_new_tokens=5).text + "\n"
+    assert "tokens in" in err and "forwards" in err
+
+
+def test_stream_flag_prints_the_same_text(tiny, tiny_dir, capsys):
+    assert main(["Hello there", "--model", str(tiny_dir), "--stream", "--max-new-tokens", "5"]) == 0
+    out, _ = capsys.readouterr()
+    assert out == tiny.generate("Hello there", max_new_tokens=5).text + "\n"
+
+
+def test_batch_file_to_jsonl(tiny, tiny_dir, tmp_path, capsys):
+    prompts = ["Hello there", "The quick brown fox", "One two three"]
+    src = tmp_path / "prompts.txt"
+    src.write_text("\n".join(prompts[:2]) + "\n\n" + prompts[2] + "\n")   # blank lines are skipped
+    dst = tmp_path / "out.jsonl"
+    argv = ["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--decoder", "lookahead",
+            "--max-new-tokens", "4", "--chat", "--option", "window=3", "level=3"]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["prompt"] for r in records] == prompts
+    for r in records:
+        assert r["decoder"] == "lookahead"
+        assert r["text"] == tiny.generate(r["prompt"], max_new_tokens=4, chat=True).text
+        assert r["stats"]["num_new_tokens"] == len(r["token_ids"]) and r["stats"]["num_forwards"] >= 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "prompts.txt"]
+    assert "3 prompts" in capsys.readouterr().err
+
+
+def test_stdin_input_to_stdout(tiny_dir, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\nWorld\n"))
+    assert main(["--input", "-", "--model", str(tiny_dir), "--max-new-tokens", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["prompt"] for line in lines] == ["Hello", "World"]
+
+
+def test_options_are_typed():
+    assert parse_option("num_draft=6") == ("num_draft", 6)
+    assert parse_option("adaptive=false") == ("adaptive", False)
+    assert parse_option("draft=self:8") == ("draft", "self:8")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_option("oops")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["Hi", "--model", "/no/such/model"], "no model folder"),
+    (["", "--model", "{tiny}"], "empty prompt"),
+    (["Hi", "--model", "{tiny}", "--option", "bogus=1"], "does not take bogus"),
+    (["Hi", "--model", "{tiny}", "--option", "novalue"], "KEY=VALUE"),
+    (["--input", "/no/such/file.txt", "--model", "{tiny}"], "no prompt file"),
+    (["Hi", "--model", "{tiny}", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["Hi", "--model", "{tiny}", "--output", "/no/such/dir/out.jsonl"], "does not exist"),
+])
+def test_errors_exit_2_with_one_line(tiny_dir, capsys, argv, message):
+    argv = [a.replace("{tiny}", str(tiny_dir)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_no_output_file_when_a_prompt_is_too_long(tiny, tiny_dir, tmp_path, capsys):
+    src = tmp_path / "prompts.txt"
+    src.write_text("Hello\n" + "word " * (tiny.max_length + 10) + "\n")
+    dst = tmp_path / "out.jsonl"
+    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir)]) == 2
+    assert "context" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]
+
+
+def test_no_partial_output_when_decoding_fails_midway(tiny_dir, tmp_path, monkeypatch, capsys):
+    real = TextGenerator.generate
+    calls = []
+
+    def flaky(self, prompt, **kw):
+        calls.append(prompt)
+        if len(calls) == 2:
+            raise ValueError("simulated failure")
+        return real(self, prompt, **kw)
+
+    monkeypatch.setattr(TextGenerator, "generate", flaky)
+    src = tmp_path / "prompts.txt"
+    src.write_text("one\ntwo\nthree\n")
+    dst = tmp_path / "out.jsonl"
+    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--max-new-tokens", "2"]) == 2
+    assert "simulated failure" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]
+
+
+def test_unknown_decoder_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["Hi", "--decoder", "nope"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_subprocess_help_and_exit_code(tiny_dir, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "text", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and "examples:" in run.stdout and "ngram" in run.stdout
+    dst = tmp_path / "out.jsonl"
+    run = subprocess.run([sys.executable, "-m", "text", "", "--model", str(tiny_dir), "--output", str(dst)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr
+    assert not dst.exists()

@@ -1,0 +1,181 @@
+"""`python -m text.bench`: every decoder and transformers' own `generate` (greedy, prompt lookup,
+assisted by the same self-draft) on the embedded SmolLM2, interleaved prompt by prompt in one
+process. Reports forwards, tokens per forward, tokens/s, speedup over `ar` and exact match with
+`ar`, per prompt group; then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import suite
+from suite import layer_truncated_draft
+
+from .prompts import CHAT, GROUNDED, GROUPS
+
+MARK_START, MARK_END = "<!-- text-bench:start -->", "<!-- text-bench:end -->"
+
+
+def count_forwards(model):
+    """A counter of target forwards, also inside transformers' generate: it hooks the last decoder
+    layer, which the self-draft (the first layers) never runs."""
+    counter = {"n": 0}
+    model.model.layers[-1].register_forward_hook(lambda *_: counter.__setitem__("n", counter["n"] + 1))
+    return counter
+
+
+def cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in eos:
+            return ids[:i + 1]
+    return ids
+
+
+def suite_runner(model, name, options, sampling):
+    def run(ids, mask, max_new):
+        out = suite.generate(model, ids, mask, decoder=name, max_new_tokens=max_new, **sampling, **options)
+        return out.new_tokens, out.stats.num_forwards, out.stats.mean_accepted
+    return run
+
+
+def hf_runner(model, counter, eos, **extra):
+    def run(ids, mask, max_new):
+        counter["n"] = 0
+        seq = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
+                             eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **extra)
+        new = [cut_at_eos(row.tolist(), eos) for row in seq[:, ids.shape[1]:]]
+        return new, counter["n"], float("nan")
+    return run
+
+
+def configs(gen, args, sampling=None):
+    """(label, runner) pairs: our decoders, then transformers' generate variants (greedy only)."""
+    model, eos = gen.model, gen.eos_token_ids
+    draft = layer_truncated_draft(model, args.self_layers)
+    options = {"speculative": {"draft_model": draft, "num_draft": args.num_draft}}
+    out = [(name, suite_runner(model, name, options.get(name, {}), sampling or {}))
+           for name in args.decoders if sampling is None or name not in ("jacobi",)]
+    if sampling is None and args.hf:
+        counter = count_forwards(model)
+        out += [("hf generate", hf_runner(model, counter, eos)),
+                ("hf prompt lookup", hf_runner(model, counter, eos, prompt_lookup_num_tokens=10)),
+                (f"hf assisted (self:{args.self_layers})", hf_runner(model, counter, eos, assistant_model=draft))]
+    return out
+
+
+def measure(gen, cases, runners, max_new, desc):
+    """cases: [(group, prompts, chat)], each decoded by every runner in turn (interleaved)."""
+    rows = defaultdict(lambda: defaultdict(float))
+    for group, prompts, chat in tqdm(cases, desc=desc):
+        ids, mask = gen.encode(prompts, chat=chat)
+        reference = None
+        for label, run in runners:
+            t0 = time.perf_counter()
+            new, forwards, accepted = run(ids, mask, max_new)
+            wall = time.perf_counter() - t0
+            new = [cut_at_eos(n, gen.eos_token_ids) for n in new]
+            reference = new if reference is None else reference
+            r = rows[(group, label)]
+            r["tokens"] += sum(len(n) for n in new)
+            r["forwards"] += forwards
+            r["time"] += wall
+            r["exact"] += sum(a == b for a, b in zip(new, reference))
+            r["prompts"] += len(new)
+            r["accepted"] += accepted if accepted == accepted else 0.0
+    return rows
+
+
+def table(rows, groups, labels, title, exact=True) -> str:
+    head = "| group | decoder | forwards | tok/forward | tok/s | speedup vs ar | " + (
+        "exact = ar |" if exact else "accepted/step |")
+    lines = [f"**{title}**", "", head, "|" + "---|" * (head.count("|") - 1)]
+    for group in groups:
+        base = rows[(group, labels[0])]
+        base_tps = base["tokens"] / base["time"]
+        for label in labels:
+            r = rows[(group, label)]
+            tps = r["tokens"] / r["time"]
+            last = f"{int(r['exact'])}/{int(r['prompts'])}" if exact else f"{r['accepted'] / max(r['prompts'], 1):.2f}"
+            lines.append(f"| {group} | {label} | {int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f} | "
+                         f"{tps:.1f} | {tps / base_tps:.2f}x | {last} |")
+    return "\n".join(lines)
+
+
+def write_benchmarks(body: str, path: Path) -> None:
+    old = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{MARK_START}\n{body}\n{MARK_END}"
+    if MARK_START in old:
+        new = old[:old.index(MARK_START)] + block + old[old.index(MARK_END) + len(MARK_END):]
+    else:
+        new = old.rstrip() + "\n\n## Text (SmolLM2-135M-Instruct, fp32, CPU)\n\n" + block + "\n"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m text.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="examples:\n  python -m text.bench\n"
+                                       "  python -m text.bench --quick --no-write\n"
+                                       "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
+    p.add_argument("--decoders", nargs="+", default=list(suite.DECODERS), choices=list(suite.DECODERS))
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--self-layers", type=int, default=8, help="layers of the self-draft (speculative)")
+    p.add_argument("--num-draft", type=int, default=3, help="draft tokens per step (speculative)")
+    p.add_argument("--quick", action="store_true", help="one prompt per group, no batch/sampling runs")
+    p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
+    p.add_argument("--no-write", dest="write", action="store_false", help="print only")
+    p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    args = p.parse_args(argv)
+    if "ar" in args.decoders:
+        args.decoders.remove("ar")
+    args.decoders.insert(0, "ar")
+    return args
+
+
+def main(argv=None) -> None:
+    import text
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    gen = text.load()
+    cases = [(g, [p], chat) for g, (prompts, chat) in GROUPS.items() for p in (prompts[:1] if args.quick else prompts)]
+    greedy = configs(gen, args)
+    for _, run in greedy:   # warm up every path once (first calls pay one-off setup costs)
+        run(*gen.encode(["Hello"], chat=True), 4)
+    labels = [label for label, _ in greedy]
+    parts = [f"Command: `python -m text.bench{' --quick' if args.quick else ''}`; {torch.get_num_threads()} threads, "
+             f"max_new_tokens={args.max_new_tokens}, speculative draft = first {args.self_layers} of "
+             f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
+             table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), GROUPS, labels,
+                   "Greedy, batch 1")]
+    if not args.quick:
+        batch = [("batch of 4", GROUNDED[:2] + CHAT[:2], True)]
+        runners = configs(gen, args_without_hf(args))
+        parts.append(table(measure(gen, batch, runners, args.max_new_tokens, "batch"), ["batch of 4"],
+                           [label for label, _ in runners], "Greedy, one batch of 4 chat prompts"))
+        sampled = configs(gen, args_without_hf(args), sampling={"temperature": 0.7, "seed": 0})
+        cases_t = [("grounded, T=0.7", GROUNDED[:2], True), ("chat, T=0.7", CHAT, True)]
+        parts.append(table(measure(gen, [(g, [p], c) for g, ps, c in cases_t for p in ps], sampled,
+                                   args.max_new_tokens, "sampling"), [g for g, _, _ in cases_t],
+                           [label for label, _ in sampled], "Sampling, temperature 0.7, seed 0", exact=False))
+    body = "\n\n".join(parts)
+    print(body)
+    if args.write:
+        write_benchmarks(body, args.out)
+        print(f"\nwrote {args.out}")
+
+
+def args_without_hf(args):
+    copy = argparse.Namespace(**vars(args))
+    copy.hf = False
+    return copy
+
+
+if __name__ == "__main__":
+    main()
