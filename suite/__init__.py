@@ -3,7 +3,7 @@ the one decode loop and the registry of decoders."""
 from .acceptance import accept_by_confidence, accept_greedy_prefix, accept_multi_draft, accept_speculative
 from .adapters import AdapterConfig, HFCausalLM, ModelAdapter, as_adapter, layer_truncated_draft
 from .cache import KVCache
-from .generate import GenerateOutput, generate, stream
+from .api import GenerateOutput, generate, prepare, stream
 from .guidance import ClassifierFreeGuidance
 from .loop import Acceptance, DecodeResult, DecodeState, Decoder, Draft, Step, decode, decode_steps
 from .registry import DECODERS, decoder_options, make_decoder, register
@@ -15,5 +15,5 @@ __all__ = [
     "DecodeStats", "Decoder", "Draft", "GenerateOutput", "HFCausalLM", "KVCache", "ModelAdapter",
     "SamplingParams", "Step", "accept_by_confidence", "accept_greedy_prefix", "accept_multi_draft",
     "accept_speculative", "as_adapter", "decode", "decode_steps", "decoder_options", "generate",
-    "layer_truncated_draft", "logits_to_probs", "make_decoder", "register", "sample", "stream",
+    "layer_truncated_draft", "logits_to_probs", "make_decoder", "prepare", "register", "sample", "stream",
 ]

@@ -64,6 +64,7 @@ class Step:
     committed: list[list[int]]   # tokens each row committed in this forward (after EOS/budget cuts)
     draft_size: int              # slots scored per row in this forward
     done: list[bool]
+    stats: DecodeStats           # the request's running totals (live object)
 
 
 @dataclass
@@ -82,8 +83,12 @@ class DecodeState:
         self.prompt_lengths = [len(t) for t in self.tokens]
         self.num_cached = [0] * len(self.tokens)
         self.done = [False] * len(self.tokens)
-        if self.generator is None:
-            self.generator = torch.Generator().manual_seed(self.params.seed if self.params.seed is not None else 0)
+        if self.generator is None:   # seed None: a fresh random stream per request
+            self.generator = torch.Generator()
+            if self.params.seed is None:
+                self.generator.seed()
+            else:
+                self.generator.manual_seed(self.params.seed)
 
     @property
     def batch(self) -> int:
@@ -152,7 +157,7 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
         state.stats.num_new_tokens += sum(len(c) for c in committed)
         state.stats.accepted_lengths.append([len(c) for c in committed])
         state.stats.wall_time_s = time.perf_counter() - t0
-        yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done))
+        yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
         index += 1
 
 

@@ -1,4 +1,4 @@
-"""`text.load()` and `TextGenerator`: prompts in, text out, over `suite.generate` / `suite.stream`."""
+"""`text.load()` and `TextGenerator`: prompts in, text out, over `suite.generate` and the `suite.decode_steps` loop."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from typing import Iterator
 import torch
 
 import suite
-from suite.generate import prepare
+from suite.api import prepare
 
 from .model import load_embedded, quiet_transformers
 

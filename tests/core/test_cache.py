@@ -7,7 +7,7 @@ from tinymodels import tiny_model
 
 import suite
 from suite import Draft
-from suite.generate import prepare
+from suite.api import prepare
 
 PROMPTS = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7], [0, 0, 20, 21, 22, 20, 21, 23], [0, 30, 31, 32, 30, 31, 32, 30]])
 MASK = (torch.arange(8)[None] >= torch.tensor([[0], [2], [1]])).long()

@@ -76,7 +76,7 @@ def test_stream_waits_for_whole_multibyte_characters(tiny):
     word = "héllo 🙂 wörld"
     ids = tiny.tokenizer(word, add_special_tokens=False).input_ids
     assert len(ids) > len(word.split())  # the emoji spans several byte-level tokens
-    steps = (Step(i, [[t]], 1, [False]) for i, t in enumerate(ids))
+    steps = (Step(i, [[t]], 1, [False], suite.DecodeStats()) for i, t in enumerate(ids))
     stream = TextStream(tiny, steps, suite.DecodeStats())
     chunks = list(stream)
     assert "".join(chunks) == word
