@@ -16,10 +16,17 @@ from ..loop import Acceptance, DecodeState, Draft
 from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
 
 
+INIT_SCHEMES = ("prompt", "repeat", "left")
+
+
 def init_guesses(state: DecodeState, b: int, count: int, scheme: str) -> list[int]:
-    """New guess tokens: copies of random prompt tokens (CLLM) or repeats of the last token."""
+    """New guess tokens: copies of random prompt tokens (CLLM), repeats of the last token, or
+    "left" (images): copies of the last generated token, the left neighbour; none before the first."""
     if count <= 0:
         return []
+    if scheme == "left":
+        new = state.new_tokens(b)
+        return [new[-1]] * count if new else []
     if scheme == "repeat":
         return [state.tokens[b][-1]] * count
     prompt = state.tokens[b][:state.prompt_lengths[b]]
@@ -29,8 +36,8 @@ def init_guesses(state: DecodeState, b: int, count: int, scheme: str) -> list[in
 
 @dataclass(frozen=True)
 class Jacobi:
-    window: int = 8
-    init: str = "prompt"   # "prompt" (random prompt tokens) or "repeat" (the last token)
+    window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
+    init: str = "prompt"   # "prompt" (random prompt tokens), "repeat" (the last token) or "left" (last new token)
 
     name: ClassVar[str] = "jacobi"
     requires: ClassVar[frozenset] = frozenset()
@@ -38,8 +45,8 @@ class Jacobi:
     def start(self, state: DecodeState) -> None:
         if not state.params.greedy:
             raise ValueError("jacobi is greedy only; use decoder='sjd' (speculative Jacobi) for temperature > 0")
-        if self.init not in ("prompt", "repeat"):
-            raise ValueError(f"init must be 'prompt' or 'repeat', got {self.init!r}")
+        if self.init not in INIT_SCHEMES:
+            raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
         state.scratch["guesses"] = [[] for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:

@@ -18,7 +18,7 @@ from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
 from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
-from .jacobi import init_guesses
+from .jacobi import INIT_SCHEMES, init_guesses
 
 
 def draft_q(guess: list[int], q: list[torch.Tensor | None], vocab: int) -> torch.Tensor:
@@ -30,15 +30,16 @@ def draft_q(guess: list[int], q: list[torch.Tensor | None], vocab: int) -> torch
 
 @dataclass(frozen=True)
 class SJD:
-    window: int = 8
-    init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens) or "repeat" (the last token)
+    window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
+    init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens), "repeat" (the last token)
+                           # or "left" (images: the last generated token, i.e. the left neighbour)
 
     name: ClassVar[str] = "sjd"
     requires: ClassVar[frozenset] = frozenset()
 
     def start(self, state: DecodeState) -> None:
-        if self.init not in ("prompt", "repeat"):
-            raise ValueError(f"init must be 'prompt' or 'repeat', got {self.init!r}")
+        if self.init not in INIT_SCHEMES:
+            raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
         state.scratch["guesses"] = [[] for _ in range(state.batch)]
         state.scratch["q"] = [[] for _ in range(state.batch)]
 

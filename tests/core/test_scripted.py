@@ -27,11 +27,13 @@ def test_ar_one_forward_per_token():
 
 
 def test_ngram_drafts_the_repeated_cycle():
-    # forward 1: prefill + the 10-token continuation of "0" (all right) + bonus = 11 tokens;
-    # forward 2: 8 drafted (room 9 minus the bonus) + bonus = 9 tokens
+    # forward 1: prefill; the bigram (9, 0) never occurred before: no draft, 1 token.
+    # forward 2: (0, 1) occurred at the start: draft 10 * 2/4 = 5 tokens, all right, + bonus = 6.
+    # forward 3: (4, 5, 6, 7) matches the prompt: 10 tokens (doubled after the full acceptance,
+    #            cut at the prompt's end), all right, + bonus = 11. forward 4: the last 2.
     out = run("ngram")
     assert out.new_tokens[0] == expected(CYCLE[0], 20)
-    assert out.stats.accepted_lengths == [[11], [9]]
+    assert out.stats.accepted_lengths == [[1], [6], [11], [2]]
 
 
 def test_speculative_with_a_perfect_draft_commits_k_plus_one():
@@ -50,7 +52,7 @@ def test_jacobi_and_sjd_greedy_converge_one_position_per_forward_at_least():
 def test_eos_inside_an_accepted_block():
     out = run("ngram", eos=5)
     assert out.new_tokens[0] == [1, 2, 3, 4, 5]
-    assert out.stats.num_forwards == 1
+    assert out.stats.accepted_lengths == [[1], [4]]   # the 6-token block is cut after EOS
     assert run("ar", eos=5).stats.num_forwards == 5
 
 
