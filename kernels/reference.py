@@ -1,0 +1,88 @@
+"""Pure-torch references of the shared decoding ops: batched, no host synchronisation.
+
+Randomness comes in as explicit uniforms so every implementation makes the same decision for
+the same inputs. Shapes: B batch, N draft length, V vocabulary.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One index per row of unnormalised weights (B, V) >= 0, with uniforms u (B,) in [0, 1)."""
+    cdf = weights.cumsum(-1)
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+    return idx.clamp(max=weights.shape[-1] - 1)
+
+
+def greedy_prefix(draft: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """draft (B, N), target (B, N+1) argmax tokens -> accepted (B,), next token (B,)."""
+    agree = (draft == target[:, :-1]).long()
+    accepted = agree.cumprod(-1).sum(-1)
+    return accepted, target.gather(1, accepted[:, None]).squeeze(1)
+
+
+def speculative_accept(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: torch.Tensor,
+                       u_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling over a batch. draft (B, N) drawn from q (B, N, V) (None: point masses),
+    p (B, N+1, V) target probabilities, u (B, N) acceptance uniforms, u_next (B,) for the token
+    after the accepted prefix. Accept draft i while u_i * q_i(x_i) < p_i(x_i); at the first
+    rejection k sample norm(max(0, p_k - q_k)), or p_N when all pass."""
+    b, n = draft.shape
+    p_x = p[:, :n].gather(2, draft[..., None]).squeeze(-1)
+    q_x = torch.ones_like(p_x) if q is None else q.gather(2, draft[..., None]).squeeze(-1)
+    accepted = (u * q_x < p_x).long().cumprod(-1).sum(-1)                      # (B,)
+    rows = torch.arange(b, device=p.device)
+    p_k = p[rows, accepted]                                                      # (B, V)
+    if q is None:
+        q_k = torch.zeros_like(p_k)
+        rejected = accepted < n
+        at = draft.gather(1, accepted.clamp(max=n - 1)[:, None]) if n else torch.zeros(b, 1, dtype=torch.long)
+        q_k[rows[rejected], at[rejected, 0]] = 1.0
+    else:
+        q_pad = torch.cat([q, q.new_zeros(b, 1, q.shape[-1])], 1)                # q_N = 0: sample p_N
+        q_k = q_pad[rows, accepted]
+    residual = (p_k - q_k).clamp(min=0.0)
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_k)
+    return accepted, inverse_cdf(residual, u_next)
+
+
+def sample_logits(logits: torch.Tensor, temperature: float, u: torch.Tensor, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
+    """Temperature / top-k / top-p sampling of (B, V) logits with uniforms u (B,); temperature 0
+    is the argmax. Same filters as suite.logits_to_probs."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, -1)
+    if top_p is not None and top_p < 1.0:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        drop = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p
+        probs = probs.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    return inverse_cdf(probs, u)
+
+
+# -- attention masks (True = may attend), (N, T) or (B, N, T) -----------------------------------
+
+def causal_mask(n: int, past: int = 0) -> torch.Tensor:
+    """n new queries after `past` cached slots."""
+    return torch.ones(n, past + n, dtype=torch.bool).tril(past)
+
+
+def block_causal_mask(block_sizes: list[int]) -> torch.Tensor:
+    """Bidirectional inside each block, causal across blocks (block diffusion, LPD groups)."""
+    block = torch.repeat_interleave(torch.arange(len(block_sizes)), torch.tensor(block_sizes))
+    return block[:, None] >= block[None, :]
+
+
+def tree_mask(parents: list[int]) -> torch.Tensor:
+    """Each node sees itself and its ancestors; parents[i] < i, or -1 for a root (tree drafts)."""
+    n = len(parents)
+    mask = torch.eye(n, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            mask[i] |= mask[parent]
+    return mask
