@@ -75,10 +75,18 @@ class HFCausalLM:
             n = tokens.shape[1]
             attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
         dev = self.device
+        mask = None if _is_plain_causal(attention_mask) else attention_mask.to(dev)
         out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                         attention_mask=attention_mask.to(dev), use_cache=True,
-                         logits_to_keep=tokens.shape[1] - logits_from)
+                         attention_mask=mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
         return out.logits
+
+
+def _is_plain_causal(mask: torch.Tensor) -> bool:
+    """True when the mask is what the model builds itself (every cached slot, causal draft): then
+    passing None lets attention take its fastest path (about 2x faster SDPA on a CPU)."""
+    n, total = mask.shape[-2], mask.shape[-1]
+    return bool(mask[..., :total - n].all()) and torch.equal(
+        mask[..., total - n:], torch.ones(n, n, dtype=torch.bool, device=mask.device).tril().expand_as(mask[..., total - n:]))
 
 
 def as_adapter(model) -> ModelAdapter:
