@@ -73,3 +73,17 @@ def test_cli_on_the_embedded_model(tmp_path):
                           "--option", "bogus=1"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2 and run.stderr.startswith("error: ") and "Traceback" not in run.stderr
     assert not dst.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]
+
+
+PASSAGE = ("The old lighthouse stood at the edge of the cliff for two hundred years. Every night its keeper "
+           "climbed the spiral stairs, trimmed the wick and watched the ships pass safely through the strait. ")
+
+
+def test_repetitive_text_takes_at_most_half_the_forwards_with_ngram(smol):
+    """Issue 2's bar: a prompt that repeats a long passage decodes with `ngram` in at most half
+    the forwards of `ar`, with identical tokens."""
+    prompt = PASSAGE * 3 + PASSAGE.split(" watched")[0]
+    ref = smol.generate(prompt, decoder="ar", max_new_tokens=48)
+    res = smol.generate(prompt, decoder="ngram", max_new_tokens=48)
+    assert res.token_ids == ref.token_ids
+    assert res.stats.num_forwards * 2 <= ref.stats.num_forwards
