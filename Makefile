@@ -9,7 +9,7 @@ $(VENV)/.installed: $(wildcard requirements/*.txt) pyproject.toml scripts/setup.
 	scripts/setup.sh
 
 demo: env
-	$(PY) -m text "Write a Python function that checks whether a number is prime." --chat --decoder ngram --max-new-tokens 160
+	$(PY) -m apps
 
 test: env
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q

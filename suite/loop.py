@@ -30,6 +30,8 @@ class Draft:
     valid: torch.Tensor
     meta: Any = None
     logits_from: int = 0     # logits are needed for slots >= this only (prefill needs one)
+    past_mask: torch.Tensor | None = None   # (B, N, S) cached slots each draft slot may see
+                                            # (AND the cache's validity); None = every live slot
 
     @staticmethod
     def from_rows(tokens: list[list[int]], positions: list[list[int]],
@@ -139,15 +141,16 @@ class Decoder(Protocol):
 
 
 def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
-    """Yield one Step per target forward until every row is done."""
+    """Yield one Step per target forward until every row is done. wall_time_s counts decoding
+    only, not the time the caller spends between steps."""
+    t0 = time.perf_counter()
     decoder.start(state)
     index = 0
-    t0 = time.perf_counter()
     while not all(state.done):
         draft = decoder.propose(state)
         with torch.no_grad():
-            logits = model(draft.tokens, draft.positions, state.cache, state.cache.attention_mask(draft.mask),
-                           logits_from=draft.logits_from)
+            mask = state.cache.attention_mask(draft.mask, draft.past_mask)
+            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
         slots = state.cache.append(draft.positions, draft.valid)
         state.stats.num_forwards += 1
         acc = decoder.accept(state, draft, logits)
@@ -156,8 +159,9 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
         state.cache.compact()
         state.stats.num_new_tokens += sum(len(c) for c in committed)
         state.stats.accepted_lengths.append([len(c) for c in committed])
-        state.stats.wall_time_s = time.perf_counter() - t0
+        state.stats.wall_time_s += time.perf_counter() - t0
         yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
+        t0 = time.perf_counter()
         index += 1
 
 

@@ -45,6 +45,8 @@ class Jacobi:
     def start(self, state: DecodeState) -> None:
         if not state.params.greedy:
             raise ValueError("jacobi is greedy only; use decoder='sjd' (speculative Jacobi) for temperature > 0")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
         if self.init not in INIT_SCHEMES:
             raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
         state.scratch["guesses"] = [[] for _ in range(state.batch)]

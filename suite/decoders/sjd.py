@@ -38,6 +38,8 @@ class SJD:
     requires: ClassVar[frozenset] = frozenset()
 
     def start(self, state: DecodeState) -> None:
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
         if self.init not in INIT_SCHEMES:
             raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
         state.scratch["guesses"] = [[] for _ in range(state.batch)]

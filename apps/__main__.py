@@ -1,0 +1,166 @@
+"""`python -m apps`: every modality's demo as one tab of one Gradio app (see --help)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+
+EXAMPLES = """\
+examples:
+  python -m apps                          serve on http://127.0.0.1:7860 until Ctrl-C
+  python -m apps --port 8080 --host 0.0.0.0
+  python -m apps --tabs text              only some tabs
+
+Each tab is apps/<modality>.py with load_pipeline() and build_demo(pipeline=None). A tab whose
+package or weights are missing is left out, with one line on stderr saying why.
+"""
+
+
+@dataclass(frozen=True)
+class Tab:
+    key: str        # --tabs name
+    title: str      # tab label
+    module: str     # apps module with load_pipeline() and build_demo(pipeline)
+
+
+# The one list of tabs, in display order.
+TABS = [
+    Tab("text", "Text", "apps.text"),
+    Tab("image", "Image", "apps.image"),
+    Tab("grounding", "Grounding", "apps.grounding"),
+    Tab("document", "Document", "apps.document"),
+    Tab("speech", "Speech", "apps.speech"),
+]
+
+
+def note(message: str) -> None:
+    print(f"apps: {message}", file=sys.stderr, flush=True)
+
+
+def load_tabs(keys: list[str] | None = None) -> list[tuple[Tab, object, object]]:
+    """(tab, module, pipeline) for every tab whose module imports and whose pipeline loads."""
+    ready = []
+    for tab in TABS:
+        if keys is not None and tab.key not in keys:
+            continue
+        try:
+            module = importlib.import_module(tab.module)
+            pipeline = module.load_pipeline()
+        except Exception as e:      # missing app, package, API or weights: leave the tab out, keep the rest
+            lines = str(e).strip().splitlines()
+            note(f"no {tab.title} tab: {type(e).__name__}: {lines[0] if lines else ''}")
+            continue
+        ready.append((tab, module, pipeline))
+    return ready
+
+
+def build_app(loaded: list[tuple[Tab, object, object]]):
+    """(the app with one tab per loaded modality, the tab titles)."""
+    import gradio as gr
+
+    demos = []          # built outside the app's context, then placed in their tabs
+    for tab, module, pipeline in loaded:
+        try:
+            demos.append((tab, module.build_demo(pipeline)))
+        except Exception as e:      # a tab that cannot be built is left out; the others still serve
+            lines = str(e).strip().splitlines()
+            note(f"no {tab.title} tab: building it failed ({type(e).__name__}: {lines[0] if lines else ''})")
+    if not demos:
+        raise ValueError("no tab could be built (see the lines above)")
+    with gr.Blocks(title="parasuite") as app:
+        gr.Markdown("# parasuite: parallel generation\nFewer forward passes per token, across modalities, "
+                    "on one shared decoding core.")
+        with gr.Tabs():
+            for tab, demo in demos:
+                with gr.Tab(tab.title, id=tab.key, elem_id=f"tab-{tab.key}"):
+                    demo.render()
+    return app, [tab.title for tab, _ in demos]
+
+
+def port_busy(host: str, port: int) -> str | None:
+    """Why host:port cannot be served (checked before the models load), or None."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def stop_on_signal(signum, frame):
+    raise KeyboardInterrupt   # block_thread() closes the server on it, as on Ctrl-C
+
+
+def theme():
+    """The default theme with local fonts (the app runs offline: no font downloads)."""
+    import gradio as gr
+    return gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                             font_mono=["ui-monospace", "monospace"])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m apps", description="Serve parasuite's demos as tabs of one app.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--tabs", default=None, metavar="A,B",
+                   help=f"comma-separated subset of: {', '.join(t.key for t in TABS)} (default: all available)")
+    p.add_argument("--concurrency", type=int, default=4, metavar="N",
+                   help="requests decoded at once per event; more wait in the queue (default: 4)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    keys = None
+    if args.tabs is not None:
+        keys = [k.strip() for k in args.tabs.split(",") if k.strip()]
+        unknown = sorted(set(keys) - {t.key for t in TABS})
+        if unknown or not keys:
+            print(f"error: unknown tab {', '.join(unknown) or '(none given)'}; choose from "
+                  f"{', '.join(t.key for t in TABS)}", file=sys.stderr)
+            return 2
+    if not 1 <= args.port <= 65535:
+        print(f"error: --port must be in 1..65535, got {args.port}", file=sys.stderr)
+        return 2
+    if args.concurrency < 1:
+        print(f"error: --concurrency must be >= 1, got {args.concurrency}", file=sys.stderr)
+        return 2
+    busy = port_busy(args.host, args.port)
+    if busy:
+        print(f"error: cannot serve on {args.host}:{args.port} ({busy}): pass a free --port", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    loaded = load_tabs(keys)
+    if not loaded:
+        print("error: no tab could be loaded (see the lines above): install the packages with "
+              "`make env` or scripts/setup.sh", file=sys.stderr)
+        return 2
+    try:
+        app, titles = build_app(loaded)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    app.queue(default_concurrency_limit=args.concurrency)
+    try:
+        app.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, quiet=True,
+                   theme=theme(), footer_links=["api", "settings"])
+    except OSError as e:
+        print(f"error: cannot serve on {args.host}:{args.port} ({e}): pass a free --port", file=sys.stderr)
+        return 2
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"parasuite demo ({', '.join(titles)}) running at http://{shown}:{args.port}/ "
+          "(Ctrl-C to stop)", flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C stops it, even if started with SIGINT ignored
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    app.block_thread()      # until Ctrl-C (or SIGTERM)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

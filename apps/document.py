@@ -1,0 +1,178 @@
+"""Document tab: an image or PDF read into lines (box + text) by our OCR model with any OCR decoder;
+each page is shown with its lines boxed and their text, page by page as they are read.
+
+    import apps.document
+    apps.document.build_demo().launch()      # loads document.load_ocr() (embedded weights)
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import gradio as gr
+
+import suite
+
+from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, parse_options, race,
+                      stats_row, stats_table, throttled, ui_options)
+
+TITLE = "Document"
+# the registry's decoders that read a line image into text (text/vision/speech ones live there too)
+DOCUMENT_DECODERS = ("ar", "block_diffusion", "s2d2", "jacobi")
+UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.9}, "s2d2": {"block_size": 8}}
+DEFAULT_DECODER = "block_diffusion"
+FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
+FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "
+                 "as one batch, so the model runs fewer batched passes); wall time includes finding the lines")
+BOX_COLOURS = ((0, 110, 220), (230, 80, 0))       # alternate lines, so neighbours stay apart
+
+
+def load_pipeline():
+    """The embedded OCR, warmed up: the line detector loads once here, not inside the first request
+    (where it would be counted against whichever decoder ran first)."""
+    import document
+    from document.read import read
+    from PIL import Image
+    ocr = document.load_ocr()
+    read(Image.new("RGB", (64, 64), "white"), ocr=ocr, decoder="ar")
+    return ocr
+
+
+def decoder_choices() -> list[str]:
+    return [name for name in DOCUMENT_DECODERS if name in suite.DECODERS]
+
+
+def default_options(name: str) -> str:
+    return format_options(ui_options(name, UI_DEFAULTS.get(name))) if name in suite.DECODERS else ""
+
+
+def example_page() -> str | None:
+    """scikit-image's scanned page (a real scan that ships with the package), when installed."""
+    try:
+        import skimage
+    except ImportError:
+        return None
+    path = Path(skimage.__file__).parent / "data" / "page.png"
+    return str(path) if path.is_file() else None
+
+
+def read_pages(ocr, path: str, decoder: str, options: dict):
+    """Pages one at a time, so the UI updates after each page of a PDF. (The submodule's `read`, not
+    the package attribute: importing document.read rebinds `document.read` to the module.)"""
+    from document.read import load_pages, read
+    for image in load_pages(path):
+        yield from read(image, ocr=ocr, decoder=decoder, **options)
+
+
+class DocumentRun:
+    """Per-request state of reading one file with one decoder."""
+
+    def __init__(self, decoder: str, pages):
+        self.decoder = decoder
+        self.timer = TimedIterator(pages)
+        self.pages = []
+        self.stats = suite.DecodeStats()
+
+    @property
+    def done(self) -> bool:
+        return self.timer.done
+
+    def advance(self) -> None:
+        page = self.timer.step()
+        if page is None:
+            return
+        self.pages.append(page)
+        s = page.stats
+        if s is not None:
+            self.stats.num_forwards += s.row_forwards      # each line's own decode steps, summed
+            self.stats.num_new_tokens += s.num_new_tokens
+
+    def row(self) -> dict:
+        return stats_row(self.decoder, self.stats, self.timer.elapsed, self.done)
+
+    def text(self) -> str:
+        return "\n\n".join(p.text for p in self.pages)
+
+
+def boxed(page):
+    """The page with each line's box drawn and numbered (the text is listed beside it)."""
+    from PIL import ImageDraw
+    img = page.image.convert("RGB").copy()
+    draw = ImageDraw.Draw(img)
+    for i, line in enumerate(page.lines):
+        colour = BOX_COLOURS[i % 2]
+        draw.rectangle(line.box, outline=colour, width=2)
+        draw.text((line.box[0], max(line.box[1] - 11, 0)), str(i + 1), fill=colour)
+    return img
+
+
+def lines_html(run: DocumentRun | None) -> str:
+    if run is None:
+        return ""
+    rows = []
+    for p in run.pages:
+        for i, line in enumerate(p.lines):
+            rows.append(f"<tr class='ps-line'><td>{p.index + 1}</td><td>{i + 1}</td>"
+                        f"<td style='font-family:ui-monospace,monospace'>{html.escape(line.text)}</td>"
+                        f"<td>{line.confidence:.2f}</td></tr>")
+    state = "done" if run.done else "running"
+    return (f"<div class='ps-lines' data-decoder='{run.decoder}' data-state='{state}'><table style='width:100%'>"
+            "<thead><tr><th>page</th><th>line</th><th>text</th><th>confidence</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def build_demo(pipeline=None) -> gr.Blocks:
+    """The Document tab. `pipeline` is a `document` OCR (document.load_ocr()); None loads the
+    embedded one on first use (once, shared by all requests)."""
+    shared = Shared(pipeline, load_pipeline)
+
+    def read(path, decoder, options, compare):
+        if decoder not in decoder_choices():
+            raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
+        if not path:
+            raise ValueError("no file: upload a page image (PNG, JPEG, TIFF) or a PDF")
+        ocr = shared.get()
+        runs = [DocumentRun(decoder, read_pages(ocr, path, decoder, parse_options(decoder, options)))]
+        if compare and decoder != "ar":
+            runs.insert(0, DocumentRun("ar", read_pages(ocr, path, "ar", {})))
+        chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
+
+        def view():
+            table = stats_table(add_speedups([r.row() for r in runs]), FORWARDS_NOTE)
+            return ([boxed(p) for p in chosen.pages], chosen.text(), lines_html(chosen),
+                    baseline.text() if baseline else "", table)
+
+        yield view()
+        for _ in throttled(race(runs), 0.05):
+            yield view()
+
+    with gr.Blocks(title="parasuite: document") as demo:
+        gr.Markdown("Page reading with our OCR model: lines are found on the page, each line image is read "
+                    "by the decoder (block diffusion unmasks several characters per forward).")
+        with gr.Row():
+            with gr.Column(scale=2):
+                upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
+                                 value=example_page(), elem_id="document-file")
+                compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="document-compare")
+                run = gr.Button("Read", variant="primary", elem_id="document-run")
+            with gr.Column(scale=2):
+                decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER if DEFAULT_DECODER in
+                                      decoder_choices() else "ar", label="Decoder", elem_id="document-decoder")
+                options = gr.Textbox(value=default_options(decoder.value), label="Decoder options",
+                                     info="key=value, separated by commas", elem_id="document-options")
+        stats = gr.HTML(elem_id="document-stats")
+        with gr.Row():
+            pages = gr.Gallery(label="Lines found and read", columns=1, height=640, object_fit="contain",
+                               elem_id="document-pages")
+            with gr.Column():
+                text = gr.Textbox(label="Text", lines=12, interactive=False, elem_id="document-text",
+                                  buttons=["copy"])
+                ar_text = gr.Textbox(label="Text (ar baseline)", lines=6, interactive=False,
+                                     visible=False, elem_id="document-ar-text")
+        lines = gr.HTML(elem_id="document-lines")
+
+        decoder.change(default_options, decoder, options, queue=False)
+        compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False)
+        run.click(guarded("page reading", read), [upload, decoder, options, compare],
+                  [pages, text, lines, ar_text, stats], api_name="read_document")
+    return demo

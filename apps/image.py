@@ -1,0 +1,157 @@
+"""Image tab: class-conditional image generation (VQ tokenizer + AR prior) with any image decoder;
+the picture fills in step by step beside a heatmap of the forward at which each token was decided.
+
+    import apps.image
+    apps.image.build_demo().launch()         # loads vision.load_image_pipeline() (embedded weights)
+"""
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+
+import suite
+
+from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, nearest_resize, parse_options,
+                      race, stats_row, stats_table, step_colours, throttled, ui_options)
+
+TITLE = "Image"
+# the registry's decoders that fill a token grid (text and speech decoders live there too)
+IMAGE_DECODERS = ("ar", "sjd", "mc_sjd", "zipar", "zipar_sjd")
+UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
+               "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}}
+DEFAULT_DECODER = "zipar"
+SHOW_PX = 256                      # pictures are shown upscaled (nearest) to this width
+UPDATE_EVERY_S = 0.05
+
+
+def load_pipeline():
+    import vision
+    return vision.load_image_pipeline()
+
+
+def sampling_defaults(pipe) -> dict:
+    """The sampling settings shipped with the prior (guidance_scale, temperature, top_k)."""
+    try:
+        from vision.pipeline import default_sampling
+        return dict(default_sampling(pipe))
+    except (ImportError, AttributeError, KeyError):
+        return {"guidance_scale": 3.0, "temperature": 1.0, "top_k": None}
+
+
+def decoder_choices() -> list[str]:
+    return [name for name in IMAGE_DECODERS if name in suite.DECODERS]
+
+
+def default_options(name: str) -> str:
+    return format_options(ui_options(name, UI_DEFAULTS.get(name))) if name in suite.DECODERS else ""
+
+
+class ImageRun:
+    """Per-request state of one decoder's image stream: the latest picture and, per grid cell, the
+    forward (1-based) at which its token was decided (0 = not yet)."""
+
+    def __init__(self, decoder: str, steps, grid: tuple[int, int]):
+        self.decoder = decoder
+        self.timer = TimedIterator(steps)
+        self.decided_at = np.zeros(grid, dtype=np.int64)      # (H, W)
+        self.image = None
+        self.stats = suite.DecodeStats()
+
+    @property
+    def done(self) -> bool:
+        return self.timer.done
+
+    def advance(self) -> None:
+        step = self.timer.step()
+        if step is None:
+            return
+        known = step.known[0].numpy()                          # (H, W) bool
+        self.decided_at[known & (self.decided_at == 0)] = step.stats.num_forwards
+        self.image, self.stats = step.images[0], step.stats
+
+    def row(self) -> dict:
+        return stats_row(self.decoder, self.stats, self.timer.elapsed, self.done)
+
+
+def upscale(image, width: int = SHOW_PX):
+    return nearest_resize(image, width)
+
+
+def heatmap(decided_at: np.ndarray, forwards: int):
+    """(H, W) forward indices -> a PIL picture: dark early, yellow late, grey where undecided."""
+    from PIL import Image
+    return upscale(Image.fromarray(step_colours(decided_at, forwards)))
+
+
+def build_demo(pipeline=None) -> gr.Blocks:
+    """The Image tab. `pipeline` is a `vision.ImagePipeline`; None loads the embedded one (once, at
+    build time: the class list comes from it)."""
+    shared = Shared(pipeline, load_pipeline)
+    pipe = shared.get()
+    classes = list(pipe.classes)
+    defaults = sampling_defaults(pipe)
+
+    def generate(label, decoder, options, guidance, temperature, seed, compare):
+        if decoder not in decoder_choices():
+            raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
+        if label not in classes:
+            raise ValueError(f"unknown class {label!r}: pick one of {', '.join(classes)}")
+        args = dict(guidance_scale=float(guidance), temperature=float(temperature),
+                    seed=None if seed in (None, "") else int(seed))
+        runs = [ImageRun(decoder, pipe.stream([label], decoder=decoder, **args, **parse_options(decoder, options)),
+                         pipe.grid)]
+        if compare and decoder != "ar":
+            runs.insert(0, ImageRun("ar", pipe.stream([label], decoder="ar", **args), pipe.grid))
+        chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
+
+        def view():
+            scale = max(r.stats.num_forwards for r in runs)     # one colour scale: ar's yellow comes late
+            pictures = [upscale(chosen.image), heatmap(chosen.decided_at, scale)]
+            pictures += [upscale(baseline.image), heatmap(baseline.decided_at, scale)] if baseline else [None, None]
+            return (*pictures, stats_table(add_speedups([r.row() for r in runs])))
+
+        yield view()
+        for _ in throttled(race(runs), UPDATE_EVERY_S):
+            yield view()
+
+    with gr.Blocks(title="parasuite: image") as demo:
+        h, w = pipe.grid
+        gr.Markdown(f"Class-conditional images from our VQ tokenizer + AR prior ({h}x{w} tokens). Parallel "
+                    "decoders decide several tokens per forward; the heatmap shows when each was decided "
+                    "(dark = early forward, yellow = late; one scale for both when compared with AR).")
+        with gr.Row():
+            with gr.Column(scale=2):
+                label = gr.Dropdown(classes, value=classes[0], label="Class", elem_id="image-class")
+                with gr.Row():
+                    compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="image-compare")
+                run = gr.Button("Generate", variant="primary", elem_id="image-run")
+            with gr.Column(scale=2):
+                decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER if DEFAULT_DECODER in
+                                      decoder_choices() else "ar", label="Decoder", elem_id="image-decoder")
+                options = gr.Textbox(value=default_options(decoder.value), label="Decoder options",
+                                     info="key=value, separated by commas", elem_id="image-options")
+                with gr.Accordion("Sampling", open=False):
+                    guidance = gr.Slider(1.0, 8.0, value=defaults["guidance_scale"], step=0.25,
+                                         label="Guidance scale (1 = none)")
+                    temperature = gr.Slider(0.05, 2.0, value=defaults["temperature"], step=0.05,
+                                            label="Temperature")
+                    seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
+        stats = gr.HTML(elem_id="image-stats")
+        with gr.Row():
+            with gr.Column():
+                gr.Markdown("**chosen decoder**")
+                with gr.Row():
+                    picture = gr.Image(label="Image", type="pil", elem_id="image-output", buttons=["download"])
+                    steps = gr.Image(label="Forward that decided each token", type="pil", elem_id="image-steps")
+            with gr.Column(visible=False) as ar_column:
+                gr.Markdown("**ar baseline**")
+                with gr.Row():
+                    ar_picture = gr.Image(label="Image (ar)", type="pil", elem_id="image-ar-output")
+                    ar_steps = gr.Image(label="Forward per token (ar)", type="pil", elem_id="image-ar-steps")
+
+        decoder.change(default_options, decoder, options, queue=False)
+        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False)
+        run.click(guarded("image generation", generate),
+                  [label, decoder, options, guidance, temperature, seed, compare],
+                  [picture, steps, ar_picture, ar_steps, stats], api_name="generate_image")
+    return demo

@@ -1,0 +1,208 @@
+"""Text tab: a prompt decoded by any text decoder in the registry, streamed, the text coloured by the
+chunk each forward accepted, with a stats table and an optional race against the `ar` baseline.
+
+    import apps.text
+    apps.text.build_demo().launch()          # loads text.load() (embedded SmolLM2) on first use
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import gradio as gr
+
+import suite
+
+from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, parse_options, positive_int,
+                      race, sampling_args, stats_row, stats_table, throttled, ui_options)
+
+TITLE = "Text"
+# the registry's decoders that work on one token sequence (vision/speech decoders live there too)
+TEXT_DECODERS = ("ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative")
+UI_DEFAULTS = {"speculative": {"draft": "self:8"}}     # what a decoder needs to run in the app
+DEFAULT_DECODER = "ngram"
+EXAMPLES = [
+    ["Rewrite this function with type hints and a docstring:\n\ndef area(width, height):\n"
+     "    return width * height", "ngram"],
+    ["What is the capital of France? Answer in one sentence.", "lookahead"],
+    ["Write a haiku about parallel computing.", "speculative"],
+    ["List the first ten prime numbers.", "jacobi"],
+]
+UPDATE_EVERY_S = 0.05     # at most ~20 UI updates a second per request; the last state always goes out
+
+
+def load_pipeline():
+    """The tab's model: the embedded SmolLM2-135M-Instruct (offline)."""
+    import text
+    return text.load()
+
+
+def decoder_choices() -> list[str]:
+    return [name for name in TEXT_DECODERS if name in suite.DECODERS]
+
+
+def default_options(name: str) -> str:
+    if name not in suite.DECODERS:
+        return ""
+    return format_options(ui_options(name, UI_DEFAULTS.get(name)))
+
+
+# -- one decode of one request: its stream and the chunks each forward accepted ----------------------
+
+@dataclass
+class Chunk:
+    text: str
+    tokens: int       # tokens committed
+    forwards: int     # forwards it took (1, unless a forward committed text that ended mid-character)
+    first: int        # index of its (first) forward, 1-based
+
+
+class TextRun:
+    """Per-request state of one decoder's stream (never shared between requests)."""
+
+    def __init__(self, decoder: str, stream):
+        self.decoder, self.stream = decoder, stream
+        self.timer = TimedIterator(stream)
+        self.chunks: list[Chunk] = []
+        self._tokens = self._forwards = 0
+
+    @property
+    def done(self) -> bool:
+        return self.timer.done
+
+    def advance(self) -> None:
+        text = self.timer.step()
+        if text is None:
+            return
+        tokens, forwards = len(self.stream.token_ids), self.stream.stats.num_forwards
+        new_tokens, new_forwards = tokens - self._tokens, forwards - self._forwards
+        if new_tokens == 0 and self.chunks:      # the final flush of held-back characters
+            self.chunks[-1].text += text
+        else:
+            self.chunks.append(Chunk(text, new_tokens, new_forwards, self._forwards + 1))
+        self._tokens, self._forwards = tokens, forwards
+
+    def stats(self) -> dict:
+        return stats_row(self.decoder, self.stream.stats, self.timer.elapsed, self.done)
+
+
+# -- pictures -----------------------------------------------------------------------------------------
+
+SINGLE_COLOURS = ("#e9ecef", "#f8f9fa")     # 1 token per forward: alternating greys
+MULTI_COLOURS = ((2, "#c3f0d2", "#111"), (3, "#8fdeae", "#111"), (5, "#41c07e", "#111"),
+                 (8, "#178a52", "#fff"))     # (at least n tokens, background, text)
+
+
+def chunk_colours(chunk: Chunk, index: int) -> tuple[str, str]:
+    if chunk.tokens <= 1:
+        return SINGLE_COLOURS[index % 2], "#111"
+    background, ink = MULTI_COLOURS[0][1:]
+    for least, bg, fg in MULTI_COLOURS:
+        if chunk.tokens >= least:
+            background, ink = bg, fg
+    return background, ink
+
+
+LEGEND = ("<div style='font-size:0.85em;margin-bottom:6px'>each span = the tokens one forward accepted: "
+          + "".join(f"<span style='background:{bg};color:{fg};padding:0 6px;margin:0 2px;border-radius:3px'>"
+                    f"{label}</span>"
+                    for label, bg, fg in (("1", SINGLE_COLOURS[0], "#111"), ("2", MULTI_COLOURS[0][1], "#111"),
+                                          ("3-4", MULTI_COLOURS[1][1], "#111"), ("5-7", MULTI_COLOURS[2][1], "#111"),
+                                          ("8+", MULTI_COLOURS[3][1], "#fff")))
+          + " tokens</div>")
+
+
+def chunks_html(run: TextRun | None) -> str:
+    if run is None:
+        return ""
+    spans = []
+    for i, c in enumerate(run.chunks):
+        bg, fg = chunk_colours(c, i)
+        where = f"forward {c.first}" if c.forwards <= 1 else f"forwards {c.first}-{c.first + c.forwards - 1}"
+        spans.append(f"<span class='ps-chunk' data-tokens='{c.tokens}' title='{where}: {c.tokens} token(s)' "
+                     f"style='background:{bg};color:{fg};border-radius:3px;padding:1px 0'>"
+                     f"{html.escape(c.text)}</span>")
+    state = "done" if run.done else "running"
+    return (f"<div class='ps-chunks' data-decoder='{run.decoder}' data-state='{state}'>{LEGEND}"
+            f"<div style='white-space:pre-wrap;font-family:ui-monospace,monospace;line-height:1.7'>"
+            f"{''.join(spans)}</div></div>")
+
+
+def stats_html(runs: list[TextRun]) -> str:
+    rows = add_speedups([r.stats() for r in runs])
+    note = ""
+    if len(runs) == 2 and all(r.done for r in runs):
+        same = runs[0].stream.token_ids == runs[1].stream.token_ids
+        note = ("same tokens as ar" if same else
+                "tokens differ from ar (sampling draws differently, or the decoder is lossy)")
+    return stats_table(rows, note)
+
+
+# -- the app ------------------------------------------------------------------------------------------
+
+def build_demo(pipeline=None) -> gr.Blocks:
+    """The Text tab. `pipeline` is a `text.TextGenerator`; None loads the embedded model on first use
+    (once, shared by all requests)."""
+    shared = Shared(pipeline, load_pipeline)
+
+    def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare):
+        if decoder not in decoder_choices():
+            raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
+        if not prompt:
+            raise ValueError("empty prompt: type some text into the prompt box")
+        args = dict(max_new_tokens=positive_int("max new tokens", max_new_tokens), chat=bool(chat),
+                    **sampling_args(temperature, top_k, top_p, seed))
+        gen = shared.get()
+        runs = [TextRun(decoder, gen.stream(prompt, decoder=decoder, **args, **parse_options(decoder, options)))]
+        if compare and decoder != "ar":
+            runs.insert(0, TextRun("ar", gen.stream(prompt, decoder="ar", **args)))
+        chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
+
+        def view():
+            return (chosen.stream.text, chunks_html(chosen),
+                    baseline.stream.text if baseline else "", chunks_html(baseline), stats_html(runs))
+
+        yield view()
+        for _ in throttled(race(runs), UPDATE_EVERY_S):
+            yield view()
+
+    with gr.Blocks(title="parasuite: text") as demo:
+        gr.Markdown("Parallel decoding of **SmolLM2-135M-Instruct**: each forward can accept several tokens. "
+                    "Pick a decoder, turn on *compare with AR* to race the one-token-per-forward baseline.")
+        with gr.Row():
+            with gr.Column(scale=3):
+                prompt = gr.Textbox(label="Prompt", lines=4, value=EXAMPLES[0][0], elem_id="text-prompt")
+                with gr.Row():
+                    chat = gr.Checkbox(value=True, label="Chat template", elem_id="text-chat")
+                    compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="text-compare")
+                run = gr.Button("Generate", variant="primary", elem_id="text-run")
+            with gr.Column(scale=2):
+                decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER, label="Decoder",
+                                      elem_id="text-decoder")
+                options = gr.Textbox(value=default_options(DEFAULT_DECODER), label="Decoder options",
+                                     info="key=value, separated by commas", elem_id="text-options")
+                max_new_tokens = gr.Slider(1, 512, value=96, step=1, label="Max new tokens",
+                                           elem_id="text-max-new-tokens")
+                with gr.Accordion("Sampling", open=False):
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    top_k = gr.Number(value=0, precision=0, label="Top-k (0 = off)")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)")
+                    seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
+        stats = gr.HTML(elem_id="text-stats")
+        with gr.Row():
+            with gr.Column():
+                output = gr.Textbox(label="Output", lines=6, interactive=False, elem_id="text-output",
+                                    buttons=["copy"])
+                output_chunks = gr.HTML(elem_id="text-chunks")
+            with gr.Column(visible=False) as ar_column:
+                ar_output = gr.Textbox(label="AR baseline output", lines=6, interactive=False,
+                                       elem_id="text-ar-output")
+                ar_chunks = gr.HTML(elem_id="text-ar-chunks")
+        gr.Examples(EXAMPLES, inputs=[prompt, decoder])
+
+        decoder.change(default_options, decoder, options, queue=False)
+        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False)
+        inputs = [prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare]
+        outputs = [output, output_chunks, ar_output, ar_chunks, stats]
+        run.click(guarded("text generation", generate), inputs, outputs, api_name="generate_text")
+    return demo

@@ -1,0 +1,136 @@
+"""Fixtures for the browser tests: `python -m apps` on a free local port, Debian's Chromium driven
+by Playwright (no browser download: executable_path points at the system browser)."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+CHROMIUM = os.environ.get("PARASUITE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+START_TIMEOUT_S = 600      # a fresh machine converts the embedded model first (~30 s, more when the CPU is busy)
+RESULT_TIMEOUT_MS = 180_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(proc: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"python -m apps exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"python -m apps did not serve {url} within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory):
+    """(url, log path) of `python -m apps` serving every available tab; stopped after the session."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    log = tmp_path_factory.mktemp("apps") / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
+               PYTHONUNBUFFERED="1")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "apps", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until_serving(proc, url, log)
+        yield url, log
+    finally:   # stop it as a person does: Ctrl-C; it must close cleanly
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("python -m apps did not stop on Ctrl-C (SIGINT) within 60 s")
+        if code != 0:
+            pytest.fail(f"python -m apps exited with {code} on Ctrl-C:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def app_url(app_server):
+    return app_server[0]
+
+
+@pytest.fixture(scope="session")
+def require_tab(app_server):
+    """require_tab("Image"): skip, with the server's own reason, when that modality did not load."""
+    def check(title: str):
+        for line in app_server[1].read_text().splitlines():
+            if line.startswith(f"apps: no {title} tab:"):
+                pytest.skip(line)
+    return check
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install the Debian package (apt-get install chromium, "
+                    "listed in requirements/apt-apps.txt) or set PARASUITE_CHROMIUM")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_app(browser, app_url):
+    """open_app() -> a fresh page (own browser context, like another user) showing the app."""
+    contexts = []
+
+    def open_page():
+        ctx = browser.new_context(viewport={"width": 1360, "height": 1000})
+        contexts.append(ctx)
+        page = ctx.new_page()
+        page.set_default_timeout(RESULT_TIMEOUT_MS)
+        page.goto(app_url)
+        page.get_by_role("tab").first.wait_for()
+        return page
+
+    yield open_page
+    for ctx in contexts:
+        ctx.close()
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """The embedded generator in the test process: the oracle for what the app must show."""
+    import text
+    return text.load(progress=False)
+
+
+def save_screenshot(page, name: str) -> Path:
+    """Full-page screenshot into docs/<name>, written whole (temp file, then rename)."""
+    DOCS.mkdir(exist_ok=True)
+    target = DOCS / name
+    tmp = target.with_suffix(".tmp.png")
+    page.screenshot(path=str(tmp), full_page=True)
+    os.replace(tmp, target)
+    return target
+
+
+@pytest.fixture
+def screenshot():
+    return save_screenshot
+

@@ -1,0 +1,120 @@
+"""`python -m apps` without a browser: tab discovery, command-line errors, and the helpers every tab
+uses (decoder options, sampling settings, errors turned into readable messages)."""
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+import apps.__main__ as apps_main
+from apps._common import Shared, guarded, parse_options, sampling_args, ui_options
+from apps.text import chunk_colours, Chunk, decoder_choices, default_options
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_apps(*args):
+    return subprocess.run([sys.executable, "-m", "apps", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_apps_unknown_tab_is_a_clear_error():
+    out = run_apps("--tabs", "text,video")
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("error: unknown tab video; choose from text, image")
+
+
+def test_apps_busy_port_is_a_clear_error_before_loading_models():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = run_apps("--port", str(port))
+    assert out.returncode == 2
+    assert f"error: cannot serve on 127.0.0.1:{port}" in out.stderr and "pass a free --port" in out.stderr
+
+
+def test_apps_missing_modality_is_left_out_with_one_line(monkeypatch, capsys):
+    ok = types.ModuleType("apps_fake_ok")
+    ok.load_pipeline = lambda: "pipe"
+    broken = types.ModuleType("apps_fake_broken")
+    broken.load_pipeline = lambda: (_ for _ in ()).throw(FileNotFoundError("no weights in vision/weights/prior"))
+    monkeypatch.setitem(sys.modules, "apps_fake_ok", ok)
+    monkeypatch.setitem(sys.modules, "apps_fake_broken", broken)
+    monkeypatch.setattr(apps_main, "TABS", [apps_main.Tab("ok", "Ok", "apps_fake_ok"),
+                                            apps_main.Tab("broken", "Broken", "apps_fake_broken"),
+                                            apps_main.Tab("gone", "Gone", "apps_fake_not_written_yet")])
+    loaded = apps_main.load_tabs()
+    assert [(tab.key, pipeline) for tab, _, pipeline in loaded] == [("ok", "pipe")]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["apps: no Broken tab: FileNotFoundError: no weights in vision/weights/prior",
+                     "apps: no Gone tab: ModuleNotFoundError: No module named 'apps_fake_not_written_yet'"]
+
+
+def test_apps_registry_lists_one_module_per_tab():
+    assert [t.key for t in apps_main.TABS] == ["text", "image", "grounding", "document", "speech"]
+    assert all(t.module == f"apps.{t.key}" for t in apps_main.TABS)
+
+
+def test_text_decoder_choices_come_from_the_registry():
+    assert decoder_choices() == ["ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative"]
+    assert default_options("speculative") == "draft=self:8, num_draft=4"   # draft_model (an object) is not typed
+    assert default_options("ar") == ""
+    assert "draft_model" not in ui_options("speculative")
+
+
+def test_decoder_options_are_typed_by_their_defaults():
+    assert parse_options("ngram", "max_ngram=3, adaptive=false  num_draft=6") == \
+        {"max_ngram": 3, "adaptive": False, "num_draft": 6}
+    assert parse_options("speculative", "draft=self:4") == {"draft": "self:4"}
+    assert parse_options("jacobi", "") == {}
+    with pytest.raises(ValueError, match="option window must be an integer, got 'big'"):
+        parse_options("jacobi", "window=big")
+    with pytest.raises(ValueError, match="decoder 'jacobi' does not take 'windw'; its options are: window, init"):
+        parse_options("jacobi", "windw=4")
+    with pytest.raises(ValueError, match="is not key=value"):
+        parse_options("jacobi", "window")
+    with pytest.raises(ValueError, match="option adaptive must be true or false"):
+        parse_options("ngram", "adaptive=maybe")
+
+
+def test_sampling_settings_from_widgets():
+    assert sampling_args(0, 0, 1.0, 0) == {"temperature": 0.0, "top_k": None, "top_p": None, "seed": 0}
+    assert sampling_args(0.7, 50, 0.9, None) == {"temperature": 0.7, "top_k": 50, "top_p": 0.9, "seed": None}
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        sampling_args(-1, 0, 1.0, 0)
+
+
+def test_errors_become_readable_gradio_errors():
+    def bad_input():
+        raise ValueError("empty prompt: pass some text")
+        yield
+
+    def bug():
+        raise KeyError("slot")
+        yield
+
+    with pytest.raises(gr.Error) as e:
+        list(guarded("text generation", bad_input)())
+    assert e.value.message == "empty prompt: pass some text" and e.value.title == "Bad input"
+    with pytest.raises(gr.Error) as e:
+        list(guarded("text generation", bug)())
+    assert e.value.message == "text generation failed: KeyError: 'slot'"
+
+
+def test_shared_pipeline_loads_once():
+    calls = []
+    shared = Shared(None, lambda: calls.append(1) or object())
+    assert shared.get() is shared.get() and calls == [1]
+    given = object()
+    assert Shared(given, lambda: pytest.fail("must not load")).get() is given
+
+
+def test_longer_accepted_chunks_stand_out():
+    ones = {chunk_colours(Chunk("a", 1, 1, i), i)[0] for i in range(4)}
+    assert len(ones) == 2                                       # single tokens alternate two greys
+    shades = [chunk_colours(Chunk("a", n, 1, 0), 0)[0] for n in (2, 3, 5, 8, 20)]
+    assert len(set(shades[:4])) == 4 and shades[4] == shades[3] and not ones & set(shades)
