@@ -68,8 +68,11 @@ class KVCache:
                 g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
                 setattr(layer, name, t.gather(2, g))
 
-    def attention_mask(self, draft_mask: torch.Tensor) -> torch.Tensor:
-        """Cached slots (by validity) ++ the draft's own visibility (B, N, N) -> (B, 1, N, S+N) bool."""
+    def attention_mask(self, draft_mask: torch.Tensor, past_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Cached slots (by validity, AND past_mask (B, N, S) if given) ++ the draft's own
+        visibility (B, N, N) -> (B, 1, N, S+N) bool."""
         n = draft_mask.shape[1]
         past = self.valid[:, None, :].expand(-1, n, -1)
+        if past_mask is not None:
+            past = past & past_mask
         return torch.cat([past, draft_mask], 2)[:, None]
