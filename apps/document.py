@@ -31,7 +31,7 @@ def load_pipeline():
     """The embedded OCR, warmed up: the line detector loads once here, not inside the first request
     (where it would be counted against whichever decoder ran first)."""
     import document
-    from document.read import read
+    from document.reader import read
     from PIL import Image
     ocr = document.load_ocr()
     read(Image.new("RGB", (64, 64), "white"), ocr=ocr, decoder="ar")
@@ -57,9 +57,8 @@ def example_page() -> str | None:
 
 
 def read_pages(ocr, path: str, decoder: str, options: dict):
-    """Pages one at a time, so the UI updates after each page of a PDF. (The submodule's `read`, not
-    the package attribute: importing document.read rebinds `document.read` to the module.)"""
-    from document.read import load_pages, read
+    """Pages one at a time, so the UI updates after each page of a PDF."""
+    from document.reader import load_pages, read
     for image in load_pages(path):
         yield from read(image, ocr=ocr, decoder=decoder, **options)
 

@@ -16,7 +16,7 @@ def test_document_tab_reads_a_page_like_the_library(open_app, require_tab, ocr, 
     require_tab("Document")
     page_file = example_page()
     assert page_file, "scikit-image's page.png is the example page (scikit-image is in requirements)"
-    from document.read import read
+    from document.reader import read
     want = read(page_file, ocr=ocr, decoder="block_diffusion", block_size=8, threshold=0.9)
 
     page = open_app()

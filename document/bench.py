@@ -1,0 +1,271 @@
+"""OCR benchmark: `python -m document.bench [--lines 200] [--pdf-pages 4]`.
+
+Each decoder of our model and two real OCR engines read the same line images:
+  * held-out synthetic lines (document.data.heldout_set: texts never trained on);
+  * real PDF pages found on the machine, rendered with pypdfium2; lines found by rapidocr's
+    detector; the ground truth of a line is the PDF's embedded text inside its box.
+Reported per reader: CER (character error rate, edit distance / reference length), lines/s,
+decoder forwards per line and tokens per forward (our model), exact match with `ar`. Decoders run
+interleaved in one process on the same batches; tesseract (Debian tesseract-ocr, --psm 7, one
+line per image) and rapidocr (PP-OCRv6 recogniser, ONNX) get the same crops and threads.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import data
+
+DECODERS = [("ar", "ar", {}),
+            ("block_diffusion B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
+            ("block_diffusion B=8 t=0.7", "block_diffusion", {"block_size": 8, "threshold": 0.7}),
+            ("block_diffusion B=16 t=0.9", "block_diffusion", {"block_size": 16, "threshold": 0.9}),
+            ("s2d2 B=8", "s2d2", {"block_size": 8}),
+            ("jacobi (suite)", "jacobi", {})]
+PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
+# scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
+PAGE_PNG_TRUTH = """Region-based segmentation
+Let us first determine markers of the coins and the
+background. These markers are pixels that we can label
+unambiguously as either object or background. Here,
+the markers are found at the two extreme parts of the
+histogram of grey values:
+>>> markers = np.zeros_like(coins)"""
+
+
+def edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def cer(hyps: list[str], refs: list[str]) -> float:
+    norm = lambda s: " ".join(s.split())
+    return sum(edit_distance(norm(h), norm(r)) for h, r in zip(hyps, refs)) / max(sum(len(norm(r)) for r in refs), 1)
+
+
+def tesseract_lines(images, threads: int = 1) -> tuple[list[str], float]:
+    """One tesseract process over all line images (list mode, --psm 7: a single text line each;
+    its text output separates images with a form feed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        names = []
+        for i, im in enumerate(images):
+            names.append(os.path.join(tmp, f"{i:05d}.png"))
+            im.convert("L").save(names[-1])
+        listing = os.path.join(tmp, "list.txt")
+        Path(listing).write_text("\n".join(names) + "\n")
+        env = {**os.environ, "OMP_THREAD_LIMIT": str(threads)}
+        t0 = time.perf_counter()
+        out = subprocess.run(["tesseract", listing, "-", "--psm", "7"], capture_output=True, text=True, env=env)
+        secs = time.perf_counter() - t0
+        texts = [t.strip() for t in out.stdout.split("\f")]
+        if len(texts) != len(images):
+            raise RuntimeError(f"tesseract returned {len(texts)} texts for {len(images)} images")
+        return texts, secs
+
+
+def rapidocr_lines(images, threads: int = 1) -> tuple[list[str], float]:
+    import logging
+    from rapidocr import RapidOCR
+    logging.getLogger("RapidOCR").setLevel(logging.ERROR)
+    eng = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error",
+                           "EngineConfig.onnxruntime.intra_op_num_threads": threads})
+    arrays = [np.asarray(im.convert("RGB")) for im in images]
+    t0 = time.perf_counter()
+    texts = []
+    for a in arrays:
+        r = eng(a, use_det=False, use_cls=False, use_rec=True)
+        texts.append(" ".join(r.txts) if r.txts else "")
+    return texts, time.perf_counter() - t0
+
+
+def pdf_lines(max_pages: int, dpi: int = 150):
+    """(crops, refs, source) of text lines of PDF pages on this machine, ground truth from the PDF
+    text layer inside each detected line box; lines whose text has characters outside our charset
+    or that are wider than 2.5 model widths are left out (counted)."""
+    import pypdfium2 as pdfium
+    from .reader import detect_lines
+    crops, refs, skipped, used = [], [], 0, []
+    pdfs = sorted({p for g in PDF_GLOBS for p in glob.glob(g, recursive=True)})
+    per_pdf = max(1, max_pages // max(len(pdfs), 1))
+    for path in pdfs:
+        doc = pdfium.PdfDocument(path)
+        for i in range(min(per_pdf, len(doc))):
+            page = doc[i]
+            scale = dpi / 72
+            img = page.render(scale=scale).to_pil().convert("RGB")
+            text = page.get_textpage()
+            used.append(f"{Path(path).name} p{i + 1}")
+            for x0, y0, x1, y1 in detect_lines(img, "rapidocr"):
+                h_pt = page.get_height()
+                ref = " ".join(text.get_text_bounded(left=x0 / scale, bottom=h_pt - y1 / scale,
+                                                     right=x1 / scale, top=h_pt - y0 / scale).split())
+                if not ref or any(c not in data.CHARSET for c in ref):
+                    skipped += 1
+                    continue
+                crops.append(img.crop((x0, y0, x1, y1)))
+                refs.append(ref)
+        doc.close()
+    return crops, refs, skipped, used
+
+
+def read_lines(ocr, crops, decoder, options):
+    """Our model on line crops of any width: cut at word gaps (document.reader.split_line), read the
+    pieces, join them. Returns texts and the OCR stats."""
+    from .reader import split_line
+    pieces, owner = [], []
+    for i, im in enumerate(crops):
+        gray = np.asarray(im.convert("L"), dtype=np.float32)
+        for box in split_line(gray, (0, 0, im.width, im.height)):
+            pieces.append(im.crop(box))
+            owner.append(i)
+    res = ocr(pieces, decoder=decoder, **options)
+    texts = [" ".join(t for o, t in zip(owner, res.texts) if o == i) for i in range(len(crops))]
+    return texts, res.stats
+
+
+def table(title: str, rows: list[dict]) -> str:
+    cols = ["reader", "CER %", "lines/s", "forwards/line", "tokens/forward", "forwards vs ar", "same as ar %"]
+    out = [f"### {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
+    return "\n".join(out)
+
+
+def revised(text: str, rng) -> str:
+    """A previous version of a line: one character changed (the prior of input-guided decoding)."""
+    if not text:
+        return text
+    i = rng.randrange(len(text))
+    return text[:i] + rng.choice(data.CHARSET[1:]) + text[i + 1:]
+
+
+def run_suite(ocr, crops, refs, engines: bool, threads: int, whole_lines: bool) -> list[dict]:
+    import random
+    rows, ar_texts, ar_fwd = [], None, None
+    decoders = list(DECODERS)
+    if not whole_lines:
+        rng = random.Random(0)
+        decoders.append(("ngram_prior (prior: the line with 1 char changed)", "ngram_prior",
+                         {"prior_texts": [revised(r, rng) for r in refs]}))
+    for label, name, opts in decoders:
+        texts, st = read_lines(ocr, crops, name, opts) if whole_lines else _direct(ocr, crops, name, opts)
+        per_line = st.row_forwards / len(crops)     # a long line read in pieces sums its pieces' forwards
+        if name == "ar":
+            ar_texts, ar_fwd = texts, per_line
+        rows.append({"reader": label, "CER %": f"{100 * cer(texts, refs):.2f}",
+                     "lines/s": f"{len(crops) / st.wall_time_s:.1f}",
+                     "forwards/line": f"{per_line:.2f}",
+                     "tokens/forward": f"{st.num_new_tokens / max(st.row_forwards, 1):.2f}",
+                     "forwards vs ar": f"{ar_fwd / max(per_line, 1e-9):.2f}x fewer",
+                     "same as ar %": f"{100 * np.mean([a == b for a, b in zip(texts, ar_texts)]):.1f}"})
+        print(f"  {label}: CER {rows[-1]['CER %']}%  {rows[-1]['forwards/line']} fwd/line", file=sys.stderr, flush=True)
+    if engines:
+        for label, fn in (("tesseract 5.3 (--psm 7)", tesseract_lines), ("rapidocr 3.10 (PP-OCRv6 rec)", rapidocr_lines)):
+            try:
+                texts, secs = fn(crops, threads)
+            except Exception as e:   # an engine missing on this machine: say so, keep going
+                rows.append({"reader": f"{label}: unavailable ({type(e).__name__}: {e})"})
+                continue
+            rows.append({"reader": label, "CER %": f"{100 * cer(texts, refs):.2f}", "lines/s": f"{len(crops) / secs:.1f}"})
+            print(f"  {label}: CER {rows[-1]['CER %']}%", file=sys.stderr, flush=True)
+    return rows
+
+
+def scan_page_rows(ocr, threads: int) -> list[dict]:
+    """skimage page.png, whole page: our reader (rapidocr's detector + our model) per decoder,
+    tesseract (--psm 6) and rapidocr (det + rec) end to end; page CER on whitespace-joined text."""
+    from skimage import data as skdata
+    from PIL import Image
+    from .reader import read
+    img = Image.fromarray(skdata.page()).convert("RGB")
+    ref = " ".join(PAGE_PNG_TRUTH.split())
+    rows = []
+    for label, name, opts in DECODERS[:2] + DECODERS[4:5]:
+        t0 = time.perf_counter()
+        pages = read(img, ocr=ocr, decoder=name, **opts)
+        hyp = " ".join(ln.text for ln in pages[0].lines)
+        rows.append({"reader": f"ours: {label}", "CER %": f"{100 * cer([hyp], [ref]):.2f}",
+                     "lines/s": f"{len(pages[0].lines) / (time.perf_counter() - t0):.1f}",
+                     "forwards/line": f"{pages[0].stats.forwards_per_line:.2f}"})
+    with tempfile.TemporaryDirectory() as tmp:
+        name = os.path.join(tmp, "page.png")
+        img.save(name)
+        env = {**os.environ, "OMP_THREAD_LIMIT": str(threads)}
+        try:
+            out = subprocess.run(["tesseract", name, "-", "--psm", "6"], capture_output=True, text=True, env=env)
+            rows.append({"reader": "tesseract 5.3 (--psm 6)", "CER %": f"{100 * cer([out.stdout], [ref]):.2f}"})
+        except FileNotFoundError:
+            rows.append({"reader": "tesseract: unavailable (apt-get install tesseract-ocr)"})
+    try:
+        from rapidocr import RapidOCR
+        eng = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error"})
+        r = eng(np.asarray(img))
+        rows.append({"reader": "rapidocr 3.10 (det + rec)", "CER %": f"{100 * cer([' '.join(r.txts or [])], [ref]):.2f}"})
+    except ImportError:
+        rows.append({"reader": "rapidocr: unavailable (pip install rapidocr==3.10.0 onnxruntime)"})
+    return rows
+
+
+def _direct(ocr, crops, name, opts):
+    res = ocr(crops, decoder=name, **opts)
+    return res.texts, res.stats
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="example: python -m document.bench --lines 200 --pdf-pages 4 --threads 1")
+    ap.add_argument("--lines", type=int, default=200, help="held-out synthetic lines")
+    ap.add_argument("--pdf-pages", type=int, default=4, help="PDF pages to read (0: none)")
+    ap.add_argument("--threads", type=int, default=1, help="threads for every reader (torch, tesseract, onnxruntime)")
+    ap.add_argument("--no-engines", action="store_true", help="skip tesseract and rapidocr")
+    ap.add_argument("--weights", default=None)
+    args = ap.parse_args(argv)
+    if args.lines < 1:
+        print("error: --lines must be >= 1", file=sys.stderr)
+        return 2
+    import torch
+    torch.set_num_threads(args.threads)
+    from .ocr import load_ocr
+    try:
+        ocr = load_ocr(args.weights)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    held = data.heldout_set(args.lines)
+    print(f"held-out synthetic lines: {len(held)}", file=sys.stderr)
+    report = [f"threads={args.threads}; batch={ocr.batch_size}; forwards counted per line (one batched forward "
+              "advances every line of the batch once)", ""]
+    report.append(table(f"held-out synthetic lines ({len(held)})",
+                        run_suite(ocr, [s.image for s in held], [s.text for s in held], not args.no_engines,
+                                  args.threads, whole_lines=False)))
+    report.append("")
+    report.append(table("real scan: scikit-image page.png (7 lines, hand transcription; page CER)",
+                        scan_page_rows(ocr, args.threads)))
+    if args.pdf_pages:
+        crops, refs, skipped, used = pdf_lines(args.pdf_pages)
+        print(f"PDF lines: {len(crops)} from {', '.join(used)} ({skipped} left out)", file=sys.stderr)
+        if crops:
+            report.append("")
+            report.append(table(f"real PDF pages: {len(crops)} lines from {', '.join(used)} "
+                                f"(ground truth: the PDF text layer; {skipped} lines with characters outside "
+                                "the charset left out)",
+                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, whole_lines=True)))
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

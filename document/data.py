@@ -1,0 +1,222 @@
+"""Synthetic OCR lines: real text (stdlib docstrings and source, numbers, dates, prices) rendered
+with PIL in many fonts, sizes, colours, with noise, blur and slight rotation; a fixed held-out split.
+
+Text lines are at most `MAX_CHARS` characters of printable ASCII. The held-out split is by text:
+a line whose hash falls in bucket 0 of 20 never appears in training.
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import hashlib
+import importlib
+import inspect
+import os
+import random
+import string
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+MAX_CHARS = 32
+HEIGHT, WIDTH = 32, 384          # model input (H, W); wider lines are squeezed to WIDTH
+CHARSET = "".join(chr(c) for c in range(32, 127))
+FONT_DIRS = ("/usr/share/fonts/truetype", "/usr/share/fonts/opentype")
+STDLIB_MODULES = (
+    "os", "sys", "re", "json", "math", "string", "collections", "itertools", "functools", "pathlib",
+    "datetime", "random", "statistics", "decimal", "fractions", "textwrap", "shutil", "subprocess",
+    "argparse", "logging", "unittest", "email", "http.client", "urllib.parse", "csv", "sqlite3",
+    "threading", "asyncio", "socket", "zipfile", "tarfile", "gzip", "hashlib", "base64", "struct",
+    "heapq", "bisect", "array", "enum", "typing", "dataclasses", "contextlib", "inspect", "ast",
+    "tokenize", "pickle", "copy", "pprint", "difflib", "calendar", "time", "locale", "gettext",
+    "io", "tempfile", "glob", "fnmatch", "operator", "weakref", "abc", "numbers", "queue", "sched",
+    "smtplib", "ftplib", "imaplib", "uuid", "html", "xml.dom.minidom", "configparser", "platform",
+)
+
+
+def is_held_out(text: str) -> bool:
+    return int(hashlib.md5(text.encode()).hexdigest(), 16) % 20 == 0
+
+
+def clean(text: str) -> str:
+    return " ".join("".join(c for c in text if c in CHARSET).split())
+
+
+@lru_cache(maxsize=1)
+def docstring_words() -> tuple[str, ...]:
+    """Running text: the words of the docstrings of ~70 standard-library modules, in order."""
+    words = []
+    for name in STDLIB_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except Exception:   # an optional module missing on this Python
+            continue
+        docs = [mod.__doc__ or ""]
+        for _, obj in inspect.getmembers(mod):
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and isinstance(getattr(obj, "__doc__", None), str):
+                docs.append(obj.__doc__)
+        for d in docs:
+            words.extend(clean(d).split())
+    return tuple(w for w in words if len(w) <= MAX_CHARS)
+
+
+@lru_cache(maxsize=1)
+def code_lines() -> tuple[str, ...]:
+    """Stripped source lines of the standard library (code, comments, strings)."""
+    lines = []
+    for path in sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:120]:
+        with open(path, encoding="utf-8", errors="ignore") as f:
+            for raw in f:
+                s = clean(raw)
+                if 3 <= len(s) <= MAX_CHARS:
+                    lines.append(s)
+    return tuple(lines)
+
+
+def _number(rng: random.Random) -> str:
+    kind = rng.randrange(8)
+    if kind == 0:
+        return f"{rng.uniform(0, 10000):,.2f}"
+    if kind == 1:
+        return f"${rng.uniform(0, 999):.2f}"
+    if kind == 2:
+        return f"{rng.randrange(1900, 2100)}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+    if kind == 3:
+        months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        return f"{rng.randrange(1, 29)} {rng.choice(months)} {rng.randrange(1950, 2040)}"
+    if kind == 4:
+        return f"{rng.randrange(0, 24):02d}:{rng.randrange(60):02d}"
+    if kind == 5:
+        return f"{rng.uniform(-100, 100):.{rng.randrange(1, 4)}f}%"
+    if kind == 6:
+        return "+" + "".join(rng.choice(string.digits) for _ in range(rng.randrange(6, 12)))
+    return str(rng.randrange(0, 10 ** rng.randrange(1, 8)))
+
+
+def _prose(rng: random.Random, words: tuple[str, ...]) -> str:
+    start = rng.randrange(len(words))
+    target = rng.randrange(4, MAX_CHARS + 1)
+    out = ""
+    for w in words[start:start + 40]:
+        nxt = (out + " " + w).strip()
+        if len(nxt) > target:
+            break
+        out = nxt
+    return out or words[start][:MAX_CHARS]
+
+
+def _mixed(rng: random.Random, words: tuple[str, ...]) -> str:
+    labels = ["Invoice No.", "Total:", "Date:", "Page", "Amount", "Ref", "Qty", "Item", "Tel.", "Due"]
+    s = f"{rng.choice(labels + list(rng.sample(words, 2)))} {_number(rng)}"
+    if rng.random() < 0.4:
+        s += " " + rng.choice(words)
+    return s[:MAX_CHARS].strip()
+
+
+def sample_text(rng: random.Random, split: str = "train") -> str:
+    """One line of text of the given split ("train" or "heldout")."""
+    words, code = docstring_words(), code_lines()
+    while True:
+        r = rng.random()
+        if r < 0.5:
+            text = _prose(rng, words)
+        elif r < 0.65:
+            text = rng.choice(code)
+        elif r < 0.85:
+            text = _mixed(rng, words)
+        else:
+            text = " ".join(_number(rng) for _ in range(rng.randrange(1, 4)))[:MAX_CHARS].strip()
+        if r < 0.1 and text:
+            text = text.upper() if rng.random() < 0.5 else text.capitalize()
+        if text and (is_held_out(text) == (split == "heldout")):
+            return text
+
+
+@lru_cache(maxsize=1)
+def font_paths() -> tuple[str, ...]:
+    paths = sorted(p for d in FONT_DIRS for p in glob.glob(os.path.join(d, "**", "*.[ot]tf"), recursive=True)
+                   if "MathTeX" not in p)
+    if not paths:
+        raise RuntimeError("no TrueType fonts found; install fonts-dejavu-core (apt) to render OCR data")
+    return tuple(paths)
+
+
+@lru_cache(maxsize=256)
+def _font(path: str, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(path, size)
+
+
+def render_line(text: str, rng: random.Random, clean_style: bool = False) -> Image.Image:
+    """Render one text line as a grayscale PIL image cropped around the text (random margins)."""
+    font = _font(rng.choice(font_paths()), 28 if clean_style else rng.randrange(18, 44))
+    bg = 255 if clean_style else rng.randrange(170, 256)
+    fg = 0 if clean_style else rng.randrange(0, max(1, bg - 110))
+    left, top, right, bottom = font.getbbox(text)
+    pad = 8
+    img = Image.new("L", (right - left + 2 * pad, max(bottom, font.size) - min(top, 0) + 2 * pad), bg)
+    ImageDraw.Draw(img).text((pad - left, pad - min(top, 0)), text, font=font, fill=fg)
+    if not clean_style:
+        if rng.random() < 0.5:
+            img = img.rotate(rng.uniform(-1.5, 1.5), resample=Image.BILINEAR, expand=False, fillcolor=bg)
+        if rng.random() < 0.4:
+            img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 1.0)))
+    # crop: text box plus random margins (like a detector's box)
+    arr = np.asarray(img)
+    ink = np.argwhere(arr < (int(bg) + int(fg)) / 2)
+    if ink.size == 0:
+        return img
+    (y0, x0), (y1, x1) = ink.min(0), ink.max(0)
+    min_h = int(0.7 * font.size)              # punctuation-only lines still get a line-high box
+    if y1 - y0 < min_h:
+        mid = (y0 + y1) // 2
+        y0, y1 = max(0, mid - min_h // 2), min(img.height - 1, mid + min_h // 2)
+    h = y1 - y0
+    m = (lambda: 0.15) if clean_style else (lambda: rng.uniform(0.05, 0.35))
+    box = (max(0, x0 - int(m() * h)), max(0, y0 - int(m() * h)),
+           min(img.width, x1 + 1 + int(m() * h)), min(img.height, y1 + 1 + int(m() * h)))
+    img = img.crop(box)
+    if not clean_style and rng.random() < 0.5:
+        noise = np.random.default_rng(rng.randrange(2 ** 31)).normal(0, rng.uniform(3, 15), (img.height, img.width))
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8))
+    return img
+
+
+def to_model_input(img: Image.Image) -> np.ndarray:
+    """Any PIL line image -> (HEIGHT, WIDTH) float32 in [0, 1], text dark on light: height scaled
+    to HEIGHT (aspect kept, squeezed if wider than WIDTH), right-padded with the background."""
+    g = img.convert("L")
+    if g.width < 2 or g.height < 2:
+        raise ValueError(f"line image of {g.width}x{g.height} pixels is too small to read; crop a text line "
+                         "of at least 2x2 pixels")
+    w = max(1, min(WIDTH, round(g.width * HEIGHT / g.height)))
+    arr = np.asarray(g.resize((w, HEIGHT), Image.BILINEAR), dtype=np.float32) / 255.0
+    if np.median(arr) < 0.5:          # light text on dark background: invert
+        arr = 1.0 - arr
+    lo, hi = np.percentile(arr, 2), np.percentile(arr, 98)
+    arr = np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
+    out = np.ones((HEIGHT, WIDTH), dtype=np.float32)
+    out[:, :w] = arr
+    return out
+
+
+@dataclass
+class LineSample:
+    text: str
+    image: Image.Image
+
+
+def make_samples(n: int, seed: int, split: str = "train", clean_style: bool = False) -> list[LineSample]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        text = sample_text(rng, split)
+        out.append(LineSample(text, render_line(text, rng, clean_style)))
+    return out
+
+
+def heldout_set(n: int = 200, seed: int = 12345) -> list[LineSample]:
+    """The fixed held-out lines (texts never trained on) used by tests and the benchmark."""
+    return make_samples(n, seed, "heldout")

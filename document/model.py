@@ -1,0 +1,196 @@
+"""The OCR model: a timm CNN image encoder and a transformers GPT-2 text decoder with
+cross-attention (the VisionEncoderDecoder layout: `encoder_hidden_states` feed every decoder
+layer), trained with a causal and a block-diffusion objective (see `block_train_mask`).
+
+`OCRAdapter` is the suite.ModelAdapter for one batch of line images: the encoder runs once per
+image (`OCRAdapter.for_images`), the decoder's self-attention K/V lives in suite's KVCache and the
+cross-attention K/V is computed once per request and kept beside it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from suite import AdapterConfig, KVCache
+
+PAD, BOS, EOS, MASK = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<s>", "</s>", "<mask>")
+
+
+class CharTokenizer:
+    """One token per character of a fixed charset, after the 4 special tokens."""
+
+    def __init__(self, charset: str):
+        self.charset = charset
+        self.index = {c: i + len(SPECIALS) for i, c in enumerate(charset)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(SPECIALS) + len(self.charset)
+
+    def encode(self, text: str) -> list[int]:
+        """text -> [BOS, chars..., EOS]; characters outside the charset are dropped."""
+        return [BOS] + [self.index[c] for c in text if c in self.index] + [EOS]
+
+    def decode(self, ids) -> str:
+        n = len(SPECIALS)
+        return "".join(self.charset[i - n] for i in ids if i >= n)
+
+
+def default_config(charset: str, max_chars: int, height: int, width: int) -> dict:
+    return {"charset": charset, "max_chars": max_chars, "height": height, "width": width,
+            "encoder": {"layers": [1, 1, 1, 1], "channels": [32, 48, 64, 96], "stem_width": 24, "rows": 2},
+            "decoder": {"n_embd": 160, "n_layer": 3, "n_head": 4},
+            "mask_token_id": MASK, "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
+
+
+class ImageEncoder(nn.Module):
+    """(B, 1, H, W) grayscale lines -> (B, S, D) features: a timm ResNet at output stride 8,
+    pooled to `rows` rows, with learned 2-D position embeddings; S = rows * W / 8."""
+
+    def __init__(self, cfg: dict, dim: int):
+        super().__init__()
+        from timm.models.resnet import BasicBlock, ResNet
+        e = cfg["encoder"]
+        self.cnn = ResNet(BasicBlock, layers=tuple(e["layers"]), channels=tuple(e["channels"]), in_chans=1,
+                          stem_width=e["stem_width"], output_stride=8, num_classes=0, global_pool="")
+        self.rows, self.cols = e["rows"], cfg["width"] // 8
+        self.pool = nn.AdaptiveAvgPool2d((self.rows, self.cols))
+        self.proj = nn.Conv2d(e["channels"][-1], dim, 1)
+        self.pos = nn.Parameter(torch.zeros(1, self.rows * self.cols, dim))
+        nn.init.normal_(self.pos, std=0.02)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        f = self.proj(self.pool(self.cnn.forward_features(pixels * 2 - 1)))   # (B, D, rows, cols)
+        return (f.flatten(2).transpose(1, 2) + self.pos).contiguous()         # (B, S, D)
+
+
+class OCRModel(nn.Module):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+        self.cfg = cfg
+        self.tokenizer = CharTokenizer(cfg["charset"])
+        d = cfg["decoder"]
+        self.encoder = ImageEncoder(cfg, d["n_embd"])
+        dec_cfg = GPT2Config(vocab_size=self.tokenizer.vocab_size, n_positions=cfg["max_chars"] + 4,
+                             n_embd=d["n_embd"], n_layer=d["n_layer"], n_head=d["n_head"],
+                             add_cross_attention=True, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        dec_cfg._attn_implementation = "sdpa"
+        self.decoder = GPT2LMHeadModel(dec_cfg)
+        # auxiliary CTC head on the encoder columns (training only: it speeds up learning to read)
+        self.ctc_head = nn.Linear(d["n_embd"], self.tokenizer.vocab_size)
+
+    @property
+    def max_length(self) -> int:
+        return self.cfg["max_chars"] + 2     # BOS + chars + EOS
+
+    def ctc_logits(self, encoder_states: torch.Tensor) -> torch.Tensor:
+        """(B, S, D) encoder states -> (B, cols, V) CTC logits (rows averaged; blank = PAD)."""
+        e = self.encoder
+        cols = encoder_states.reshape(encoder_states.shape[0], e.rows, e.cols, -1).mean(1)
+        return self.ctc_head(cols)
+
+    def decoder_logits(self, tokens, positions, mask, encoder_states):
+        """tokens/positions (B, N), mask (B, 1, N, N) bool, encoder_states (B, S, D) -> (B, N, V)."""
+        return self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask,
+                            encoder_hidden_states=encoder_states, use_cache=False).logits
+
+    def save(self, folder: str | Path, extra: dict | None = None) -> None:
+        from safetensors.torch import save_file
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.contiguous() for k, v in self.state_dict().items() if k != "decoder.lm_head.weight"}
+        tmp = folder / "model.safetensors.tmp"
+        save_file(state, str(tmp))
+        tmp.replace(folder / "model.safetensors")
+        cfg_tmp = folder / "config.json.tmp"
+        cfg_tmp.write_text(json.dumps({**self.cfg, **(extra or {})}, indent=1))
+        cfg_tmp.replace(folder / "config.json")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "OCRModel":
+        from safetensors.torch import load_file
+        folder = Path(folder)
+        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+            raise ValueError(f"no OCR weights in {folder}: it needs config.json and model.safetensors; "
+                             "train them with `python -m document.train`")
+        model = cls(json.loads((folder / "config.json").read_text()))
+        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        missing = [k for k in missing if k != "decoder.lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(f"weights in {folder} do not match the config: missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]}")
+        model.decoder.tie_weights()
+        return model.eval()
+
+
+def block_anchor(n: int, block_size: int, offset: int) -> torch.Tensor:
+    """(n,) the anchor (first position) of each position's block; blocks start at offset + k*B
+    (positions before `offset` form a block anchored at 0)."""
+    p = torch.arange(n)
+    k = torch.div(p - offset, block_size, rounding_mode="floor")
+    return torch.where(p >= offset, offset + k * block_size, torch.zeros_like(p))
+
+
+def block_train_mask(n: int, block_size: int, offset: int = 0) -> torch.Tensor:
+    """(2n, 2n) bool attention for one training sequence laid out as [clean n slots ++ noisy n slots].
+
+    clean slot p: causal over clean slots (the plain AR stream; its K/V is what the cache holds).
+    noisy slot p in a block anchored at a (p > a): sees the clean slots <= a (the committed past,
+    anchor included) and, bidirectionally, the noisy slots of its own block except the anchor's.
+    The anchor's noisy slot is an unused duplicate (sees clean <= a only). With block size 1 every
+    noisy slot is an anchor: the objective is plain AR."""
+    a = block_anchor(n, block_size, offset)
+    p = torch.arange(n)
+    inner = p > a                                              # (n,) noisy slot carries a masked/filled token
+    mask = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
+    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[n:, :n] = p[None, :] <= a[:, None]
+    same_block = (a[:, None] == a[None, :]) & inner[:, None] & inner[None, :]
+    mask[n:, n:] = same_block | torch.eye(n, dtype=torch.bool)
+    return mask
+
+
+class OCRAdapter:
+    """suite.ModelAdapter over OCRModel's decoder for one batch of encoded line images.
+
+    `for_images(pixels)` runs the encoder once and returns an adapter bound to those images;
+    decoders then call it like any adapter. Config extra: mask_token_id, bos_token_id."""
+
+    supports_custom_mask = True
+    supports_rollback = True
+
+    def __init__(self, model: OCRModel, encoder_states: torch.Tensor | None = None):
+        self.model = model.eval()
+        self.encoder_states = encoder_states            # (B, S, D) or None (unbound)
+        self.config = AdapterConfig(vocab_size=model.tokenizer.vocab_size, eos_token_ids=frozenset([EOS]),
+                                    pad_token_id=PAD, max_length=model.max_length,
+                                    extra={"mask_token_id": model.cfg["mask_token_id"],
+                                           "bos_token_id": model.cfg["bos_token_id"]})
+
+    def for_images(self, pixels: torch.Tensor) -> "OCRAdapter":
+        """pixels (B, 1, H, W) in [0, 1] -> an adapter holding their encoder states."""
+        with torch.no_grad():
+            return OCRAdapter(self.model, self.model.encoder(pixels))
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        from transformers import DynamicCache, EncoderDecoderCache
+        if self.encoder_states is None or self.encoder_states.shape[0] != batch:
+            raise ValueError("bind the adapter to a batch of images first: adapter.for_images(pixels)")
+        cache = KVCache(batch, DynamicCache())
+        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
+        return cache
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        if attention_mask is None:
+            n = tokens.shape[1]
+            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
+        out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
+                                 attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
+                                 use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
+        return out.logits

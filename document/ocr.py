@@ -1,0 +1,141 @@
+"""Line OCR: `ocr = document.load_ocr(); res = ocr(line_images, decoder="block_diffusion")`.
+
+The encoder runs once per line image; the decoder runs through suite's one decode loop with any
+registered decoder (ar, block_diffusion, s2d2, ngram_prior, jacobi, ...). Lines are decoded in
+batches (ragged: each row advances by its own accepted length).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import suite
+from suite import DecodeState, DecodeStats, SamplingParams
+
+from . import data
+from .model import BOS, EOS, OCRAdapter, OCRModel
+
+DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
+
+
+@dataclass
+class OCRStats:
+    num_lines: int = 0
+    num_forwards: int = 0          # decoder forwards (batched: one forward serves the whole batch)
+    row_forwards: int = 0          # decoder forwards summed over lines (a line's own decode steps)
+    num_new_tokens: int = 0
+    encoder_forwards: int = 0      # one per batch of images
+    wall_time_s: float = 0.0
+
+    @property
+    def forwards_per_line(self) -> float:
+        return self.row_forwards / max(self.num_lines, 1)
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.num_lines / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def add(self, s: DecodeStats, rows: int) -> None:
+        self.num_forwards += s.num_forwards
+        self.num_new_tokens += s.num_new_tokens
+        self.row_forwards += sum(1 for step in s.accepted_lengths for n in step if n > 0)
+        self.num_lines += rows
+        self.encoder_forwards += 1
+
+    def summary(self) -> str:
+        return (f"{self.num_lines} lines, {self.forwards_per_line:.2f} forwards/line, "
+                f"{self.num_new_tokens / max(self.row_forwards, 1):.2f} tokens/forward, "
+                f"{self.lines_per_second:.1f} lines/s")
+
+
+@dataclass
+class OCRResult:
+    texts: list[str]
+    stats: OCRStats
+    confidences: list[float] = field(default_factory=list)   # mean token probability (score=True)
+
+
+def as_pil(image, index: int = 0):
+    """A PIL image, a (H, W) / (H, W, C) uint8 array -> PIL; anything else is a clear error."""
+    from PIL import Image
+    if isinstance(image, Image.Image):
+        img = image
+    elif isinstance(image, np.ndarray) and image.ndim in (2, 3):
+        arr = image if image.dtype == np.uint8 else np.clip(image * (255 if image.max() <= 1 else 1), 0, 255).astype(np.uint8)
+        img = Image.fromarray(arr)
+    else:
+        raise ValueError(f"line {index}: expected a PIL image or a (H, W[, C]) array, got {type(image).__name__}")
+    if img.width < 2 or img.height < 2:
+        raise ValueError(f"line {index}: image of {img.width}x{img.height} pixels is too small to read; "
+                         "pass a crop of a text line (at least 2x2 pixels)")
+    return img
+
+
+class OCR:
+    def __init__(self, model: OCRModel, batch_size: int = 32):
+        self.model = model.eval()
+        self.adapter = OCRAdapter(model)
+        self.tokenizer = model.tokenizer
+        self.batch_size = batch_size
+
+    def pixels(self, images) -> torch.Tensor:
+        """(B, 1, H, W) model input for a list of line images."""
+        return torch.from_numpy(np.stack([data.to_model_input(as_pil(im, i)) for i, im in enumerate(images)]))[:, None]
+
+    def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
+                 prior_texts: list[str] | None = None, **options) -> OCRResult:
+        """Read each line image; `decoder` is a registered name or a decoder object, `options` its
+        hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder."""
+        images = list(line_images)
+        if prior_texts is not None and len(prior_texts) != len(images):
+            raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
+        dec = suite.make_decoder(decoder, **options) if isinstance(decoder, str) else decoder
+        stats, texts, confs = OCRStats(), [], []
+        t0 = time.perf_counter()
+        size = batch_size or self.batch_size
+        for lo in range(0, len(images), size):
+            chunk = images[lo:lo + size]
+            bound = self.adapter.for_images(self.pixels(chunk))
+            d = dec.bind(bound) if hasattr(dec, "bind") else dec
+            state = DecodeState(tokens=[[BOS] for _ in chunk], cache=bound.new_cache(len(chunk)),
+                                params=SamplingParams(), max_new_tokens=self.model.max_length - 1,
+                                eos_token_ids=frozenset([EOS]), max_length=self.model.max_length)
+            if prior_texts is not None:
+                state.scratch["prior_tokens"] = [self.tokenizer.encode(t)[:-1] for t in prior_texts[lo:lo + size]]
+            result = suite.decode(bound, d, state)
+            stats.add(result.stats, len(chunk))
+            texts.extend(self.tokenizer.decode(t) for t in result.new_tokens)
+            if score:
+                confs.extend(self._confidence(bound, result.new_tokens))
+        stats.wall_time_s = time.perf_counter() - t0
+        return OCRResult(texts, stats, confs)
+
+    def _confidence(self, bound: OCRAdapter, new_tokens: list[list[int]]) -> list[float]:
+        """Mean probability the causal model gives each read token (one teacher-forced forward)."""
+        n = max(len(t) for t in new_tokens) + 1
+        ids = torch.zeros(len(new_tokens), n, dtype=torch.long)
+        for b, t in enumerate(new_tokens):
+            ids[b, :len(t) + 1] = torch.tensor([BOS] + t)
+        mask = torch.ones(n, n, dtype=torch.bool).tril().expand(len(new_tokens), 1, n, n)
+        with torch.no_grad():
+            logp = self.model.decoder_logits(ids, torch.arange(n).expand(len(new_tokens), n), mask,
+                                             bound.encoder_states).log_softmax(-1)
+        out = []
+        for b, t in enumerate(new_tokens):
+            if not t:
+                out.append(0.0)
+                continue
+            lp = logp[b, torch.arange(len(t)), torch.tensor(t)]
+            out.append(float(lp.mean().exp()))
+        return out
+
+
+def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None) -> OCR:
+    """The trained OCR model (document/weights/ocr-small unless `path` names another folder)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return OCR(OCRModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size)

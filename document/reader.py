@@ -1,0 +1,273 @@
+"""Page reading: `pages = document.read(path)` for PNG/JPEG/TIFF/PDF (or a PIL image).
+
+Pages are loaded (PDF pages rendered with pypdfium2), text lines found (rapidocr's ONNX detector
+when installed, else our projection-profile segmenter), long lines cut at word gaps into pieces
+the line model reads (at most `data.WIDTH / data.HEIGHT` wide per unit of height), every piece
+read in batches by the OCR model, and the pieces joined back into lines with boxes, text and
+confidence. Export with `to_text`, `to_json` or `overlay` (the page with the recognised text
+drawn in each line box, like the text layer of a searchable PDF).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, ImageSequence
+
+from . import data
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
+PDF_SUFFIXES = {".pdf"}
+MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
+MIN_SIDE = 8
+DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
+
+
+@dataclass
+class Line:
+    box: tuple[int, int, int, int]      # x0, y0, x1, y1 in page pixels
+    text: str
+    confidence: float
+
+
+@dataclass
+class Page:
+    index: int
+    width: int
+    height: int
+    lines: list[Line] = field(default_factory=list)
+    image: Image.Image | None = field(default=None, repr=False, compare=False)
+    stats: object = field(default=None, repr=False, compare=False)   # the OCR stats of its lines
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "width": self.width, "height": self.height,
+                "lines": [asdict(line) for line in self.lines]}
+
+
+def _check_size(img: Image.Image, where: str) -> Image.Image:
+    w, h = img.size
+    if w * h > MAX_PIXELS:
+        raise ValueError(f"{where}: image of {w}x{h} pixels is larger than the {MAX_PIXELS // 1_000_000} Mpx "
+                         "limit; downscale it (e.g. to 300 dpi) and try again")
+    if min(w, h) < MIN_SIDE:
+        raise ValueError(f"{where}: image of {w}x{h} pixels is too small to hold text; "
+                         f"pages need at least {MIN_SIDE} pixels on each side")
+    return img
+
+
+def load_pages(path: str | Path, dpi: int = 150) -> list[Image.Image]:
+    """Pages of an image or PDF file as RGB PIL images; a clear ValueError for anything unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    if path.suffix.lower() in PDF_SUFFIXES or path.read_bytes()[:5] == b"%PDF-":
+        return _pdf_pages(path, dpi)
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    try:
+        with Image.open(path) as img:
+            _check_size(img, str(path))
+            pages = [_check_size(frame.convert("RGB"), f"{path} page {i + 1}")
+                     for i, frame in enumerate(ImageSequence.Iterator(img))]
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ValueError(f"{path}: image larger than the {MAX_PIXELS // 1_000_000} Mpx limit; downscale it first") from None
+    except Image.UnidentifiedImageError:
+        raise ValueError(f"{path}: not an image or PDF file (PNG, JPEG, TIFF, BMP, WebP or PDF expected)") from None
+    except OSError as e:
+        raise ValueError(f"{path}: image file is truncated or corrupt ({e}); re-export or re-scan it") from None
+    return pages
+
+
+def _pdf_pages(path: Path, dpi: int) -> list[Image.Image]:
+    import pypdfium2 as pdfium
+    try:
+        doc = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as e:
+        if "password" in str(e).lower():
+            raise ValueError(f"{path}: PDF is password-protected; decrypt it first "
+                             "(e.g. `qpdf --decrypt --password=... in.pdf out.pdf`)") from None
+        raise ValueError(f"{path}: PDF is corrupt or not a PDF ({e}); repair it (e.g. `qpdf in.pdf out.pdf`)") from None
+    try:
+        pages = []
+        for i in range(len(doc)):
+            page = doc[i]
+            w, h = page.get_size()
+            scale = min(dpi / 72, (MAX_PIXELS / max(w * h, 1)) ** 0.5)
+            pages.append(page.render(scale=scale).to_pil().convert("RGB"))
+        return pages
+    finally:
+        doc.close()
+
+
+# ---- line detection -------------------------------------------------------------------------
+
+_RAPID = None
+
+
+def _rapidocr():
+    global _RAPID
+    if _RAPID is None:
+        import logging
+        from rapidocr import RapidOCR
+        logging.getLogger("RapidOCR").setLevel(logging.ERROR)
+        _RAPID = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error"})
+    return _RAPID
+
+
+def detect_lines(image: Image.Image, detector: str = "auto") -> list[tuple[int, int, int, int]]:
+    """Line boxes (x0, y0, x1, y1) top to bottom. detector: "rapidocr", "projection" or "auto"
+    (rapidocr when installed)."""
+    if detector not in ("auto", "rapidocr", "projection"):
+        raise ValueError(f"unknown detector {detector!r}; use 'auto', 'rapidocr' or 'projection'")
+    if detector in ("auto", "rapidocr"):
+        try:
+            engine = _rapidocr()
+        except ImportError:
+            if detector == "rapidocr":
+                raise ValueError("detector='rapidocr' needs `pip install rapidocr==3.10.0 onnxruntime`") from None
+        else:
+            out = engine(np.asarray(image.convert("RGB")), use_det=True, use_cls=False, use_rec=False)
+            boxes = [] if out.boxes is None else out.boxes
+            lines = [_pad_box(q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max(), image.size) for q in boxes]
+            return sorted(lines, key=lambda b: (b[1], b[0]))
+    return projection_lines(image)
+
+
+def _pad_box(x0, y0, x1, y1, size, frac: float = 0.12):
+    h = y1 - y0
+    return (int(max(0, x0 - frac * h)), int(max(0, y0 - frac * h)),
+            int(min(size[0], x1 + frac * h)), int(min(size[1], y1 + frac * h)))
+
+
+def _ink(gray: np.ndarray) -> np.ndarray:
+    """Bool ink mask: pixels clearly darker than the local background (rows' median)."""
+    bg = np.median(gray, axis=1, keepdims=True)
+    spread = max(float(np.percentile(gray, 95) - np.percentile(gray, 5)), 1.0)
+    return gray < bg - 0.25 * spread
+
+
+def projection_lines(image: Image.Image) -> list[tuple[int, int, int, int]]:
+    """Our own detector: rows with ink form bands; each band's ink columns give its x extent."""
+    gray = np.asarray(image.convert("L"), dtype=np.float32)
+    ink = _ink(gray)
+    rows = ink.sum(1) > max(2, 0.002 * ink.shape[1])
+    lines = []
+    for y0, y1 in _runs(rows, min_gap=1):
+        if y1 - y0 < 4:
+            continue
+        cols = np.nonzero(ink[y0:y1].any(0))[0]
+        if cols.size:
+            lines.append(_pad_box(cols[0], y0, cols[-1] + 1, y1, image.size, 0.2))
+    return lines
+
+
+def _runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
+    """[start, end) runs of True, merging runs separated by fewer than min_gap False entries."""
+    runs, start, gap = [], None, 0
+    for i, f in enumerate(flags):
+        if f:
+            if start is None:
+                start = i
+            gap, end = 0, i + 1
+        elif start is not None:
+            gap += 1
+            if gap >= min_gap:
+                runs.append((start, end))
+                start = None
+    if start is not None:
+        runs.append((start, end))
+    return runs
+
+
+def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
+    """Cut a line box at word gaps into pieces no wider than the model reads (WIDTH/HEIGHT per
+    unit of height); a word wider than that is cut hard."""
+    x0, y0, x1, y1 = box
+    h = max(y1 - y0, 1)
+    max_w = int(0.9 * data.WIDTH / data.HEIGHT * h)
+    if x1 - x0 <= max_w:
+        return [box]
+    cols = _ink(gray[y0:y1, x0:x1]).any(0)
+    words = [(x0 + a, x0 + b) for a, b in _runs(cols, min_gap=max(2, int(0.22 * h)))]
+    if not words:
+        return [box]
+    pieces, start, end = [], words[0][0], words[0][1]
+    for a, b in words[1:]:
+        if b - start > max_w:
+            pieces.append((start, end))
+            start = a
+        end = b
+    pieces.append((start, end))
+    out = []
+    for a, b in pieces:
+        for s in range(a, b, max_w):
+            out.append((max(x0, s - int(0.15 * h)), y0, min(x1, min(b, s + max_w) + int(0.15 * h)), y1))
+    return out
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto", dpi: int = 150,
+         **options) -> list[Page]:
+    """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence)."""
+    if ocr is None:
+        from .ocr import load_ocr
+        ocr = load_ocr()
+    images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
+    pages = []
+    for index, img in enumerate(images):
+        _check_size(img, f"page {index + 1}")
+        pages.append(read_page(img, index, ocr, decoder, detector, **options))
+    return pages
+
+
+def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **options) -> Page:
+    gray = np.asarray(img.convert("L"), dtype=np.float32)
+    boxes = detect_lines(img, detector)
+    pieces, owner = [], []
+    for li, box in enumerate(boxes):
+        for piece in split_line(gray, box):
+            if piece[2] - piece[0] >= 2 and piece[3] - piece[1] >= 2:
+                pieces.append(piece)
+                owner.append(li)
+    page = Page(index, img.width, img.height, image=img)
+    if not pieces:
+        return page
+    res = ocr([img.crop(p) for p in pieces], decoder=decoder, score=True, **options)
+    for li, box in enumerate(boxes):
+        parts = [(t, c) for o, t, c in zip(owner, res.texts, res.confidences) if o == li and t]
+        if parts:
+            text = " ".join(t for t, _ in parts)
+            page.lines.append(Line(tuple(int(v) for v in box), text, round(float(np.mean([c for _, c in parts])), 4)))
+    page.stats = res.stats
+    return page
+
+
+def to_text(pages: list[Page]) -> str:
+    return "\n\f\n".join(p.text for p in pages) + "\n"
+
+
+def to_json(pages: list[Page], source: str | None = None) -> str:
+    return json.dumps({"source": source, "pages": [p.to_dict() for p in pages]}, indent=1)
+
+
+def overlay(page: Page) -> Image.Image:
+    """The page, faded, with each line's box and recognised text drawn in it."""
+    base = page.image.convert("RGB") if page.image is not None else Image.new("RGB", (page.width, page.height), "white")
+    out = Image.blend(base, Image.new("RGB", base.size, "white"), 0.6)
+    draw = ImageDraw.Draw(out)
+    for line in page.lines:
+        x0, y0, x1, y1 = line.box
+        draw.rectangle(line.box, outline=(0, 90, 200), width=1)
+        size = max(8, int((y1 - y0) * 0.7))
+        font = ImageFont.truetype(data.font_paths()[0], size)
+        text_w = max(font.getlength(line.text), 1)
+        if text_w > x1 - x0:      # fit the box width
+            font = ImageFont.truetype(data.font_paths()[0], max(6, int(size * (x1 - x0) / text_w)))
+        draw.text((x0, y0), line.text, font=font, fill=(200, 0, 0))
+    return out

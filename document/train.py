@@ -1,0 +1,144 @@
+"""Train the OCR model: `python -m document.train [--minutes 40] [--out document/weights/ocr-small]`.
+
+One forward per batch scores two streams of the same text (block_train_mask): the clean stream
+gives the causal (AR) loss, the noisy stream the block-diffusion loss (blocks of B tokens with a
+random phase, a random fraction of each block masked, bidirectional inside a block, causal
+across blocks; the noisy slot after the anchor is always masked, as at decode time). Lines are
+rendered on the fly (document.data); the held-out texts are never trained on. An auxiliary CTC
+loss on the encoder columns (weight 0.5) makes the encoder learn to read sooner; decoding never
+uses it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data
+from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config
+
+DEFAULT_OUT = Path(__file__).parent / "weights" / "ocr-small"
+BLOCK_SIZES = (2, 4, 8, 16)
+CTC_WEIGHT = 0.5
+
+
+def encode_batch(model: OCRModel, texts: list[str]) -> torch.Tensor:
+    """(B, L) token ids [BOS, chars, EOS, PAD...], L = model.max_length."""
+    ids = torch.full((len(texts), model.max_length), PAD, dtype=torch.long)
+    for b, t in enumerate(texts):
+        row = model.tokenizer.encode(t)[:model.max_length]
+        ids[b, :len(row)] = torch.tensor(row)
+    return ids
+
+
+def pixels_of(images) -> torch.Tensor:
+    return torch.from_numpy(np.stack([data.to_model_input(im) for im in images]))[:, None]   # (B, 1, H, W)
+
+
+def diffusion_batch(ids: torch.Tensor, rng: random.Random):
+    """ids (B, L) -> inputs (B, 2n), positions (B, 2n), masks (B, 1, 2n, 2n), targets (B, 2n) with
+    -100 where no loss is taken; n = L - 1 (slot p predicts token p + 1)."""
+    batch, n = ids.shape[0], ids.shape[1] - 1
+    inputs, masks, targets = [], [], []
+    nxt = ids[:, 1:]
+    for b in range(batch):
+        bs = rng.choice(BLOCK_SIZES)
+        off = rng.randrange(bs)
+        a = block_anchor(n, bs, off)
+        p = torch.arange(n)
+        inner = p > a
+        ratio = torch.rand(n)[a]                                   # one masking rate per block
+        masked = inner & ((torch.rand(n) < ratio) | (p == a + 1))
+        noisy = torch.where(masked, torch.full_like(p, MASK), ids[b, :n])
+        # a noisy slot's target counts when the model cannot see it: masked, or the next block's anchor
+        unseen = torch.cat([masked[1:], torch.ones(1, dtype=torch.bool)]) | (torch.cat([a[1:], a[-1:] + bs]) != a)
+        t_noisy = torch.where(inner & unseen & (nxt[b] != PAD), nxt[b], torch.full_like(p, -100))
+        t_clean = torch.where(nxt[b] != PAD, nxt[b], torch.full_like(p, -100))
+        t_clean[(ids[b, :n] == EOS) | (ids[b, :n] == PAD)] = -100
+        inputs.append(torch.cat([ids[b, :n], noisy]))
+        masks.append(block_train_mask(n, bs, off))
+        targets.append(torch.cat([t_clean, t_noisy]))
+    positions = torch.arange(n).repeat(2).expand(batch, -1)
+    return torch.stack(inputs), positions, torch.stack(masks)[:, None], torch.stack(targets), n
+
+
+def losses(model: OCRModel, pixels: torch.Tensor, ids: torch.Tensor, rng: random.Random):
+    """(causal, block-diffusion, auxiliary CTC) losses of one batch."""
+    inputs, positions, masks, targets, n = diffusion_batch(ids, rng)
+    enc = model.encoder(pixels)                                                       # (B, S, D)
+    logits = model.decoder_logits(inputs, positions, masks, enc)                      # (B, 2n, V)
+    v = logits.shape[-1]
+    causal = F.cross_entropy(logits[:, :n].reshape(-1, v), targets[:, :n].reshape(-1), ignore_index=-100)
+    block = F.cross_entropy(logits[:, n:].reshape(-1, v), targets[:, n:].reshape(-1), ignore_index=-100)
+    chars = ids[:, 1:]
+    lengths = ((chars != EOS) & (chars != PAD)).sum(1)
+    log_probs = model.ctc_logits(enc).log_softmax(-1).transpose(0, 1)                 # (cols, B, V)
+    ctc = F.ctc_loss(log_probs, chars, torch.full((ids.shape[0],), log_probs.shape[0], dtype=torch.long), lengths,
+                     blank=PAD, zero_infinity=True)
+    return causal, block, ctc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="example: python -m document.train --minutes 40 --threads 1")
+    ap.add_argument("--minutes", type=float, default=40.0, help="training time budget")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args(argv)
+    if args.minutes <= 0 or args.batch < 1:
+        print("error: --minutes and --batch must be positive", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    model = OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    val = data.make_samples(64, seed=999, split="heldout")
+    val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
+    budget, t0, step = args.minutes * 60, time.time(), 0
+    from tqdm import tqdm
+    bar = tqdm(total=int(budget), unit="s", desc="train", file=sys.stderr)
+    while time.time() - t0 < budget:
+        frac = (time.time() - t0) / budget
+        lr = args.lr * min(1.0, (step + 1) / 200) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31))
+        model.train()
+        causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
+        opt.zero_grad()
+        (causal + block + CTC_WEIGHT * ctc).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 50 == 0:
+            model.eval()
+            with torch.no_grad():
+                vc, vb, _ = losses(model, val_px, val_ids, random.Random(0))
+            bar.set_postfix(step=step, causal=f"{causal.item():.3f}", block=f"{block.item():.3f}",
+                            val_causal=f"{vc.item():.3f}", val_block=f"{vb.item():.3f}")
+            print(f"step {step} t={time.time() - t0:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
+                  f"block={block.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f}", flush=True)
+        if step % 500 == 0:
+            model.save(args.out, {"train_steps": step})
+        bar.n = int(time.time() - t0)
+        bar.refresh()
+    bar.close()
+    model.eval()
+    model.save(args.out, {"train_steps": step, "train_minutes": args.minutes, "batch": args.batch})
+    print(f"saved {args.out} after {step} steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
