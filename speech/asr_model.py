@@ -1,0 +1,162 @@
+"""The recogniser: a conv + transformer encoder with a CTC head (Graves et al. 2006) and a small
+transformers Llama attention decoder that reads the encoder frames as its prefix (a decoder-only
+"audio prompt" recogniser), trained jointly (hybrid CTC/attention, Watanabe et al. 2017).
+
+Features: log-mel (80, 100 Hz), per-utterance normalised -> encoder at 33 Hz.
+Characters: ALPHABET (space, apostrophe, a-z). CTC ids: 0 blank, 1.. characters.
+Decoder ids: 0 pad, 1.. characters, then BOS, EOS, AUDIO (a slot filled with an encoder frame).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import features
+from .data import ALPHABET
+
+WEIGHTS = Path(__file__).parent / "weights"
+BOS, EOS, AUDIO = len(ALPHABET) + 1, len(ALPHABET) + 2, len(ALPHABET) + 3
+DEC_VOCAB = len(ALPHABET) + 4
+
+
+@dataclass
+class ASRConfig:
+    d_model: int = 144
+    enc_layers: int = 4
+    heads: int = 4
+    dec_layers: int = 2
+    dec_hidden: int = 144
+    stride: int = 3           # mel frames per encoder frame (100 Hz -> 33 Hz)
+    alphabet: str = ALPHABET
+
+
+def text_to_ids(text: str) -> list[int]:
+    return [ALPHABET.index(ch) + 1 for ch in text]
+
+
+def ids_to_text(ids) -> str:
+    return "".join(ALPHABET[i - 1] for i in ids if 1 <= i <= len(ALPHABET))
+
+
+def normalise_features(mel: torch.Tensor) -> torch.Tensor:
+    """(B, 80, F) log-mel -> per-utterance mean/variance normalised."""
+    return (mel - mel.mean(-1, keepdim=True)) / (mel.std(-1, keepdim=True) + 1e-3)
+
+
+class Encoder(nn.Module):
+    def __init__(self, c: ASRConfig):
+        super().__init__()
+        d = c.d_model
+        self.subsample = nn.Sequential(nn.Conv1d(features.N_MELS, d, 3, padding=1), nn.GELU(),
+                                       nn.Conv1d(d, d, 3, stride=c.stride, padding=1), nn.GELU())
+        self.stride = c.stride
+        self.pos_conv = nn.Conv1d(d, d, 15, padding=7, groups=d)
+        layer = nn.TransformerEncoderLayer(d, c.heads, 3 * d, dropout=0.1, batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, c.enc_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, mel: torch.Tensor, lengths: torch.Tensor):
+        """mel (B, 80, F), lengths (B,) mel frames -> (B, F', D), lengths (B,) with F' = ceil(F / stride)."""
+        x = self.subsample(normalise_features(mel))
+        x = (x + self.pos_conv(x)).transpose(1, 2)
+        out_len = (lengths + self.stride - 1) // self.stride
+        pad = torch.arange(x.shape[1])[None] >= out_len[:, None]
+        return self.norm(self.layers(x, src_key_padding_mask=pad)), out_len
+
+
+class Recogniser(nn.Module):
+    def __init__(self, config: ASRConfig):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+        self.config = config
+        self.encoder = Encoder(config)
+        self.ctc_head = nn.Linear(config.d_model, len(ALPHABET) + 1)
+        self.bridge = nn.Linear(config.d_model, config.dec_hidden)
+        self.decoder = LlamaForCausalLM(LlamaConfig(
+            vocab_size=DEC_VOCAB, hidden_size=config.dec_hidden, intermediate_size=2 * config.dec_hidden,
+            num_hidden_layers=config.dec_layers, num_attention_heads=4, num_key_value_heads=4,
+            max_position_embeddings=2048, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=0,
+            tie_word_embeddings=False, attn_implementation="sdpa"))
+
+    def encode(self, mel: torch.Tensor, lengths: torch.Tensor):
+        """-> encoder frames (B, F', D), CTC log-probs (B, F', 29), frame lengths (B,)."""
+        enc, enc_len = self.encoder(mel, lengths)
+        return enc, self.ctc_head(enc).log_softmax(-1), enc_len
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
+        os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
+        tmp = folder / "config.json.tmp"
+        tmp.write_text(json.dumps({"model_type": "parasuite-ctc-attention-asr", **asdict(self.config)}, indent=2))
+        os.replace(tmp, folder / "config.json")
+
+    @classmethod
+    def load(cls, folder: Path | str | None = None) -> "Recogniser":
+        from safetensors.torch import load_file
+        folder = Path(folder) if folder else WEIGHTS / "asr"
+        if not (folder / "model.safetensors").exists():
+            raise FileNotFoundError(f"no ASR weights in {folder}; train them with `python -m speech.train asr`")
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.pop("model_type", None)
+        model = cls(ASRConfig(**cfg))
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        return model.eval()
+
+
+def ctc_greedy(log_probs: torch.Tensor, length: int) -> list[int]:
+    """Best path of one utterance (F', 29): collapse repeats, drop blanks -> character ids."""
+    best = log_probs[:length].argmax(-1).tolist()
+    out, prev = [], 0
+    for i in best:
+        if i != prev and i != 0:
+            out.append(i)
+        prev = i
+    return out
+
+
+def ctc_frame_entropy(log_probs: torch.Tensor, length: int) -> torch.Tensor:
+    """(F',) entropy in nats of each frame's CTC distribution."""
+    lp = log_probs[:length]
+    return -(lp.exp() * lp).sum(-1)
+
+
+class AudioPrefixLM:
+    """ModelAdapter over the attention decoder for ONE batch of utterances: token AUDIO at logical
+    position p stands for encoder frame p of its row (prefix (B, F', H)); other ids are characters."""
+
+    supports_custom_mask = True
+    supports_rollback = True
+
+    def __init__(self, model: Recogniser, prefix: torch.Tensor):
+        from suite import AdapterConfig
+        self.model = model.decoder
+        self.prefix = prefix
+        self.config = AdapterConfig(vocab_size=DEC_VOCAB, eos_token_ids=frozenset({EOS}), pad_token_id=0,
+                                    max_length=2048)
+
+    def new_cache(self, batch: int, max_len: int | None = None):
+        from transformers import DynamicCache
+        from suite import KVCache
+        return KVCache(batch, DynamicCache())
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        embeds = self.model.get_input_embeddings()(tokens.clamp(max=DEC_VOCAB - 1))
+        is_audio = tokens == AUDIO
+        if is_audio.any():
+            idx = positions.clamp(max=self.prefix.shape[1] - 1)
+            frames = self.prefix.gather(1, idx[..., None].expand(-1, -1, self.prefix.shape[2]))
+            embeds = torch.where(is_audio[..., None], frames, embeds)
+        if attention_mask is None:
+            n = tokens.shape[1]
+            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
+        out = self.model(inputs_embeds=embeds, position_ids=positions, cache=cache.backend,
+                         attention_mask=attention_mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
+        return out.logits

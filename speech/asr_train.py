@@ -1,0 +1,129 @@
+"""Training loop of the CTC + attention recogniser (called by `python -m speech.train asr`)."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from . import data, features
+from .asr_model import BOS, EOS, WEIGHTS, ASRConfig, Recogniser, ctc_greedy, ids_to_text, text_to_ids
+from .metrics import cer
+
+
+def _augment(mel: torch.Tensor, rng: random.Random) -> torch.Tensor:
+    """SpecAugment-lite on one (80, F) log-mel: two frequency masks, two time masks, a gain."""
+    mel = mel.clone() + rng.uniform(-1.0, 1.0)
+    for _ in range(2):
+        w = rng.randrange(0, 12)
+        f0 = rng.randrange(0, 80 - w)
+        mel[f0:f0 + w] = mel.mean()
+        t = rng.randrange(0, 15)
+        t0 = rng.randrange(0, max(mel.shape[1] - t, 1))
+        mel[:, t0:t0 + t] = mel.mean()
+    return mel
+
+
+def batch_features(mels: list[torch.Tensor]):
+    """list of (80, F_i) -> (B, 80, F) padded with each row's minimum, lengths (B,)."""
+    lengths = torch.tensor([m.shape[1] for m in mels])
+    out = torch.stack([F.pad(m, (0, int(lengths.max()) - m.shape[1]), value=float(m.min())) for m in mels])
+    return out, lengths
+
+
+def attention_loss(model: Recogniser, enc, enc_len, targets: list[list[int]]):
+    """Teacher-forced CE of the decoder over [encoder frames, BOS, chars] -> chars, EOS."""
+    prefix = model.bridge(enc)
+    emb = model.decoder.get_input_embeddings()
+    rows, labels = [], []
+    for b, tgt in enumerate(targets):
+        n = int(enc_len[b])
+        text_in = emb(torch.tensor([BOS] + tgt))
+        rows.append(torch.cat([prefix[b, :n], text_in]))
+        labels.append(torch.tensor([-100] * n + tgt + [EOS]))
+    length = max(len(r) for r in rows)
+    x = torch.stack([F.pad(r, (0, 0, 0, length - len(r))) for r in rows])
+    mask = torch.stack([torch.arange(length) < len(r) for r in rows]).long()
+    y = torch.stack([F.pad(lab, (0, length - len(lab)), value=-100) for lab in labels])
+    logits = model.decoder(inputs_embeds=x, attention_mask=mask).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+
+
+def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3) -> dict:
+    from .train import _cosine_lr, _progress
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    items = data.load_split("train") + data.load_split("tts")[::3]
+    with torch.no_grad():
+        mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]
+    targets = [text_to_ids(it["text"]) for it in items]
+    extra = codec_round_trips(items[::4])   # also hear Griffin-Lim codec audio (what TTS outputs)
+    mels += [m for m, _ in extra]
+    targets += [t for _, t in extra]
+    order = sorted(range(len(mels)), key=lambda i: mels[i].shape[1])
+    batches = [order[i:i + 16] for i in range(0, len(order), 16)]
+    model = Recogniser.load() if resume else Recogniser(ASRConfig())   # resume: continue the shipped weights
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    budget, t0, step = minutes * 60, time.time(), 0
+    bar = _progress(budget, "asr")
+    model.train()
+    while time.time() - t0 < budget:
+        idx = rng.choice(batches)
+        mel, lengths = batch_features([_augment(mels[i], rng) for i in idx])
+        enc, log_probs, enc_len = model.encode(mel, lengths)
+        tgt = [targets[i] for i in idx]
+        ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.cat([torch.tensor(t) for t in tgt]), enc_len,
+                         torch.tensor([len(t) for t in tgt]), blank=0, zero_infinity=True)
+        loss = ctc + 0.5 * attention_loss(model, enc, enc_len, tgt)
+        frac = (time.time() - t0) / budget
+        _cosine_lr(opt, lr * min(1.0, (step + 1) / 150), frac)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 10 == 0:
+            bar.n = int(time.time() - t0)
+            bar.set_postfix_str(f"step {step} ctc {ctc.item():.3f} loss {loss.item():.3f}")
+            bar.refresh()
+    bar.close()
+    model.eval()
+    folder = WEIGHTS / "asr"
+    previous = json.loads((folder / "metrics.json").read_text()) if resume else {}
+    metrics = {"steps": step + previous.get("steps", 0), "train_minutes": minutes + previous.get("train_minutes", 0),
+               "heldout_ctc_cer": heldout_ctc_cer(model)}
+    model.save(folder)
+    from .codec import _write_json
+    _write_json(folder / "metrics.json", metrics)
+    return metrics
+
+
+@torch.no_grad()
+def codec_round_trips(items: list[dict]) -> list[tuple[torch.Tensor, list[int]]]:
+    """(log-mel, target) of items passed through our codec (skipped when no codec is trained)."""
+    from tqdm import tqdm
+    from .codec import WEIGHTS as CODEC_WEIGHTS, Codec
+    if not (CODEC_WEIGHTS / "codec" / "model.safetensors").exists():
+        return []
+    codec = Codec.load()
+    out = []
+    for it in tqdm(items, desc="codec round trips", file=sys.stderr):
+        audio = codec.decode(codec.encode(torch.from_numpy(it["audio"])[None]))[0]
+        out.append((features.log_mel(audio), text_to_ids(it["text"])))
+    return out
+
+
+@torch.no_grad()
+def heldout_ctc_cer(model: Recogniser, limit: int | None = None) -> float:
+    items = data.load_split("heldout")[:limit]
+    refs, hyps = [], []
+    for i in range(0, len(items), 16):
+        chunk = items[i:i + 16]
+        mel, lengths = batch_features([features.log_mel(torch.from_numpy(it["audio"])) for it in chunk])
+        _, log_probs, enc_len = model.encode(mel, lengths)
+        hyps += [ids_to_text(ctc_greedy(log_probs[b], int(enc_len[b]))) for b in range(len(chunk))]
+        refs += [it["text"] for it in chunk]
+    return cer(refs, hyps)

@@ -1,0 +1,159 @@
+"""Benchmark the speech decoders on the embedded weights, interleaved in one process.
+
+    python -m speech.bench                       # TTS (8 held-out sentences) + ASR (held-out voice)
+    python -m speech.bench --tts 4 --asr 40      # smaller
+    python -m speech.bench --json bench.json     # also write the numbers
+
+TTS, per decoder: backbone forwards per second of audio (and flat's rate over it), real-time factor (backbone + Griffin-Lim
+vocoder), intelligibility = CER of our recogniser (ctc) and of pocketsphinx on the generated
+audio. Reference rows: the flite slt recording itself and its codec round trip.
+ASR, per decoder: CER on the held-out voice (flite rms, unseen sentences), decoder forwards,
+real-time factor, speedup over ar.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+
+from . import data
+from .metrics import cer
+
+
+def pocketsphinx_transcriber():
+    """pocketsphinx (CMU en-US model in the wheel) as an independent recogniser, or None."""
+    try:
+        from pocketsphinx import Decoder
+    except ImportError:
+        return None
+    dec = Decoder(samprate=16000, loglevel="FATAL")
+
+    def transcribe(audio: np.ndarray) -> str:
+        pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()
+        dec.start_utt()
+        dec.process_raw(pcm, full_utt=True)
+        dec.end_utt()
+        hyp = dec.hyp()
+        return data.normalize_text(hyp.hypstr) if hyp is not None else ""
+
+    return transcribe
+
+
+def bench_tts(tts, asr, sphinx, sentences: list[dict], decoders, seed: int) -> list[dict]:
+    from tqdm import tqdm
+    rows = {d: {"forwards": 0, "frames": 0, "seconds": 0.0, "wall": 0.0, "refs": [], "ours": [], "sphinx": []}
+            for d in decoders}
+    ref_rows = {name: {"refs": [], "ours": [], "sphinx": []} for name in ("flite slt (recording)", "codec round trip")}
+    for item in tqdm(sentences, desc="bench tts", file=sys.stderr):
+        text = item["text"]
+        recording = item["audio"]
+        rt = tts.codec.decode(tts.codec.encode(torch.from_numpy(recording)[None]))[0].numpy()
+        for name, audio in (("flite slt (recording)", recording), ("codec round trip", rt)):
+            _score(ref_rows[name], text, audio, asr, sphinx)
+        for d in decoders:
+            res = tts(text, decoder=d, seed=seed)
+            r = rows[d]
+            r["forwards"] += res.stats.num_forwards
+            r["frames"] += res.codes.shape[1]
+            r["seconds"] += res.seconds
+            r["wall"] += res.stats.wall_time_s
+            _score(r, text, res.audio, asr, sphinx)
+    out = []
+    for name, r in ref_rows.items():
+        out.append({"decoder": name, "cer_ours": cer(r["refs"], r["ours"]),
+                    "cer_pocketsphinx": cer(r["refs"], r["sphinx"]) if sphinx else None})
+    flat = rows.get("flat")
+    flat_rate = flat["forwards"] / max(flat["seconds"], 1e-9) if flat else None   # forwards per audio second
+    for d, r in rows.items():
+        out.append({"decoder": d, "forwards": r["forwards"], "frames": r["frames"], "audio_s": r["seconds"],
+                    "forwards_per_audio_s": r["forwards"] / max(r["seconds"], 1e-9),
+                    "forwards_per_frame": r["forwards"] / max(r["frames"], 1),
+                    "fewer_forwards_than_flat": (flat_rate * r["seconds"] / max(r["forwards"], 1)) if flat else None,
+                    "rtf": r["wall"] / max(r["seconds"], 1e-9),
+                    "cer_ours": cer(r["refs"], r["ours"]),
+                    "cer_pocketsphinx": cer(r["refs"], r["sphinx"]) if sphinx else None})
+    return out
+
+
+def _score(row, text, audio, asr, sphinx) -> None:
+    row["refs"].append(text)
+    try:
+        row["ours"].append(asr(audio, 16000, decoder="ctc").text)
+    except ValueError:       # e.g. silent output: counts as an empty transcript
+        row["ours"].append("")
+    if sphinx:
+        row["sphinx"].append(sphinx(audio))
+
+
+def bench_asr(asr, items: list[dict], decoders=("ar", "ctc", "ctc_speculative")) -> list[dict]:
+    from tqdm import tqdm
+    rows = {d: {"hyps": [], "wall": 0.0, "forwards": 0} for d in decoders}
+    seconds = 0.0
+    for it in tqdm(items, desc="bench asr", file=sys.stderr):
+        seconds += len(it["audio"]) / 16000
+        for d in decoders:
+            res = asr(it["audio"], 16000, decoder=d)
+            rows[d]["hyps"].append(res.text)
+            rows[d]["wall"] += res.stats.wall_time_s
+            rows[d]["forwards"] += res.stats.num_forwards
+    refs = [it["text"] for it in items]
+    ar_wall = rows["ar"]["wall"] if "ar" in rows else None
+    return [{"decoder": d, "cer": cer(refs, r["hyps"]), "decoder_forwards": r["forwards"],
+             "rtf": r["wall"] / seconds, "speedup_vs_ar": (ar_wall / r["wall"]) if ar_wall else None,
+             "exact_match_with_ar": (sum(h == a for h, a in zip(r["hyps"], rows["ar"]["hyps"])) / len(items))
+             if "ar" in rows else None}
+            for d, r in rows.items()]
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if v is None:
+            return "-"
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m speech.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tts", type=int, default=8, help="held-out sentences for TTS (0 skips)")
+    parser.add_argument("--asr", type=int, default=150, help="held-out utterances for ASR (0 skips)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    import speech
+    asr = speech.load_asr()
+    results = {"threads": args.threads}
+    print(f"# speech bench ({args.threads} thread(s), {time.strftime('%Y-%m-%d %H:%M')})\n")
+    if args.asr:
+        items = data.load_split("heldout")[:args.asr]
+        results["asr"] = bench_asr(asr, items)
+        print(f"## ASR: {len(items)} held-out utterances, voice flite rms (unseen), unseen sentences\n")
+        print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
+                                        "exact_match_with_ar"]) + "\n")
+    if args.tts:
+        tts = speech.load_tts()
+        decoders = [d for d in ("flat", "delay", "parallel") if d != "flat" or tts.flat is not None]
+        held_texts = {it["text"] for it in data.load_split("heldout")}
+        sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]
+        results["tts"] = bench_tts(tts, asr, pocketsphinx_transcriber(), sentences, decoders, args.seed)
+        print(f"## TTS: {len(sentences)} held-out sentences, seed {args.seed}, temperature 0.7, top-k 40\n")
+        print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_audio_s",
+                                        "fewer_forwards_than_flat", "rtf", "cer_ours", "cer_pocketsphinx"]) + "\n")
+    if args.json:
+        from .codec import _write_json
+        from pathlib import Path
+        _write_json(Path(args.json), results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Train the speech models on generated speech (see speech/data.py), CPU-only.
+
+    python -m speech.train codec --minutes 6     # RVQ codec      -> speech/weights/codec/
+    python -m speech.train asr --minutes 15      # CTC + attention recogniser -> speech/weights/asr/
+    python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts) -> speech/weights/tts/
+    python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
+
+Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
+machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+
+import torch
+
+from . import data, features
+from .codec import WEIGHTS, Codec, CodecConfig, _write_json
+
+
+def _progress(total_s: float, desc: str):
+    from tqdm import tqdm
+    return tqdm(total=int(total_s), desc=desc, unit="s", file=sys.stderr,
+                bar_format="{desc}: {n_fmt}/{total_fmt}s {postfix}")
+
+
+def _cosine_lr(opt, base: float, frac: float) -> None:
+    for g in opt.param_groups:
+        g["lr"] = base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+# ---------------------------------------------------------------- codec
+
+def train_codec(minutes: float, seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    items = data.load_split("train")
+    mels, mags = [], []
+    with torch.no_grad():
+        for it in items:
+            a = torch.from_numpy(it["audio"])
+            mels.append(features.log_mel(a))
+            mags.append(features.log_magnitude(a[None])[0])
+    model = Codec(CodecConfig())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    crop, batch, budget = 128, 12, minutes * 60
+    t0, step, bar = time.time(), 0, _progress(budget, "codec")
+    model.train()
+    while time.time() - t0 < budget:
+        mel_b, mag_b = [], []
+        for _ in range(batch):
+            i = rng.randrange(len(mels))
+            f = mels[i].shape[1]
+            s = rng.randrange(max(f - crop, 1))
+            mel_b.append(_pad_to(mels[i][:, s:s + crop], crop))
+            mag_b.append(_pad_to(mags[i][:, s:s + crop], crop))
+        mel_b, mag_b = torch.stack(mel_b), torch.stack(mag_b).clamp(min=-9.0)
+        z = model.encode_mel(mel_b)
+        zq, commit = model.rvq(z)
+        pred = model.decode_latent(zq)
+        loss = (pred - mag_b).abs().mean() + 0.25 * commit
+        _cosine_lr(opt, 1e-3, (time.time() - t0) / budget)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 20 == 0:
+            bar.n = int(time.time() - t0)
+            bar.set_postfix_str(f"step {step} loss {loss.item():.3f}")
+            bar.refresh()
+    bar.close()
+    model.eval()
+    metrics = {"steps": step, "train_minutes": minutes, **evaluate_codec(model)}
+    folder = WEIGHTS / "codec"
+    model.save(folder)
+    _write_json(folder / "metrics.json", metrics)
+    return metrics
+
+
+def _pad_to(x: torch.Tensor, n: int) -> torch.Tensor:
+    if x.shape[-1] >= n:
+        return x[..., :n]
+    return torch.nn.functional.pad(x, (0, n - x.shape[-1]), value=float(x.min()))
+
+
+def evaluate_codec(model: Codec, limit: int = 40) -> dict:
+    """Held-out voice: log-mel L1 of the Griffin-Lim round trip (and of the original through
+    Griffin-Lim from its true magnitude: the vocoder's own floor)."""
+    items = data.load_split("heldout")[:limit]
+    codec_l1, vocoder_l1 = [], []
+    with torch.no_grad():
+        for it in items:
+            a = torch.from_numpy(it["audio"])[None]
+            rec = model.decode(model.encode(a))
+            codec_l1.append(_mel_l1(a, rec))
+            vocoder_l1.append(_mel_l1(a, features.griffin_lim(features.log_magnitude(a))))
+    return {"heldout_mel_l1": sum(codec_l1) / len(codec_l1),
+            "griffin_lim_floor_mel_l1": sum(vocoder_l1) / len(vocoder_l1)}
+
+
+def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
+    n = min(a.shape[-1], b.shape[-1])
+    ma, mb = features.log_mel(a[..., :n]).clamp(min=-9), features.log_mel(b[..., :n]).clamp(min=-9)
+    return float((ma - mb).abs().mean())
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", choices=["data", "codec", "asr", "tts", "tts-flat"])
+    parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true", help="asr/tts: continue from the shipped weights")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (asr default 1.5e-3, tts 1e-3)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.model == "data":
+        print(data.build())
+        return 0
+    if args.model == "codec":
+        metrics = train_codec(args.minutes or 6, args.seed)
+    elif args.model == "asr":
+        from .asr_train import train_asr
+        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3)
+    else:
+        from .tts_train import train_tts
+        metrics = train_tts(args.minutes or 14, args.seed, flat=args.model == "tts-flat", resume=args.resume,
+                            lr=args.lr or 1e-3)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,226 @@
+"""Text-to-speech with our codec and multi-codebook TTS models.
+
+    python -m speech.tts "Return a list of cookies." --out a.wav
+    python -m speech.tts "Remove an item from the queue." --decoder flat --seed 3 --out b.wav
+
+Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay (MusicGen delay
+pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+DECODERS = ("flat", "delay", "parallel")
+ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
+MAX_CHARS = 200
+
+
+@dataclass
+class TTSResult:
+    audio: np.ndarray         # (S,) float32
+    sample_rate: int
+    codes: torch.Tensor       # (Q, T)
+    stats: object             # suite.DecodeStats of the backbone decode (wall time includes the vocoder)
+    phonemes: str
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def forwards_per_second(self) -> float:
+        return self.stats.num_forwards / max(self.seconds, 1e-9)
+
+    @property
+    def real_time_factor(self) -> float:
+        return self.stats.wall_time_s / max(self.seconds, 1e-9)
+
+
+def check_text(text) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    text = " ".join(text.split())
+    if not text or not re.search(r"[A-Za-z0-9]", text):
+        raise ValueError("text is empty; pass a sentence to speak, e.g. \"Hello there.\"")
+    bad = sorted({ch for ch in text if not ALLOWED.fullmatch(ch)})
+    if bad:
+        raise ValueError(f"unsupported characters {''.join(bad)!r}; use plain English letters, digits and "
+                         "punctuation (, . ; : ! ? ' \" ( ) -)")
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"text is {len(text)} characters; split it into sentences of at most {MAX_CHARS}")
+    return text
+
+
+class TTS:
+    def __init__(self, frame_model, codec, flat_model=None):
+        from .tts_model import FlatTTSAdapter, FrameTTSAdapter
+        self.codec = codec
+        self.frame = FrameTTSAdapter(frame_model)
+        self.flat = FlatTTSAdapter(flat_model) if flat_model is not None else None
+        self.sample_rate = codec.config.sample_rate
+        self.frame_rate = codec.config.frame_rate
+
+    # ------------------------------------------------------------ public API
+    def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
+                 top_k: int | None = 40, max_seconds: float = 12.0) -> TTSResult:
+        steps, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
+        t0 = time.perf_counter()
+        for _ in steps:
+            pass
+        codes, stats, phonemes = finish()
+        audio = self.codec.decode(codes[None])[0].numpy()
+        stats.wall_time_s = time.perf_counter() - t0
+        return TTSResult(audio, self.sample_rate, codes, stats, phonemes)
+
+    def stream(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
+               top_k: int | None = 40, max_seconds: float = 12.0, chunk_frames: int = 25) -> Iterator[np.ndarray]:
+        """Yield audio chunks (float32, 16 kHz) as frames are committed (every `chunk_frames`)."""
+        steps, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
+        state = self._state
+        emitted = 0
+        for _ in steps:
+            codes = self._codes_so_far(decoder, state)
+            if codes.shape[1] - emitted >= chunk_frames:
+                yield self._chunk(codes, emitted, codes.shape[1])
+                emitted = codes.shape[1]
+        codes, _, _ = finish()
+        if codes.shape[1] > emitted:
+            yield self._chunk(codes, emitted, codes.shape[1])
+
+    # ------------------------------------------------------------ internals
+    def _start(self, text, decoder, seed, temperature, top_k, max_seconds):
+        from suite import DecodeState, SamplingParams, decode_steps
+        from suite.decoders.ar import AR
+        from suite.decoders.delay import Delay
+        from suite.decoders.parallel import Parallel
+        from .data import phonemes as to_phonemes
+        if decoder not in DECODERS:
+            raise ValueError(f"unknown TTS decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
+        if decoder == "flat" and self.flat is None:
+            raise ValueError("decoder 'flat' needs the flat model (speech/weights/tts_flat); train it with "
+                             "`python -m speech.train tts-flat`")
+        if not 0.2 <= max_seconds <= 30:
+            raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
+        phonemes = to_phonemes(check_text(text))
+        params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
+        frames = int(max_seconds * self.frame_rate)
+        adapter = self.flat if decoder == "flat" else self.frame
+        cfg = adapter.model.config
+        symbols = cfg.symbol_ids(phonemes)
+        q = cfg.num_codebooks
+        if decoder == "flat":
+            prompt, budget, dec = symbols + [cfg.bos], frames * q + 1, AR()
+        else:
+            layout = cfg.delay_token if decoder == "delay" else cfg.parallel_token
+            prompt = [(layout,) + (cfg.pad,) * (q - 1)] + [(s,) + (cfg.pad,) * (q - 1) for s in symbols]
+            prompt.append((cfg.bos,) * q)
+            budget = frames + q + 1
+            dec = (Delay() if decoder == "delay" else Parallel()).bind(adapter)
+        adapter.bind_request([len(prompt) - 1], [len(symbols)])
+        state = DecodeState(tokens=[prompt], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
+                            eos_token_ids=adapter.config.eos_token_ids, max_length=cfg.max_positions)
+        self._state = state
+
+        def finish():
+            return self._codes_so_far(decoder, state, final=True), state.stats, phonemes
+
+        return decode_steps(adapter, dec, state), finish
+
+    def _codes_so_far(self, decoder: str, state, final: bool = False) -> torch.Tensor:
+        """(Q, T) codes committed so far (for delay: the frames whose every codebook is known)."""
+        from .tts_model import undelay, unflatten_codes
+        cfg = (self.flat if decoder == "flat" else self.frame).model.config
+        q, c = cfg.num_codebooks, cfg.codebook_size
+        new = state.new_tokens(0)
+        if decoder == "flat":
+            ids = torch.tensor([t for t in new if t != cfg.eos], dtype=torch.long)
+            codes = unflatten_codes(ids, q, c) if ids.numel() >= q else torch.zeros(q, 0, dtype=torch.long)
+        elif decoder == "parallel":
+            frames = [f for f in new if f[0] != cfg.eos]
+            codes = torch.tensor(frames, dtype=torch.long).T if frames else torch.zeros(q, 0, dtype=torch.long)
+        else:
+            cols = [f for f in new if f != (cfg.eos,) * q]
+            known = state.scratch.get("num_frames", [None])[0]
+            t = max(min(known if known is not None else len(cols), len(cols) - q + 1), 0)
+            codes = undelay(torch.tensor(cols, dtype=torch.long).T, t) if t > 0 else torch.zeros(q, 0, dtype=torch.long)
+        return _sanitise(codes, c)
+
+    def _chunk(self, codes: torch.Tensor, start: int, end: int, context: int = 8) -> np.ndarray:
+        """Audio of frames start..end, decoded with a little left context for continuity."""
+        left = max(start - context, 0)
+        audio = self.codec.decode(codes[None, :, left:end])[0].numpy()
+        per_frame = len(audio) // max(end - left, 1)
+        return audio[(start - left) * per_frame:]
+
+
+def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
+    """Replace any non-code id (a stray EOS/PAD sampled by a non-leading head) with the previous
+    frame's code of that codebook (0 at the start)."""
+    codes = codes.clone()
+    for t in range(codes.shape[1]):
+        bad = codes[:, t] >= codebook_size
+        if bad.any():
+            codes[bad, t] = codes[bad, t - 1] if t > 0 else 0
+    return codes
+
+
+def load_tts(folder=None) -> TTS:
+    """The embedded codec and TTS models (speech/weights), offline."""
+    from .codec import WEIGHTS, Codec
+    from .tts_model import TTSModel
+    root = Path(folder) if folder else WEIGHTS
+    flat = TTSModel.load(root / "tts_flat") if (root / "tts_flat" / "model.safetensors").exists() else None
+    return TTS(TTSModel.load(root / "tts"), Codec.load(root / "codec"), flat)
+
+
+def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:
+    """Write atomically (temp file + rename): nothing half-written on failure."""
+    import soundfile as sf
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(suffix=".wav", dir=str(path.parent.resolve()))
+    os.close(fd)
+    try:
+        sf.write(tmp, audio, sample_rate, subtype="PCM_16")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m speech.tts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("text", help="the sentence to speak (plain English)")
+    parser.add_argument("--out", default="tts.wav", help="output WAV file (default tts.wav)")
+    parser.add_argument("--decoder", default="parallel", choices=DECODERS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    args = parser.parse_args(argv)
+    try:
+        if not Path(args.out).resolve().parent.is_dir():
+            raise ValueError(f"folder of --out {args.out} does not exist; create it first")
+        check_text(args.text)
+        tts = load_tts()
+        res = tts(args.text, decoder=args.decoder, seed=args.seed, temperature=args.temperature)
+        write_wav(args.out, res.audio, res.sample_rate)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {res.seconds:.2f} s, {res.codes.shape[1]} frames, {res.stats.num_forwards} forwards, "
+          f"RTF {res.real_time_factor:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,266 @@
+"""Text (espeak-ng phonemes) -> codec frames: a transformers Llama backbone with per-codebook
+input embeddings (summed) and per-codebook output heads (MusicGen, Copet et al. 2023).
+
+Two trained checkpoints share this class:
+- `tts` (layout "frame"): one position per frame, tokens (B, N, Q). Trained on two layouts, named
+  by the first prompt token: DELAY (codebook k shifted right by k: the `delay` decoder) and
+  PARALLEL (codebooks aligned: the `parallel` decoder).
+- `tts_flat` (layout "flat"): one position per code, tokens (B, N); code c of codebook q is id
+  q*C + c (Q streams flattened frame by frame): the AR baseline (`flat` = suite's `ar`).
+
+Ids of a stream: 0..V_code-1 codes, then BOS, EOS, PAD (zero embedding), DELAY, PARALLEL, then
+phoneme symbols. A text position of the frame model is (symbol, PAD, ..., PAD).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+WEIGHTS = Path(__file__).parent / "weights"
+
+
+@dataclass
+class TTSConfig:
+    layout: str = "frame"          # "frame" (B, N, Q) tokens, or "flat" (B, N)
+    num_codebooks: int = 4         # Q of the codec
+    codebook_size: int = 256       # C of the codec
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    symbols: str = ""              # phoneme alphabet (characters of espeak-ng -x output)
+    max_positions: int = 2048
+    progress_buckets: int = 32     # a monotonic "how far into the utterance" hint per audio position
+    frames_per_symbol: float = 1.0   # expected frames = a * symbols + b (fit on the training data)
+    frames_offset: float = 0.0
+
+    def expected_frames(self, num_symbols: int) -> float:
+        return max(4.0, self.frames_per_symbol * num_symbols + self.frames_offset)
+
+    @property
+    def streams(self) -> int:
+        return self.num_codebooks if self.layout == "frame" else 1
+
+    @property
+    def code_vocab(self) -> int:       # ids a head may predict before EOS
+        return self.codebook_size if self.layout == "frame" else self.codebook_size * self.num_codebooks
+
+    @property
+    def bos(self) -> int:
+        return self.code_vocab
+
+    @property
+    def eos(self) -> int:
+        return self.code_vocab + 1
+
+    @property
+    def pad(self) -> int:
+        return self.code_vocab + 2
+
+    @property
+    def delay_token(self) -> int:
+        return self.code_vocab + 3
+
+    @property
+    def parallel_token(self) -> int:
+        return self.code_vocab + 4
+
+    @property
+    def out_vocab(self) -> int:        # codes, BOS (never predicted), EOS
+        return self.code_vocab + 2
+
+    @property
+    def in_vocab(self) -> int:
+        return self.code_vocab + 5 + len(self.symbols)
+
+    def symbol_ids(self, phonemes: str) -> list[int]:
+        bad = sorted({ch for ch in phonemes if ch not in self.symbols})
+        if bad:
+            raise ValueError(f"phonemes {''.join(bad)!r} are not in the TTS symbol set; "
+                             "use plain English text (letters, digits spelled out, punctuation)")
+        return [self.code_vocab + 5 + self.symbols.index(ch) for ch in phonemes]
+
+
+class TTSModel(nn.Module):
+    def __init__(self, config: TTSConfig):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaModel
+        self.config = c = config
+        self.embed = nn.ModuleList(nn.Embedding(c.in_vocab, c.hidden_size, padding_idx=c.pad)
+                                   for _ in range(c.streams))
+        self.backbone = LlamaModel(LlamaConfig(
+            vocab_size=8, hidden_size=c.hidden_size, intermediate_size=3 * c.hidden_size,
+            num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_heads,
+            max_position_embeddings=c.max_positions, attn_implementation="sdpa"))
+        self.backbone.embed_tokens = None   # inputs arrive as embeddings
+        self.heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False) for _ in range(c.streams))
+        self.progress = nn.Embedding(c.progress_buckets + 1, c.hidden_size)   # last id: text positions
+
+    def progress_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+        """positions (B, N), each row's BOS position and expected frame count (B,) -> bucket ids (B, N):
+        text positions get the extra id, audio positions floor(frame / expected * buckets) (clamped)."""
+        c = self.config
+        per_frame = 1 if c.layout == "frame" else c.num_codebooks
+        frame = torch.div(positions - audio_start[:, None], per_frame, rounding_mode="floor")
+        bucket = (frame.float() / expected[:, None] * c.progress_buckets).floor().long().clamp(0, c.progress_buckets - 1)
+        return torch.where(frame < 0, torch.full_like(bucket, c.progress_buckets), bucket)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, N, Q) or (B, N) ids -> (B, N, D): the sum of the streams' embeddings."""
+        if tokens.dim() == 2:
+            tokens = tokens[..., None]
+        return sum(self.embed[q](tokens[..., q]) for q in range(tokens.shape[-1]))
+
+    def forward(self, tokens, progress, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
+        """tokens, progress ids (B, N) -> logits (B, N - logits_from, Q, V) for frames, (B, N - logits_from, V) flat."""
+        x = self.embed_tokens(tokens) + self.progress(progress)
+        out = self.backbone(inputs_embeds=x, position_ids=position_ids,
+                            attention_mask=attention_mask, cache=cache, use_cache=cache is not None)
+        h = out.last_hidden_state[:, logits_from:]
+        logits = torch.stack([head(h) for head in self.heads], 2)
+        logits[..., self.config.bos] = float("-inf")       # BOS is an input, never an output
+        return logits if self.config.layout == "frame" else logits[:, :, 0]
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
+        os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
+        tmp = folder / "config.json.tmp"
+        tmp.write_text(json.dumps({"model_type": "parasuite-codebook-tts", **asdict(self.config)}, indent=2))
+        os.replace(tmp, folder / "config.json")
+
+    @classmethod
+    def load(cls, folder: Path | str) -> "TTSModel":
+        from safetensors.torch import load_file
+        folder = Path(folder)
+        if not (folder / "model.safetensors").exists():
+            raise FileNotFoundError(f"no TTS weights in {folder}; train them with `python -m speech.train tts`")
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.pop("model_type", None)
+        model = cls(TTSConfig(**cfg))
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        return model.eval()
+
+
+# ---------------------------------------------------------------- layouts (pure functions)
+
+def delay_pattern(codes: torch.Tensor, bos: int, eos: int, pad: int) -> torch.Tensor:
+    """codes (Q, T) -> delayed columns (Q, T + Q): row k is [BOS]*k, codes k, EOS, PAD..."""
+    q, t = codes.shape
+    out = torch.full((q, t + q), pad, dtype=torch.long)
+    for k in range(q):
+        out[k, :k] = bos
+        out[k, k:k + t] = codes[k]
+        out[k, k + t] = eos
+    return out
+
+
+def undelay(columns: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """Delayed columns (Q, S) -> codes (Q, T): codes[k, t] = columns[k, t + k]."""
+    q = columns.shape[0]
+    return torch.stack([columns[k, k:k + num_frames] for k in range(q)])
+
+
+def delay_column(step: int, k: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
+    """The forced value of codebook k at delayed step `step`, or None when it is to be sampled.
+    num_frames is T once codebook 0 has emitted EOS (None before)."""
+    if step < k:
+        return bos
+    if num_frames is not None and step - k == num_frames:
+        return eos
+    if num_frames is not None and step - k > num_frames:
+        return pad
+    return None
+
+
+def flatten_codes(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
+    """codes (Q, T) -> flat ids (T*Q,) frame by frame, id = q*C + c."""
+    q = codes.shape[0]
+    return (codes + torch.arange(q)[:, None] * codebook_size).T.reshape(-1)
+
+
+def unflatten_codes(flat: torch.Tensor, num_codebooks: int, codebook_size: int) -> torch.Tensor:
+    """flat ids (T*Q,) -> codes (Q, T)."""
+    t = flat.numel() // num_codebooks
+    grid = flat[:t * num_codebooks].reshape(t, num_codebooks).T
+    return grid - torch.arange(num_codebooks)[:, None] * codebook_size
+
+
+# ---------------------------------------------------------------- adapters
+
+class _TTSAdapter:
+    supports_custom_mask = True
+    supports_rollback = True
+
+    def bind_request(self, audio_start: list[int], num_symbols: list[int]) -> None:
+        """Per request: each row's BOS position and phoneme count (for the progress hint)."""
+        self.audio_start = torch.tensor(audio_start)
+        self.expected = torch.tensor([self.model.config.expected_frames(n) for n in num_symbols])
+
+    def new_cache(self, batch: int, max_len: int | None = None):
+        from transformers import DynamicCache
+        from suite import KVCache
+        return KVCache(batch, DynamicCache())
+
+    def _progress(self, positions: torch.Tensor) -> torch.Tensor:
+        if self.audio_start is None:
+            raise ValueError("call adapter.bind_request(audio_start, num_symbols) before decoding")
+        return self.model.progress_ids(positions, self.audio_start, self.expected)
+
+
+class FrameTTSAdapter(_TTSAdapter):
+    """ModelAdapter of the frame model: tokens (B, N, Q) -> logits (B, N', Q, V)."""
+
+    def __init__(self, model: TTSModel):
+        from suite import AdapterConfig
+        c = model.config
+        self.model = model
+        self.audio_start = self.expected = None
+        self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({eos_frame(c)}),
+                                    pad_token_id=c.pad, max_length=c.max_positions,
+                                    extra={"codebooks": c.num_codebooks, "bos": c.bos, "eos": c.eos, "pad": c.pad})
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        return self.model(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+
+
+def eos_frame(config: TTSConfig) -> tuple:
+    """The committed marker that ends a frame-model row (all streams EOS)."""
+    return (config.eos,) * config.num_codebooks
+
+
+class FlatTTSAdapter(_TTSAdapter):
+    """ModelAdapter of the flat model: tokens (B, N) -> logits (B, N', V). A grammar keeps the
+    stream well formed: the j-th code after the prompt comes from codebook j mod Q, and EOS may
+    only start a frame. `bind_request` sets each row's BOS position before decoding."""
+
+    def __init__(self, model: TTSModel):
+        from suite import AdapterConfig
+        c = model.config
+        self.model = model
+        self.audio_start = self.expected = None
+        self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({c.eos}), pad_token_id=c.pad,
+                                    max_length=c.max_positions, extra={"codebooks": c.num_codebooks})
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        logits = self.model(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+        return logits + self.grammar(positions[:, logits_from:])
+
+    def grammar(self, positions: torch.Tensor) -> torch.Tensor:
+        """(B, N) positions -> (B, N, V) additive mask: 0 allowed, -inf not."""
+        c = self.model.config
+        self._progress(positions)   # checks the request is bound
+        j = positions - self.audio_start.to(positions)[:, None]          # index of the predicted code
+        q = j.remainder(c.num_codebooks)
+        ids = torch.arange(c.out_vocab)
+        book = torch.div(ids, c.codebook_size, rounding_mode="floor")    # (V,) codebook of each id
+        allowed = (book[None, None] == q[..., None]) & (ids < c.code_vocab)
+        allowed |= (ids == c.eos) & (q[..., None] == 0)
+        allowed |= (j < 0)[..., None]                                    # inside the prompt: anything
+        return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))

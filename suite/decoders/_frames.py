@@ -1,0 +1,60 @@
+"""Helpers for multi-codebook decoders: a row's committed tokens are frames, tuples of Q ids, and
+drafts carry tokens (B, N, Q). The adapter returns logits (B, N', Q, V)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..loop import Acceptance, DecodeState, Draft
+
+
+@dataclass
+class FrameMeta:
+    num_pending: list[int]
+
+
+def frame_draft(state: DecodeState, num_codebooks: int, pad: int) -> Draft:
+    """Each active row's pending frames (the prompt at prefill, then its last committed frame) at
+    consecutive positions; tokens (B, N, Q), causal among themselves."""
+    pending = [[] if state.done[b] else state.pending(b) for b in range(state.batch)]
+    n = max(1, max(len(p) for p in pending))
+    tokens = torch.full((state.batch, n, num_codebooks), pad, dtype=torch.long)
+    positions = torch.zeros(state.batch, n, dtype=torch.long)
+    valid = torch.zeros(state.batch, n, dtype=torch.bool)
+    mask = torch.eye(n, dtype=torch.bool).repeat(state.batch, 1, 1)
+    for b, frames in enumerate(pending):
+        m = len(frames)
+        if m == 0:
+            continue
+        tokens[b, :m] = torch.tensor([list(f) for f in frames], dtype=torch.long)
+        start = state.num_cached[b]
+        positions[b, :m] = torch.arange(start, start + m)
+        valid[b, :m] = True
+        mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril()
+    active = [len(p) - 1 for p in pending if p]
+    return Draft(tokens, positions, mask, valid, FrameMeta([len(p) for p in pending]),
+                 logits_from=min(active, default=0))
+
+
+def last_frame_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
+    """(Q, V) logits at row b's last pending frame: they predict the next frame."""
+    return logits[b, draft.meta.num_pending[b] - 1 - draft.logits_from]
+
+
+def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:
+    """Keep every pending frame's K/V (nothing is speculative here)."""
+    keep = torch.zeros_like(draft.valid)
+    for b, n in enumerate(draft.meta.num_pending):
+        keep[b, :n] = True
+    return Acceptance(committed, keep)
+
+
+def require_frames(decoder, model) -> dict:
+    """The codebook constants a frame decoder reads from the adapter's config."""
+    extra = getattr(getattr(model, "config", None), "extra", {}) or {}
+    missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
+    if missing:
+        raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "
+                         f"codebooks, bos, eos and pad (e.g. speech's FrameTTSAdapter); missing {missing}")
+    return {k: int(extra[k]) for k in ("codebooks", "bos", "eos", "pad")}

@@ -1,0 +1,96 @@
+"""CTC-drafted self-speculative ASR (seed paper D2 in reference/seed-papers.md, "CTC-drafted
+self-speculative ASR": entropy-gated acceptance of the greedy CTC hypothesis, else one-pass
+verification by the attention/LLM decoder, else AR resume from the accepted prefix). The CTC
+branch's one-pass hypothesis is the draft, the recogniser's own attention decoder the target.
+Verification is the strict speculative rule by default; `min_ratio` < 1 relaxes it as the paper does.
+
+Per row, the caller supplies the CTC hypothesis (token ids) and the entropies of its frames in
+`state.scratch["ctc"][b] = {"hypothesis": [...], "entropy": (F,) tensor}`.
+1. Gate: when the mean frame entropy is below `max_entropy` nats, the CTC hypothesis is
+   committed as is (plus EOS) in `start`: no decoder forward at all.
+2. Otherwise the whole hypothesis + EOS is scored in ONE forward (with the prefill) by the
+   attention decoder and its longest agreeing prefix is kept, plus the decoder's own next token
+   (greedy: argmax; sampling: speculative sampling with a point-mass draft, lossless).
+3. From the first rejection the row continues autoregressively (one token per forward).
+Exact with respect to `ar` when the gate is off (max_entropy=0) and min_ratio=1: steps 2-3 are
+then lossless verification. The gate and a relaxed min_ratio < 1 (the paper's relaxed acceptance
+on token likelihoods, greedy only) are lossy by design; the bench reports their CER cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..acceptance import accept_speculative
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs
+from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+
+
+@dataclass(frozen=True)
+class CTCSpeculative:
+    max_entropy: float = 0.65    # nats (mean over frames); 0 disables the gate
+    min_ratio: float = 1.0       # greedy relaxed acceptance: keep a draft token whose probability is at
+                                 # least min_ratio x the top one's; 1.0 = strict (exact w.r.t. ar)
+
+    name: ClassVar[str] = "ctc_speculative"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> None:
+        ctc = state.scratch.get("ctc")
+        if ctc is None or len(ctc) != state.batch:
+            raise ValueError("ctc_speculative needs state.scratch['ctc'] (one CTC hypothesis per row): "
+                             "decode through speech.load_asr() or fill it yourself")
+        eos = min(state.eos_token_ids) if state.eos_token_ids else None
+        state.scratch["draft"] = []
+        for b, row in enumerate(ctc):
+            hyp = list(row["hypothesis"]) + ([eos] if eos is not None else [])
+            confident = self.max_entropy > 0 and float(row["entropy"].mean()) < self.max_entropy
+            if confident:
+                state.tokens[b].extend(hyp[:state.room(b)])
+                state.done[b] = True
+                state.stats.num_new_tokens += len(hyp[:state.max_new_tokens])
+            state.scratch["draft"].append(hyp)
+        state.scratch["rejected"] = [False] * state.batch
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses = []
+        for b in range(state.batch):
+            if state.done[b] or state.scratch["rejected"][b]:
+                guesses.append([])
+                continue
+            done_so_far = len(state.new_tokens(b))
+            n = room_for_guesses(state, b, len(state.scratch["draft"][b]) - done_so_far)
+            guesses.append(state.scratch["draft"][b][done_so_far:done_so_far + n])
+        return chain_draft(state, guesses)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, accepted = [], []
+        for b in range(state.batch):
+            guess = draft.meta.guesses[b]
+            if state.done[b]:
+                committed.append([]), accepted.append(0)
+                continue
+            row_logits = chain_logits(draft, logits, b)
+            if self.min_ratio < 1.0 and state.params.greedy:
+                n, nxt = _relaxed_prefix(guess, row_logits, self.min_ratio)
+            else:
+                p = logits_to_probs(row_logits, state.params)
+                v = accept_speculative(torch.tensor(guess, dtype=torch.long), None, p, state.generator)
+                n, nxt = v.num_accepted, v.next_token
+            if n < len(guess) or not guess:
+                state.scratch["rejected"][b] = True     # continue autoregressively from here
+            committed.append(guess[:n] + [nxt])
+            accepted.append(n)
+        return chain_acceptance(draft, committed, accepted)
+
+
+def _relaxed_prefix(guess: list[int], logits: torch.Tensor, min_ratio: float) -> tuple[int, int]:
+    """Greedy relaxed acceptance: (accepted count, next token). logits (G+1, V)."""
+    probs = torch.softmax(logits.float(), -1)
+    for i, g in enumerate(guess):
+        if probs[i, g] < min_ratio * probs[i].max():
+            return i, int(probs[i].argmax())
+    return len(guess), int(probs[len(guess)].argmax())

@@ -1,0 +1,88 @@
+"""Delay-pattern decoding of multi-codebook tokens (MusicGen: Copet et al. 2023, "Simple and
+Controllable Music Generation"; also Parler-TTS).
+
+Codebook k is shifted right by k frames, so at delayed step s one forward predicts codebook 0 of
+frame s, codebook 1 of frame s-1, ..., codebook K-1 of frame s-K+1, all K heads at once. A
+model trained on this layout needs T + K - 1 forwards for T frames (prefill included) instead
+of T * K when flattened: codebook 0 emits EOS at step T, then K - 2 more steps flush the other
+codebooks (their lagging frames), and the row ends. Slots outside the pattern are forced to the
+training layout (BOS before codebook k starts, EOS/PAD after it ends), never sampled.
+
+Exact: this IS the delay-layout model's own factorisation (each step samples the heads the
+model was trained to predict jointly); there is nothing slower it approximates. Committed tokens
+are delayed columns (tuples of K ids); undo the shift with `speech.tts_model.undelay`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs, sample
+from ._frames import frame_acceptance, frame_draft, last_frame_logits, require_frames
+
+
+@dataclass(frozen=True)
+class Delay:
+    codebooks: int | None = None    # K; bound from the adapter's config
+    bos: int | None = None
+    eos: int | None = None
+    pad: int | None = None
+
+    name: ClassVar[str] = "delay"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def bind(self, model) -> "Delay":
+        return replace(self, **require_frames(self, model))
+
+    def start(self, state: DecodeState) -> None:
+        if self.codebooks is None:
+            raise ValueError("delay needs the codebook constants: decode through speech's TTS or call .bind(model)")
+        state.scratch["num_frames"] = [None] * state.batch     # T of each row once codebook 0 says EOS
+
+    def propose(self, state: DecodeState) -> Draft:
+        return frame_draft(state, self.codebooks, self.pad)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            committed.append(self._step(state, b, last_frame_logits(draft, logits, b)))
+        return frame_acceptance(draft, committed)
+
+    def _step(self, state: DecodeState, b: int, logits) -> list[tuple]:
+        """Sample the delayed column of step s = columns committed so far; end the row after the flush."""
+        step = len(state.new_tokens(b))
+        num_frames = state.scratch["num_frames"][b]
+        probs = logits_to_probs(_codes_only_after_head0(logits, self.eos), state.params)   # (K, V)
+        drawn = sample(probs, state.generator).tolist()          # one draw per codebook
+        column = []
+        for k in range(self.codebooks):
+            forced = _forced(step, k, num_frames, self.bos, self.eos, self.pad)
+            column.append(drawn[k] if forced is None else forced)
+        if num_frames is None and column[0] == self.eos:
+            num_frames = state.scratch["num_frames"][b] = step
+        out = [tuple(column)]
+        if num_frames is not None and step >= num_frames + self.codebooks - 2:
+            out.append((self.eos,) * self.codebooks)             # the end marker: the row is done
+        return out
+
+
+def _codes_only_after_head0(logits, eos: int):
+    """Only codebook 0 may end the utterance: heads k > 0 never emit EOS (K, V)."""
+    logits = logits.clone()
+    logits[1:, eos] = float("-inf")
+    return logits
+
+
+def _forced(step: int, k: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
+    """Codebook k's fixed value at delayed step `step` (None: sample it)."""
+    if step < k:
+        return bos
+    if num_frames is not None and step - k == num_frames:
+        return eos
+    if num_frames is not None and step - k > num_frames:
+        return pad
+    return None

@@ -1,0 +1,64 @@
+"""Bad input gets clear errors; layouts and helpers behave (no trained weights needed)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speech.asr import check_audio, read_audio
+from speech.data import normalize_text
+from speech.metrics import cer
+from speech.tts import check_text
+
+
+@pytest.mark.parametrize("text, match", [("", "empty"), ("   ", "empty"), ("?!", "empty"),
+                                         ("caf\u00e9 au lait", "unsupported"), ("a < b", "unsupported"),
+                                         ("word " * 60, "at most"), (42, "string")])
+def test_bad_text(text, match):
+    with pytest.raises(ValueError, match=match):
+        check_text(text)
+
+
+def test_good_text_is_normalised():
+    assert check_text("  Hello,\n  there!  ") == "Hello, there!"
+
+
+def _tone(seconds=1.0, sr=16000, amp=0.3):
+    t = np.arange(int(seconds * sr)) / sr
+    return (amp * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+@pytest.mark.parametrize("audio, sr, match", [
+    (np.zeros(16000, np.float32), 16000, "silent"),
+    (np.ones(16000, np.float32), 16000, "clipped"),
+    (np.zeros(0, np.float32), 16000, "empty"),
+    (np.full(16000, np.nan, np.float32), 16000, "NaN"),
+    (np.array(["a", "b"]), 16000, "numeric"),
+    (np.zeros((2, 2, 2), np.float32), 16000, "1-D"),
+    (_tone(), 0, "sample_rate"),
+    (_tone(0.01), 16000, "at least"),
+    (_tone(40), 16000, "split"),
+])
+def test_bad_audio(audio, sr, match):
+    with pytest.raises(ValueError, match=match):
+        check_audio(audio, sr)
+
+
+def test_audio_is_resampled_mixed_and_scaled():
+    out = check_audio(np.stack([_tone(1.0, 44100)] * 2), 44100)        # stereo, 44.1 kHz
+    assert out.dtype == np.float32 and abs(len(out) - 16000) <= 1
+    pcm = (_tone() * 32767).astype(np.int16)
+    assert np.allclose(check_audio(pcm, 16000), _tone(), atol=1e-3)
+
+
+def test_non_audio_file(tmp_path):
+    bad = tmp_path / "notes.wav"
+    bad.write_text("this is not audio")
+    with pytest.raises(ValueError, match="not a readable audio file"):
+        read_audio(bad)
+    with pytest.raises(ValueError, match="not a file"):
+        read_audio(tmp_path / "missing.wav")
+
+
+def test_cer_and_normalisation():
+    assert cer(["abcd"], ["abcd"]) == 0 and cer(["abcd"], ["abxd"]) == 0.25 and cer(["ab"], [""]) == 1.0
+    assert normalize_text("Hello, World's  A&B-C.") == "hello world's a and b c"

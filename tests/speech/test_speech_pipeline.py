@@ -1,0 +1,57 @@
+"""The TTS pipeline on tiny random models: API shape, step counts by decoder, streaming."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from speech.codec import Codec, CodecConfig
+from speech.tts import TTS
+from speech.tts_model import TTSConfig, TTSModel
+
+SYMBOLS = "".join(sorted(set("h@l'oU D'e@ aIeEIiu@3:rtnsdkmpbgfvzwjNSTZ,.#_-Oa02")))
+
+
+@pytest.fixture(scope="module")
+def tiny_tts():
+    torch.manual_seed(0)
+    codec = Codec(CodecConfig(channels=16, codebook_size=16, latent_dim=8)).eval()
+    common = dict(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=2, num_heads=2, symbols=SYMBOLS,
+                  frames_per_symbol=1.0, frames_offset=2.0)
+    frame = TTSModel(TTSConfig(layout="frame", **common)).eval()
+    flat = TTSModel(TTSConfig(layout="flat", **common)).eval()
+    return TTS(frame, codec, flat)
+
+
+@pytest.mark.parametrize("decoder", ["flat", "delay", "parallel"])
+def test_tts_result_shape_and_forward_counts(tiny_tts, decoder):
+    res = tiny_tts("Hello there.", decoder=decoder, seed=1, max_seconds=0.3)
+    q, t = res.codes.shape
+    assert q == 4 and res.sample_rate == 16000 and res.audio.ndim == 1
+    assert res.codes.max() < 16 and res.codes.min() >= 0
+    if t:
+        assert abs(len(res.audio) - t * 320) <= 320
+    expected = {"flat": t * q + 1, "delay": t + q - 1, "parallel": t + 1}[decoder]
+    # a random model may run out of budget before EOS: then it is one step short of the EOS step
+    assert res.stats.num_forwards in (expected, expected - 1)
+
+
+def test_same_seed_same_audio(tiny_tts):
+    a = tiny_tts("Hello.", decoder="parallel", seed=3, max_seconds=0.3)
+    b = tiny_tts("Hello.", decoder="parallel", seed=3, max_seconds=0.3)
+    assert torch.equal(a.codes, b.codes)
+
+
+def test_stream_yields_the_same_frames(tiny_tts):
+    chunks = list(tiny_tts.stream("Hello there.", decoder="delay", seed=2, max_seconds=0.3, chunk_frames=4))
+    full = tiny_tts("Hello there.", decoder="delay", seed=2, max_seconds=0.3)
+    assert len(chunks) >= 2
+    assert abs(sum(len(c) for c in chunks) - len(full.audio)) <= 320 * len(chunks)
+
+
+def test_tts_bad_decoder_and_limits(tiny_tts):
+    with pytest.raises(ValueError, match="choose one of"):
+        tiny_tts("Hello.", decoder="beam")
+    with pytest.raises(ValueError, match="max_seconds"):
+        tiny_tts("Hello.", max_seconds=100)
+    with pytest.raises(ValueError, match="empty"):
+        tiny_tts("   ")
