@@ -18,7 +18,7 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
-TEXT_DECODERS = ("ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative")
+TEXT_DECODERS = suite.TEXT_DECODERS
 UI_DEFAULTS = {"speculative": {"draft": "self:8"}}     # what a decoder needs to run in the app
 DEFAULT_DECODER = "ngram"
 EXAMPLES = [

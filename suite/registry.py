@@ -12,6 +12,8 @@ from .decoders.sjd import SJD
 from .decoders.speculative import Speculative
 
 DECODERS: dict[str, type] = {cls.name: cls for cls in (AR, Jacobi, SJD, MCSJD, Lookahead, Ngram, Speculative)}
+# the decoders that run on any causal LM (domain packages register theirs, e.g. block_diffusion)
+TEXT_DECODERS: tuple[str, ...] = tuple(DECODERS)
 
 
 def register(cls: type) -> type:

@@ -124,7 +124,7 @@ def parse_args(argv=None):
                                 epilog="examples:\n  python -m text.bench\n"
                                        "  python -m text.bench --quick --no-write\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
-    p.add_argument("--decoders", nargs="+", default=list(suite.DECODERS), choices=list(suite.DECODERS))
+    p.add_argument("--decoders", nargs="+", default=list(suite.TEXT_DECODERS), choices=suite.TEXT_DECODERS)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--self-layers", type=int, default=8, help="layers of the self-draft (speculative)")
     p.add_argument("--num-draft", type=int, default=3, help="draft tokens per step (speculative)")

@@ -32,7 +32,7 @@ def test_greedy_decoders_equal_ar_and_transformers(arch_model, rows):
     ar = suite.generate(model, ids, attention_mask=mask, decoder="ar", max_new_tokens=NEW)
     assert torch.equal(ar.sequences, reference)
     assert ar.stats.num_forwards == NEW
-    for name in suite.DECODERS:
+    for name in suite.TEXT_DECODERS:
         out = suite.generate(model, ids, attention_mask=mask, decoder=name, max_new_tokens=NEW,
                              **decoder_options(name, arch))
         assert torch.equal(out.sequences, reference), name
@@ -45,7 +45,7 @@ def test_eos_mid_block_stops_where_ar_stops():
     ar = suite.generate(model, PROMPTS[:1], max_new_tokens=NEW)
     eos = ar.new_tokens[0][7]   # make the 8th generated token the end of sequence
     first = ar.new_tokens[0].index(eos)
-    for name in suite.DECODERS:
+    for name in suite.TEXT_DECODERS:
         out = suite.generate(model, PROMPTS[:1], decoder=name, max_new_tokens=NEW, eos_token_id=eos,
                              **decoder_options(name, "llama"))
         assert out.new_tokens[0] == ar.new_tokens[0][:first + 1], name

@@ -56,7 +56,7 @@ def test_eos_inside_an_accepted_block():
     assert run("ar", eos=5).stats.num_forwards == 5
 
 
-@pytest.mark.parametrize("name", list(suite.DECODERS))
+@pytest.mark.parametrize("name", suite.TEXT_DECODERS)
 def test_max_new_tokens_is_never_exceeded(name):
     opts = {"draft_model": ScriptedModel(successor(V), vocab=V)} if name == "speculative" else {}
     for new in (1, 2, 7):
