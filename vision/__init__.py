@@ -1,1 +1,34 @@
-"""parasuite vision package."""
+"""parasuite vision: class-conditional AR image generation (VQ tokenizer + Llama prior) decoded
+with suite's parallel decoders (ar, sjd, mc_sjd, zipar, ...).
+
+    import vision
+    pipe = vision.load_image_pipeline()
+    res = pipe(["circle", 3], decoder="zipar", seed=0)
+    res.images, res.tokens, res.stats
+
+`import vision` stays light: torch, diffusers and transformers load on first use.
+"""
+from __future__ import annotations
+
+__all__ = ["ImagePipeline", "ImageResult", "load_image_pipeline"]
+
+
+def _register_decoders() -> None:
+    """Image decoders live in suite/decoders/; register them until suite's registry lists them."""
+    import suite
+    from suite.decoders.zipar import ZipAR
+    from suite.decoders.zipar_sjd import ZipARSJD
+    for cls in (ZipAR, ZipARSJD):
+        suite.DECODERS.setdefault(cls.name, cls)
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        _register_decoders()
+        from . import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'vision' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

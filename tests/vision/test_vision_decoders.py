@@ -1,0 +1,157 @@
+"""Image decoders on tiny random priors: zipar's masks and positions, sjd/mc_sjd lossless in
+distribution over image codes (chi-square against the exact law), CFG composition."""
+import pytest
+import torch
+from chisq import goodness_of_fit
+
+import suite
+from suite import SamplingParams, logits_to_probs
+from suite.decoders.zipar import ZipAR
+
+
+def tiny_prior(codebook=16, classes=3, grid=(4, 4), seed=0, sharpen=4.0):
+    from vision.prior import ImagePrior, build_prior
+    torch.manual_seed(seed)
+    model = build_prior(codebook, classes, grid, hidden=32, layers=2, heads=4).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    meta = {"codebook_size": codebook, "classes": [f"c{i}" for i in range(classes)], "grid": list(grid)}
+    return ImagePrior(model, meta)
+
+
+@pytest.fixture(scope="module")
+def prior():
+    return tiny_prior()
+
+
+def prompts(prior, labels):
+    return torch.tensor([[prior.class_token(c)] for c in labels])
+
+
+def gen(model, prompt, decoder, n, **kw):
+    return suite.generate(model, prompt, decoder=decoder, max_new_tokens=n, **kw)
+
+
+def test_zipar_full_window_equals_ar(prior):
+    """window = W starts a row only when the previous one is complete: exactly ar (greedy)."""
+    h, w = prior.grid
+    p = prompts(prior, [0, 1, 2])
+    ar = gen(prior, p, "ar", h * w)
+    zip_ = gen(prior, p, ZipAR(window=w), h * w)
+    assert zip_.new_tokens == ar.new_tokens
+    assert zip_.stats.num_forwards == ar.stats.num_forwards == h * w
+
+
+def test_zipar_full_window_equals_ar_under_cfg(prior):
+    h, w = prior.grid
+    p = prompts(prior, [2, 0])
+    null = torch.full_like(p, prior.config.extra["null_class_id"])
+    cfg = suite.ClassifierFreeGuidance(prior, 2.5, null)
+    assert gen(cfg, p, ZipAR(window=w), h * w).new_tokens == gen(cfg, p, "ar", h * w).new_tokens
+
+
+def test_zipar_queries_see_exactly_the_generated_tokens(prior):
+    """Replay a zipar run (window 1, greedy): each sampled cell must equal the argmax of a plain,
+    uncached forward over the generated raster-earlier tokens at their true positions."""
+    h, w = prior.grid
+    p = prompts(prior, [1])
+    adapter, dec, state = suite.api.prepare(prior, p, decoder=ZipAR(window=1), max_new_tokens=h * w)
+    canvas_before = None
+    for step in suite.decode_steps(adapter, dec, state):
+        canvas = state.scratch["canvas"][0].tokens
+        before = canvas_before or [-1] * (h * w)
+        for cell in [i for i in range(h * w) if canvas[i] >= 0 and before[i] < 0]:
+            seen = [i for i in range(cell) if before[i] >= 0]
+            prev = cell - 1
+            src_tok = before[prev] if prev >= 0 and before[prev] >= 0 else (
+                [before[i] for i in seen][-1] if seen else int(p[0, 0]))
+            seen_in = [i for i in seen if i != prev]
+            ids = [int(p[0, 0])] + [before[i] for i in seen_in] + [src_tok]
+            pos = [0] + [1 + i for i in seen_in] + [cell]     # query at raster slot of cell-1 (= position cell)
+            if prev < 0:
+                ids, pos = [int(p[0, 0])], [0]
+            with torch.no_grad():
+                out = prior.model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos])).logits
+            assert int(out[0, -1, :prior.codebook_size].argmax()) == canvas[cell], f"cell {cell}"
+        canvas_before = list(canvas)
+    assert state.stats.num_forwards < h * w
+
+
+def test_zipar_window_schedule_counts_forwards(prior):
+    h, w = prior.grid
+    for window in (1, 2, 3):
+        out = gen(prior, prompts(prior, [0, 1]), ZipAR(window=window), h * w, temperature=1.0, seed=3)
+        assert out.stats.num_forwards == w + (h - 1) * window
+        assert all(len(t) == h * w for t in out.new_tokens)
+
+
+def test_zipar_needs_a_grid():
+    from tinymodels import tiny_model
+    with pytest.raises(ValueError, match="grid"):
+        suite.generate(tiny_model("llama"), torch.tensor([[1, 2]]), decoder=ZipAR(), max_new_tokens=4)
+
+
+# ---- lossless in distribution: sjd / mc_sjd over image codes (exact law by enumeration)
+
+V, NEW, ROWS, BATCHES = 4, 3, 300, 3
+
+
+def exact_law(model, prompt, params):
+    law = {(): 1.0}
+    for _ in range(NEW):
+        seqs = list(law)
+        with torch.no_grad():
+            logits = model.model(input_ids=torch.tensor([prompt + list(s) for s in seqs])).logits[:, -1, :V]
+        probs = logits_to_probs(logits, params)
+        law = {s + (t,): law[s] * float(probs[i, t]) for i, s in enumerate(seqs) for t in range(V)}
+    return law
+
+
+@pytest.mark.parametrize("decoder", ["sjd", "mc_sjd"])
+@pytest.mark.parametrize("setting", [dict(temperature=1.0), dict(temperature=1.0, top_k=3)])
+def test_sjd_lossless_on_image_codes(decoder, setting):
+    prior = tiny_prior(codebook=V, classes=2, grid=(2, 2), sharpen=3.0)
+    prompt = [prior.class_token(1)]
+    law = exact_law(prior, prompt, SamplingParams(**setting))
+    samples, longest = [], 0
+    for seed in range(BATCHES):
+        out = gen(prior, torch.tensor([prompt] * ROWS), decoder, NEW, seed=seed, init="left", window=3, **setting)
+        samples += [tuple(t) for t in out.new_tokens]
+        longest = max([longest] + [n for s in out.stats.accepted_lengths for n in s])
+    assert goodness_of_fit(samples, law) > 1e-3
+    assert longest > 1
+
+
+def test_zipar_sjd_full_window_equals_ar_greedy(prior):
+    from suite.decoders.zipar_sjd import ZipARSJD
+    h, w = prior.grid
+    p = prompts(prior, [0, 1, 2])
+    ar = gen(prior, p, "ar", h * w)
+    out = gen(prior, p, ZipARSJD(window=w, draft_len=3), h * w)
+    assert out.new_tokens == ar.new_tokens
+    assert out.stats.num_forwards <= ar.stats.num_forwards
+
+
+@pytest.mark.parametrize("coupled", [True, False])
+def test_zipar_sjd_accepts_drafts_and_fills_the_grid(prior, coupled):
+    from suite.decoders.zipar_sjd import ZipARSJD
+    h, w = prior.grid
+    out = gen(prior, prompts(prior, [0, 1]), ZipARSJD(window=2, draft_len=3, coupled=coupled), h * w,
+              temperature=1.0, seed=0)
+    assert all(len(t) == h * w and all(0 <= x < prior.codebook_size for x in t) for t in out.new_tokens)
+    assert out.stats.num_forwards <= w + (h - 1) * 2
+
+
+def test_zipar_sjd_row_law_matches_ar_with_full_window():
+    """window = W: rows never overlap, so the in-row speculative rule must give ar's joint law."""
+    from suite.decoders.zipar_sjd import ZipARSJD
+    prior = tiny_prior(codebook=V, classes=2, grid=(1, 3), sharpen=3.0)
+    prompt = [prior.class_token(0)]
+    law = exact_law(prior, prompt, SamplingParams(temperature=1.0))
+    samples, longest = [], 0
+    for seed in range(BATCHES):
+        out = gen(prior, torch.tensor([prompt] * ROWS), ZipARSJD(window=3, draft_len=2), 3, temperature=1.0, seed=seed)
+        samples += [tuple(t) for t in out.new_tokens]
+        longest = max([longest] + [n for s in out.stats.accepted_lengths for n in s])
+    assert goodness_of_fit(samples, law) > 1e-3
+    assert longest > 1

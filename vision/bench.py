@@ -1,0 +1,199 @@
+"""Benchmark: every image decoder vs `ar` on the same labels and seeds, in one process.
+
+    python -m vision.bench                        # all decoders, 10 classes x 2 seeds
+    python -m vision.bench --decoders ar zipar --seeds 4 --json out.json
+
+Prints a markdown table: forwards per image batch, tokens per forward, wall time, speedup over ar
+(forwards and wall clock), class accuracy under the classifier trained on real data, and the
+Frechet distance (MobileNetV2 features) between generated and held-out images. Decoders run
+interleaved per seed so machine load hits them alike. On this CPU a forward over N slots costs
+more than one over 1 slot: the wall-clock column says what that leaves of the forward savings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+DEFAULT_DECODERS = {
+    "ar": {},
+    "sjd": {"window": 16},
+    "mc_sjd": {"window": 16},
+    "zipar": {"window": 3},
+    "zipar_sjd": {"window": 3, "draft_len": 4},
+}
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """'zipar:window=2' -> ('zipar', {'window': 2})."""
+    name, _, rest = spec.partition(":")
+    opts = dict(DEFAULT_DECODERS.get(name, {}))
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        try:
+            opts[k] = int(v)
+        except ValueError:
+            try:
+                opts[k] = float(v)
+            except ValueError:
+                opts[k] = v
+    return name, opts
+
+
+def run(pipe, specs, labels, seeds, guidance, temperature, top_k, progress=True):
+    import suite
+    from tqdm import tqdm
+    rows = {s: {"forwards": 0, "tokens": 0, "wall": 0.0, "images": [], "labels": [], "row_steps": [],
+                "accepted": []} for s in specs}
+    jobs = [(seed, s) for seed in seeds for s in specs]
+    for seed, spec in tqdm(jobs, desc="bench", disable=not progress):
+        name, opts = parse_spec(spec)
+        if name not in suite.DECODERS:
+            raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(sorted(suite.DECODERS))}")
+        t0 = time.perf_counter()
+        res = pipe(labels, decoder=name, guidance_scale=guidance, temperature=temperature, top_k=top_k,
+                   seed=seed, **opts)
+        row = rows[spec]
+        row["wall"] += time.perf_counter() - t0
+        row["forwards"] += res.stats.num_forwards
+        row["tokens"] += res.stats.num_new_tokens
+        row["images"] += res.images
+        row["row_steps"] += steps_per_row(res.stats)
+        row["labels"] += res.labels
+    return rows
+
+
+def steps_per_row(stats) -> list[int]:
+    """Forwards each batch row needed (its last committing step + 1): the forwards it would take
+    decoded on its own, since a ragged batch advances every row by its own accepted length."""
+    rows = len(stats.accepted_lengths[0]) if stats.accepted_lengths else 0
+    last = [0] * rows
+    for i, step in enumerate(stats.accepted_lengths):
+        for b, n in enumerate(step):
+            if n > 0:
+                last[b] = i + 1
+    return last
+
+
+def score(rows, classifier, fd_net, reference_feats):
+    from .metrics import class_accuracy, frechet_distance, mobilenet_features
+    base = rows[next(iter(rows))]
+    out = []
+    for spec, r in rows.items():
+        per_image, base_per_image = np.mean(r["row_steps"]), np.mean(base["row_steps"])
+        entry = {"decoder": spec, "forwards": r["forwards"], "forwards_per_image": float(per_image),
+                 "tokens_per_forward": r["tokens"] / max(sum(r["row_steps"]), 1),
+                 "wall_s": r["wall"], "forward_ratio": float(base_per_image / per_image),
+                 "wall_speedup": base["wall"] / max(r["wall"], 1e-9),
+                 "forward_reduction": float(1 - per_image / base_per_image),
+                 "class_accuracy": class_accuracy(classifier, r["images"], r["labels"]) if classifier else None}
+        entry["frechet"] = (frechet_distance(mobilenet_features(fd_net, r["images"]), reference_feats)
+                            if fd_net is not None else None)
+        out.append(entry)
+    return out
+
+
+def table(results, header: str) -> str:
+    lines = [header, "",
+             "| decoder | forwards/image | batch forwards | tok/forward | fewer forwards | wall s | wall speedup | class acc | FD |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for e in results:
+        acc = "-" if e["class_accuracy"] is None else f"{100 * e['class_accuracy']:.1f}%"
+        fd = "-" if e["frechet"] is None else f"{e['frechet']:.1f}"
+        lines.append(f"| {e['decoder']} | {e['forwards_per_image']:.1f} | {e['forwards']} | {e['tokens_per_forward']:.2f} | "
+                     f"{100 * e['forward_reduction']:.0f}% ({e['forward_ratio']:.2f}x) | {e['wall_s']:.1f} | "
+                     f"{e['wall_speedup']:.2f}x | {acc} | {fd} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vision.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--decoders", nargs="+", default=None,
+                   help="decoder specs, e.g. ar sjd:window=8 zipar:window=2 (ar first is the baseline)")
+    p.add_argument("--seeds", type=int, default=2, help="seeds per label (one batch of all labels each)")
+    p.add_argument("--labels", nargs="+", default=None, help="class names or ids (default: every class)")
+    p.add_argument("--guidance-scale", type=float, default=None)
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--no-fd", action="store_true", help="skip the Frechet distance")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--weights", default=None)
+    p.add_argument("--json", default=None, help="also write the results here")
+    args = p.parse_args(argv)
+    import torch
+    torch.set_num_threads(args.threads)
+    try:
+        return _main(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    import suite
+    from . import load_image_pipeline
+    from .data import make_split
+    from .metrics import load_classifier, mobilenet_features, mobilenet_features_model
+    from .pipeline import DEFAULT_WEIGHTS, default_sampling
+    pipe = load_image_pipeline(args.weights)
+    sampling = default_sampling(pipe)
+    guidance = args.guidance_scale if args.guidance_scale is not None else sampling["guidance_scale"]
+    temperature = args.temperature if args.temperature is not None else sampling["temperature"]
+    top_k = args.top_k if args.top_k is not None else sampling["top_k"]
+    specs = args.decoders or [d for d in DEFAULT_DECODERS if d in suite.DECODERS]
+    if parse_spec(specs[0])[0] != "ar":
+        specs = ["ar"] + specs
+    labels = pipe.label_ids(args.labels or list(range(len(pipe.classes))))
+    classifier = load_classifier(os.path.join(args.weights or DEFAULT_WEIGHTS, "classifier"))
+    fd_net = ref = None
+    if not args.no_fd:
+        fd_net = mobilenet_features_model()
+        test, _ = make_split("test", 50)
+        ref = mobilenet_features(fd_net, test)
+    rows = run(pipe, specs, labels, list(range(args.seeds)), guidance, temperature, top_k)
+    results = score(rows, classifier, fd_net, ref)
+    refs = references(pipe, classifier, fd_net, ref, per_class=len(rows[specs[0]]["images"]) // len(labels))
+    header = (f"{len(labels)} labels x {args.seeds} seeds = {len(labels) * args.seeds} images per decoder, "
+              f"{pipe.grid[0]}x{pipe.grid[1]} tokens, guidance {guidance}, temperature {temperature}, "
+              f"top_k {top_k}, {torch_threads()} CPU thread(s). forwards/image: forwards until the image was done "
+              "(ragged batches advance each image by its own accepted length); batch forwards: summed over "
+              "the seeds' batches (the slowest image of each batch decides); tok/forward per image; wall "
+              "time for the whole batches; FD vs 500 held-out images (real-vs-real floor printed below)")
+    print(table(results, header))
+    print()
+    print("References (same metrics, same image count): " + "; ".join(
+        f"{name}: class acc {100 * acc:.1f}%" + (f", FD {fd:.1f}" if fd is not None else "") for name, acc, fd in refs))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"settings": header, "results": results,
+                       "references": [dict(name=n, class_accuracy=a, frechet=f) for n, a, f in refs]}, f, indent=1)
+        os.replace(tmp, args.json)
+    return 0
+
+
+def references(pipe, classifier, fd_net, ref_feats, per_class: int):
+    """Real training images and their VQ reconstructions: the ceiling a prior could reach."""
+    from .data import make_split, to_tensor, to_uint8
+    from .metrics import class_accuracy, frechet_distance, mobilenet_features
+    images, labels = make_split("train", max(per_class, 1))
+    recon = to_uint8(pipe.tokenizer.decode(pipe.tokenizer.encode(to_tensor(images))))
+    out = []
+    for name, imgs in (("real train images", images), ("VQ reconstructions", recon)):
+        fd = frechet_distance(mobilenet_features(fd_net, imgs), ref_feats) if fd_net is not None else None
+        out.append((name, class_accuracy(classifier, imgs, labels), fd))
+    return out
+
+
+def torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Class-conditional image generation: VQ tokenizer + AR prior, decoded through `suite`.
+
+    pipe = vision.load_image_pipeline()
+    res = pipe(["circle", 3], decoder="zipar", guidance_scale=2.0, seed=0)
+    res.images (PIL), res.tokens (B, H, W), res.stats
+    for step in pipe.stream(["star"], decoder="sjd"):
+        step.images   # partial pictures: grey where no token exists yet
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+import suite
+from suite.api import prepare
+
+from . import _register_decoders
+from .data import to_uint8
+from .prior import ImagePrior
+from .tokenizer import VQTokenizer
+
+_register_decoders()
+DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
+IMAGE_DEFAULTS = {"sjd": {"init": "left"}, "mc_sjd": {"init": "left"}}   # left-neighbour drafts
+
+
+@dataclass
+class ImageResult:
+    images: list                     # PIL images
+    tokens: torch.Tensor             # (B, H, W) codes
+    labels: list[int]
+    stats: suite.DecodeStats
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class ImageStep:
+    index: int
+    images: list                     # partial PIL images (grey where nothing is generated yet)
+    known: torch.Tensor              # (B, H, W) bool: generated cells
+    stats: suite.DecodeStats
+    done: bool
+
+
+class ImagePipeline:
+    def __init__(self, tokenizer: VQTokenizer, prior: ImagePrior):
+        self.tokenizer, self.prior = tokenizer, prior
+        if tokenizer.codebook_size != prior.codebook_size:
+            raise ValueError(f"tokenizer has {tokenizer.codebook_size} codes but the prior {prior.codebook_size}: "
+                             "retrain the prior on this tokenizer (`python -m vision.train prior`)")
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.prior.config.extra["classes"])
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.prior.grid
+
+    def label_ids(self, labels: Sequence) -> list[int]:
+        """Class names or ids -> ids; unknown ones are a ValueError listing the valid names."""
+        if isinstance(labels, (str, int)):
+            labels = [labels]
+        if len(labels) == 0:
+            raise ValueError("give at least one label (a class name or id)")
+        ids = []
+        for x in labels:
+            if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < len(self.classes):
+                ids.append(int(x))
+            elif isinstance(x, str) and x in self.classes:
+                ids.append(self.classes.index(x))
+            elif isinstance(x, str) and x.isdigit() and int(x) < len(self.classes):
+                ids.append(int(x))
+            else:
+                raise ValueError(f"unknown class {x!r}; choose a name or id 0..{len(self.classes) - 1}: "
+                                 + ", ".join(self.classes))
+        return ids
+
+    def _prepare(self, labels, decoder, guidance_scale, temperature, top_k, top_p, seed, grid, options):
+        """None settings take the prior's shipped defaults (`default_sampling`)."""
+        defaults = default_sampling(self)
+        guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
+        temperature = defaults["temperature"] if temperature is None else temperature
+        top_k = defaults["top_k"] if top_k is None else top_k
+        if guidance_scale < 0:
+            raise ValueError(f"guidance_scale must be >= 0 (1 = no guidance, 2-4 typical), got {guidance_scale}")
+        if grid is not None and tuple(grid) != tuple(self.grid):
+            raise ValueError(f"the prior was trained for a {self.grid[0]}x{self.grid[1]} token grid, not "
+                             f"{grid[0]}x{grid[1]}; pass grid=None or train a prior for that grid")
+        ids = self.label_ids(labels)
+        prompt = torch.tensor([[self.prior.class_token(i)] for i in ids])          # (B, 1)
+        model = self.prior
+        if guidance_scale != 1.0:
+            null = torch.full_like(prompt, self.prior.config.extra["null_class_id"])
+            model = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null)
+        if isinstance(decoder, str):
+            options = {**IMAGE_DEFAULTS.get(decoder, {}), **options}
+            if options.get("init") in ("prompt", "repeat"):
+                raise ValueError(f"init={options['init']!r} would draft the class token as an image code; "
+                                 "use init='left' (the left neighbour) for images")
+        h, w = self.grid
+        adapter, dec, state = prepare(model, prompt, decoder=decoder, max_new_tokens=h * w,
+                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **options)
+        settings = {"labels": [self.classes[i] for i in ids], "decoder": dec.name, "decoder_options": _plain(dec),
+                    "guidance_scale": guidance_scale, "temperature": temperature, "top_k": top_k,
+                    "top_p": top_p, "seed": seed, "grid": [h, w]}
+        return ids, adapter, dec, state, settings
+
+    def __call__(self, labels, decoder="ar", guidance_scale: float | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
+                 **decoder_options) -> ImageResult:
+        ids, adapter, dec, state, settings = self._prepare(labels, decoder, guidance_scale, temperature,
+                                                           top_k, top_p, seed, grid, decoder_options)
+        for _ in suite.decode_steps(adapter, dec, state):
+            pass
+        tokens = self._grid_tokens(state)
+        return ImageResult(self.decode_tokens(tokens), tokens, ids, state.stats, settings)
+
+    def stream(self, labels, decoder="ar", guidance_scale: float | None = None, temperature: float | None = None,
+               top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
+               **decoder_options) -> Iterator[ImageStep]:
+        """Yield partial images after every forward (the same decode loop as __call__)."""
+        ids, adapter, dec, state, _ = self._prepare(labels, decoder, guidance_scale, temperature,
+                                                    top_k, top_p, seed, grid, decoder_options)
+        for step in suite.decode_steps(adapter, dec, state):
+            tokens, known = self._partial(state)
+            yield ImageStep(step.index, self.decode_tokens(tokens, known), known, state.stats, all(step.done))
+
+    def _grid_tokens(self, state) -> torch.Tensor:
+        h, w = self.grid
+        return torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, h, w)
+
+    def _partial(self, state) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, H, W) tokens with 0 where unknown, and the (B, H, W) known mask; decoders that fill the
+        grid out of order (zipar) show their canvas, the rest their committed raster prefix."""
+        h, w = self.grid
+        canvases = state.scratch.get("canvas")
+        flat = torch.full((state.batch, h * w), -1, dtype=torch.long)
+        for b in range(state.batch):
+            if canvases is not None:
+                flat[b] = torch.tensor(canvases[b].tokens)
+            else:
+                new = state.new_tokens(b)
+                flat[b, :len(new)] = torch.tensor(new, dtype=torch.long)
+        known = flat >= 0
+        return flat.clamp(min=0).reshape(-1, h, w), known.reshape(-1, h, w)
+
+    def decode_tokens(self, tokens: torch.Tensor, known: torch.Tensor | None = None) -> list:
+        """(B, H, W) codes -> PIL images; cells outside `known` are painted grey."""
+        from PIL import Image
+        pixels = self.tokenizer.decode(tokens)                       # (B, 3, H*f, W*f)
+        if known is not None:
+            f = self.tokenizer.factor
+            m = known.repeat_interleave(f, 1).repeat_interleave(f, 2)[:, None]
+            pixels = torch.where(m, pixels, torch.zeros_like(pixels))
+        return [Image.fromarray(a) for a in to_uint8(pixels)]
+
+
+def _plain(dec) -> dict:
+    import dataclasses
+    out = {}
+    for f in dataclasses.fields(dec):
+        v = getattr(dec, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
+    return out
+
+
+def load_image_pipeline(weights: str | None = None) -> ImagePipeline:
+    """The embedded tokenizer + prior from `weights` (default: vision/weights/), offline."""
+    root = weights or DEFAULT_WEIGHTS
+    if not os.path.isdir(root):
+        raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
+                         "and `python -m vision.train prior`")
+    return ImagePipeline(VQTokenizer.load(os.path.join(root, "tokenizer")),
+                         ImagePrior.load(os.path.join(root, "prior")))
+
+
+SAMPLING_DEFAULTS = {"guidance_scale": 3.0, "temperature": 1.0, "top_k": None}
+
+
+def default_sampling(pipe: ImagePipeline) -> dict:
+    """The sampling settings shipped with the prior (image_prior.json "sampling"), else the defaults."""
+    return {**SAMPLING_DEFAULTS, **pipe.prior.meta.get("sampling", {})}

@@ -1,0 +1,182 @@
+"""Train the image models on the procedural data set (CPU, a few minutes each).
+
+    python -m vision.train tokenizer            # VQ autoencoder -> vision/weights/tokenizer/
+    python -m vision.train prior                # class-conditional Llama over the codes -> weights/prior/
+    python -m vision.train classifier           # the small classifier that vision.metrics scores with
+
+Each writes into a temporary folder and swaps it in only when complete.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+
+from . import data as vdata
+
+WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _swap_in(tmp: str, dest: str) -> None:
+    """Replace dest by the finished tmp folder (never leaves a half-written dest)."""
+    os.chmod(tmp, 0o755)
+    for name in os.listdir(tmp):
+        os.chmod(os.path.join(tmp, name), 0o644)
+    old = dest + ".old"
+    if os.path.exists(old):
+        shutil.rmtree(old)
+    if os.path.exists(dest):
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if os.path.exists(old):
+        shutil.rmtree(old)
+
+
+def _lr(progress: float, step: int, base: float, warmup: int = 50) -> float:
+    """Warmup, then cosine decay over `progress` in [0, 1] (steps or time budget, whichever is further)."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def progress(step: int, args, t0: float) -> float:
+    by_time = (time.time() - t0) / (60 * args.minutes) if args.minutes else 0.0
+    return max(step / args.steps, by_time)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def train_tokenizer(args) -> None:
+    from .tokenizer import VQTokenizer, build_vq
+    torch.manual_seed(args.seed)
+    images, _ = vdata.make_split("train", args.per_class)
+    x_all = vdata.to_tensor(images)
+    if args.resume:
+        from diffusers import VQModel
+        vq = VQModel.from_pretrained(os.path.join(WEIGHTS, "tokenizer"))
+        _log("resuming from vision/weights/tokenizer")
+    else:
+        vq = build_vq(num_vq_embeddings=args.codebook)
+    opt = torch.optim.Adam(vq.parameters(), lr=args.lr)
+    usage = torch.zeros(vq.config.num_vq_embeddings)
+    prev_steps = _previous_steps(os.path.join(WEIGHTS, "tokenizer")) if args.resume else 0
+    t0 = time.time()
+    vq.train()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr(progress(step, args, t0), step, args.lr)
+        x = x_all[torch.randint(len(x_all), (args.batch,))]
+        h = vq.encode(x).latents
+        zq, commit, (_, _, idx) = vq.quantize(h)
+        rec = vq.decode(zq, force_not_quantize=True).sample
+        loss = (rec - x).abs().mean() + ((rec - x) ** 2).mean() + commit.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        usage += torch.bincount(idx.flatten(), minlength=len(usage)).float()
+        if (step + 1) % args.restart_every == 0 and progress(step, args, t0) < 0.7:
+            _restart_dead_codes(vq, usage, h.detach())
+            usage.zero_()
+        if step % 50 == 0:
+            _log(f"tokenizer step {step}/{args.steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
+        if progress(step, args, t0) >= 1.0:
+            _log(f"time budget reached at step {step}")
+            break
+    vq.eval()
+    tok = VQTokenizer(vq)
+    test, _ = vdata.make_split("test", 20)
+    xt = vdata.to_tensor(test)
+    with torch.no_grad():
+        codes = tok.encode(xt)
+        mse = float(((tok.decode(codes) - xt) ** 2).mean())
+    used = int(torch.unique(codes).numel())
+    _log(f"test reconstruction mse {mse:.5f} (in [-1,1] units), codes used {used}/{tok.codebook_size}")
+    tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".tokenizer-")
+    vq.save_pretrained(tmp, safe_serialization=True)
+    _write_json(os.path.join(tmp, "metrics.json"), {"test_mse": mse, "codes_used": used, "steps": step + 1 + prev_steps,
+                                                    "train_images": len(images), "seconds": time.time() - t0})
+    _swap_in(tmp, os.path.join(WEIGHTS, "tokenizer"))
+
+
+def _restart_dead_codes(vq, usage: torch.Tensor, h: torch.Tensor) -> None:
+    """Move never-chosen codebook vectors onto random encoder outputs (avoids codebook collapse)."""
+    dead = (usage == 0).nonzero().flatten()
+    if not dead.numel():
+        return
+    vectors = h.permute(0, 2, 3, 1).reshape(-1, h.shape[1])
+    pick = vectors[torch.randint(len(vectors), (dead.numel(),))]
+    with torch.no_grad():
+        vq.quantize.embedding.weight[dead] = pick + 0.01 * torch.randn_like(pick)
+    _log(f"restarted {dead.numel()} dead codes")
+
+
+def _previous_steps(folder: str) -> int:
+    try:
+        with open(os.path.join(folder, "metrics.json")) as f:
+            return int(json.load(f)["steps"])
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def _write_json(path: str, obj) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["tokenizer", "prior", "classifier"])
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--per-class", type=int, default=500, help="training images per class")
+    p.add_argument("--codebook", type=int, default=256)
+    p.add_argument("--restart-every", type=int, default=100)
+    p.add_argument("--minutes", type=float, default=20.0, help="stop training after this long")
+    p.add_argument("--hidden", type=int, default=128, help="prior width")
+    p.add_argument("--layers", type=int, default=4, help="prior depth")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--resume", action="store_true", help="continue from the saved weights")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.makedirs(WEIGHTS, exist_ok=True)
+    defaults = {"tokenizer": (2400, 16, 1e-3), "prior": (4000, 32, 2e-3), "classifier": (1500, 64, 2e-3)}[args.what]
+    args.steps = args.steps or defaults[0]
+    args.batch = args.batch or defaults[1]
+    args.lr = args.lr or defaults[2]
+    try:
+        {"tokenizer": train_tokenizer, "prior": train_prior, "classifier": train_classifier}[args.what](args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def train_prior(args):
+    from .prior import train_prior_model
+    train_prior_model(args)
+
+
+def train_classifier(args):
+    from .metrics import train_classifier_model
+    train_classifier_model(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
