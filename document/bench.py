@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from suite.metrics import cer as suite_cer
+
 from . import data
 
 DECODERS = [("ar", "ar", {}),
@@ -41,19 +43,9 @@ histogram of grey values:
 >>> markers = np.zeros_like(coins)"""
 
 
-def edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
 def cer(hyps: list[str], refs: list[str]) -> float:
-    norm = lambda s: " ".join(s.split())
-    return sum(edit_distance(norm(h), norm(r)) for h, r in zip(hyps, refs)) / max(sum(len(norm(r)) for r in refs), 1)
+    """CER with runs of whitespace collapsed (line crops and page text space words differently)."""
+    return suite_cer(refs, hyps, collapse_spaces=True)
 
 
 def tesseract_lines(images, threads: int = 1) -> tuple[list[str], float]:

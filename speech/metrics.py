@@ -1,18 +1,4 @@
-"""Character error rate (Levenshtein distance over characters / reference length)."""
-from __future__ import annotations
+"""Character error rate (Levenshtein distance over characters / reference length): suite's."""
+from suite.metrics import cer, edit_distance
 
-
-def edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
-def cer(refs: list[str], hyps: list[str]) -> float:
-    """Corpus CER: total edits / total reference characters."""
-    edits = sum(edit_distance(r, h) for r, h in zip(refs, hyps))
-    return edits / max(sum(len(r) for r in refs), 1)
+__all__ = ["cer", "edit_distance"]
