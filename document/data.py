@@ -6,7 +6,6 @@ a line whose hash falls in bucket 0 of 20 never appears in training.
 """
 from __future__ import annotations
 
-import ast
 import glob
 import hashlib
 import importlib

@@ -13,7 +13,6 @@ real-time factor, speedup over ar.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 

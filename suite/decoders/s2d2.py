@@ -22,7 +22,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
 
 from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
