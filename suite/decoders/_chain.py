@@ -5,7 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..acceptance import Verdict, accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs
 
 
 @dataclass
@@ -50,3 +52,22 @@ def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[in
 def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
     """Guesses worth scoring: at most `want`, and one less than the row's room (the bonus token)."""
     return max(0, min(want, state.room(b) - 1))
+
+
+def verify_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor, b: int) -> Verdict:
+    """The speculative rule on row b's guesses as point masses (n-gram, prior-text, CTC drafts)."""
+    p = logits_to_probs(chain_logits(draft, logits, b), state.params)
+    return accept_speculative(torch.tensor(draft.meta.guesses[b], dtype=torch.long), None, p, state.generator)
+
+
+def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor
+                        ) -> tuple[Acceptance, list[Verdict | None]]:
+    """Verify every active row's point-mass guesses; also returns each row's verdict (None if done)."""
+    committed, accepted, verdicts = [], [], []
+    for b in range(state.batch):
+        v = None if state.done[b] else verify_point_masses(state, draft, logits, b)
+        guess = draft.meta.guesses[b]
+        committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
+        accepted.append(0 if v is None else v.num_accepted)
+        verdicts.append(v)
+    return chain_acceptance(draft, committed, accepted), verdicts

@@ -23,10 +23,8 @@ from typing import ClassVar
 
 import torch
 
-from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses, verify_point_masses
 
 
 @dataclass(frozen=True)
@@ -77,8 +75,7 @@ class CTCSpeculative:
             if self.min_ratio < 1.0 and state.params.greedy:
                 n, nxt = _relaxed_prefix(guess, row_logits, self.min_ratio)
             else:
-                p = logits_to_probs(row_logits, state.params)
-                v = accept_speculative(torch.tensor(guess, dtype=torch.long), None, p, state.generator)
+                v = verify_point_masses(state, draft, logits, b)
                 n, nxt = v.num_accepted, v.next_token
             if n < len(guess) or not guess:
                 state.scratch["rejected"][b] = True     # continue autoregressively from here

@@ -18,12 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
-from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ._chain import accept_point_masses, chain_draft, room_for_guesses
 
 
 class NgramTable:
@@ -80,16 +76,9 @@ class Ngram:
         return chain_draft(state, guesses)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed, accepted = [], []
-        for b in range(state.batch):
+        acceptance, verdicts = accept_point_masses(state, draft, logits)
+        for b, v in enumerate(verdicts):
             guess = draft.meta.guesses[b]
-            if state.done[b]:
-                committed.append([]), accepted.append(0)
-                continue
-            p = logits_to_probs(chain_logits(draft, logits, b), state.params)
-            v = accept_speculative(torch.tensor(guess, dtype=torch.long), None, p, state.generator)
-            committed.append(guess[:v.num_accepted] + [v.next_token])
-            accepted.append(v.num_accepted)
-            if self.adaptive and guess:
+            if self.adaptive and v is not None and guess:
                 state.scratch["streak"][b] = 2 if v.num_accepted == len(guess) else 1
-        return chain_acceptance(draft, committed, accepted)
+        return acceptance

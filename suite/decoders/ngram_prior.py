@@ -15,12 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
-from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ._chain import accept_point_masses, chain_draft, room_for_guesses
 
 
 def prior_index(prior: list[int], sizes: range) -> dict[tuple, int]:
@@ -68,14 +64,4 @@ class NgramPrior:
         return chain_draft(state, guesses)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed, accepted = [], []
-        for b in range(state.batch):
-            guess = draft.meta.guesses[b]
-            if state.done[b]:
-                committed.append([]), accepted.append(0)
-                continue
-            p = logits_to_probs(chain_logits(draft, logits, b), state.params)
-            v = accept_speculative(torch.tensor(guess, dtype=torch.long), None, p, state.generator)
-            committed.append(guess[:v.num_accepted] + [v.next_token])
-            accepted.append(v.num_accepted)
-        return Acceptance(committed, chain_acceptance(draft, committed, accepted).keep)
+        return accept_point_masses(state, draft, logits)[0]
