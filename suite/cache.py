@@ -8,6 +8,8 @@ cropping a common tail cheaply or gathering each row's live slots to the front.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -17,6 +19,13 @@ class KVCache:
         self.fanout = fanout            # backend rows per logical row (2 under CFG)
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
         self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+
+    def grouped(self, fanout: int) -> "KVCache":
+        """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG)."""
+        view = copy.copy(self)
+        view.fanout = fanout
+        view.valid, view.positions = self.valid[:self.batch // fanout], self.positions[:self.batch // fanout]
+        return view
 
     @property
     def num_slots(self) -> int:

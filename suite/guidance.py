@@ -21,8 +21,7 @@ class ClassifierFreeGuidance:
         self.supports_rollback = model.supports_rollback
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        inner = self.model.new_cache(2 * batch, max_len)
-        return KVCache(batch, inner.backend, fanout=2, device=inner.valid.device)
+        return self.model.new_cache(2 * batch, max_len).grouped(2)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         prompt_len = self.uncond_ids.shape[1]

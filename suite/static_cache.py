@@ -1,0 +1,74 @@
+"""A preallocated KV cache and the fixed-shape (compilable) forward over it.
+
+`StaticKVCache` keeps K/V in a transformers `StaticCache` of `capacity` slots per layer: a forward
+writes its N slots at the fill pointer, and rolling back (dropping a rejected tail) only moves the
+pointer back; the stale slots are overwritten by the next forward and masked until then. So every
+decode step of width N sees tensors of fixed shapes — tokens (B, N), mask (B, 1, N, capacity) —
+which is what `torch.compile` and CUDA graphs need.
+
+`StaticHFCausalLM` is `HFCausalLM` over that cache; forwards whose width is in `compiled_widths`
+(1 for `ar`, the window for jacobi/sjd/ngram drafts) run through `torch.compile`, others (the
+prefill) eagerly. Both compute the same function, so decoding stays exact (tested against eager).
+"""
+from __future__ import annotations
+
+import torch
+
+from .adapters import HFCausalLM
+from .cache import KVCache
+
+
+class StaticKVCache(KVCache):
+    def __init__(self, batch: int, backend, capacity: int, fanout: int = 1, device=None):
+        super().__init__(batch, backend, fanout, device)
+        self.capacity = capacity
+
+    def _gather_backend(self, order: torch.Tensor) -> None:
+        """Move each row's live slots to the front in place (the buffers keep their addresses),
+        then set the fill pointer to the new slot count."""
+        keep = order.shape[1]
+        idx = order.repeat(self.fanout, 1)  # (fanout*B, keep)
+        for layer in self.backend.layers:
+            if not layer.is_initialized:
+                continue
+            for t in (layer.keys, layer.values):
+                g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+                t[:, :, :keep] = t.gather(2, g)
+            layer.cumulative_length.fill_(keep)
+
+
+class StaticHFCausalLM(HFCausalLM):
+    """Any transformers causal LM over a `StaticKVCache` of `max_cache_len` slots, with the
+    forwards of the widths in `compiled_widths` compiled (`mode="reduce-overhead"` adds CUDA
+    graphs on a GPU). `max_cache_len` bounds prompt + new tokens + one draft (+ at most 25% dead
+    slots between compactions); a longer request fails with a clear error."""
+
+    def __init__(self, model, max_cache_len: int, compiled_widths=(1,), mode: str | None = None,
+                 eos_token_id=None, pad_token_id=None):
+        super().__init__(model, eos_token_id, pad_token_id)
+        self.max_cache_len = int(max_cache_len)
+        self.compiled_widths = frozenset(compiled_widths)
+        self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False) if compiled_widths else None
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> StaticKVCache:
+        from transformers import StaticCache
+        backend = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        n = tokens.shape[1]
+        if cache.num_slots + n > self.max_cache_len:
+            raise ValueError(f"the static cache holds {self.max_cache_len} slots and this step needs "
+                             f"{cache.num_slots + n}; build StaticHFCausalLM with a larger max_cache_len "
+                             "(prompt + max_new_tokens + draft width, plus 25%)")
+        if attention_mask is None:
+            causal = torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n)
+            attention_mask = cache.attention_mask(causal)
+        dev = self.device
+        mask = torch.zeros(*attention_mask.shape[:-1], self.max_cache_len, dtype=torch.bool, device=dev)
+        mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, capacity)
+        compiled = self._compiled is not None and n in self.compiled_widths and logits_from == 0
+        forward = self._compiled if compiled else self.model
+        out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
+                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from)
+        return out.logits
