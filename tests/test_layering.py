@@ -20,7 +20,7 @@ ALLOWED = {
 
 
 # entry points that exercise the whole stack on purpose (not imported by any package)
-ENTRY_POINTS = {"kernels/check.py": {"suite", "text"}}
+ENTRY_POINTS = {"kernels/check.py": {"suite", "text", "vision"}}
 
 
 def imported_packages(path: Path) -> set[str]:
