@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels
+
 from ..acceptance import Verdict, accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs
@@ -38,6 +40,26 @@ def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     meta: ChainMeta = draft.meta
     start = meta.num_pending[b] - 1 - draft.logits_from
     return logits[b, start:start + len(meta.guesses[b]) + 1]
+
+
+def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
+                          ) -> tuple[list[Verdict | None], list[list[int]]]:
+    """Every row's guesses against the target's argmax chain in one batched `greedy_prefix`
+    (one host sync for the whole batch). Returns the verdicts (None for done rows) and each
+    row's argmax chain (G+1 tokens: what the target predicts after each draft slot)."""
+    meta: ChainMeta = draft.meta
+    width = max((len(g) for g in meta.guesses), default=0)
+    guesses = torch.full((state.batch, width), -1, dtype=torch.long)            # -1 never matches
+    index = torch.zeros(state.batch, width + 1, dtype=torch.long)
+    for b, guess in enumerate(meta.guesses):
+        guesses[b, :len(guess)] = torch.tensor(guess, dtype=torch.long)
+        start = max(meta.num_pending[b] - 1 - draft.logits_from, 0)
+        index[b] = (start + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1)
+    targets = logits.argmax(-1).gather(1, index.to(logits.device))              # (B, G+1)
+    accepted, following = kernels.op("greedy_prefix", logits.device.type)(guesses.to(logits.device), targets)
+    accepted, following, targets = accepted.tolist(), following.tolist(), targets.tolist()
+    verdicts = [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
+    return verdicts, [t[:len(g) + 1] for t, g in zip(targets, meta.guesses)]
 
 
 def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:

@@ -11,9 +11,8 @@ from typing import ClassVar
 
 import torch
 
-from ..acceptance import accept_greedy_prefix
 from ..loop import Acceptance, DecodeState, Draft
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ._chain import chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
 
 
 INIT_SCHEMES = ("prompt", "repeat", "left")
@@ -59,15 +58,12 @@ class Jacobi:
         return chain_draft(state, [list(g) for g in guesses])
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        verdicts, targets = greedy_chain_verdicts(state, draft, logits)
         committed, accepted = [], []
-        for b in range(state.batch):
+        for b, v in enumerate(verdicts):
             guess = draft.meta.guesses[b]
-            if state.done[b]:
-                committed.append([]), accepted.append(0)
-                continue
-            target = chain_logits(draft, logits, b).argmax(-1)
-            v = accept_greedy_prefix(torch.tensor(guess, dtype=torch.long), target)
-            committed.append(guess[:v.num_accepted] + [v.next_token])
-            accepted.append(v.num_accepted)
-            state.scratch["guesses"][b] = target[v.num_accepted + 1:].tolist()
+            committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
+            accepted.append(0 if v is None else v.num_accepted)
+            if v is not None:
+                state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
         return chain_acceptance(draft, committed, accepted)
