@@ -124,8 +124,8 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true", help="asr/tts: continue from the shipped weights")
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate (asr default 1.5e-3, tts 1e-3, tts-heads 5e-4)")
-    parser.add_argument("--out", default=None, help="tts-heads: output folder (default speech/weights/tts); "
-                        "run again with the same --out to resume from its checkpoint")
+    parser.add_argument("--out", default=None, help="asr/tts-heads: output folder (default speech/weights/<model>); "
+                        "run again with the same --out (and asr --resume) to continue its checkpoint")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model == "data":
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
         metrics = train_codec(args.minutes or 6, args.seed)
     elif args.model == "asr":
         from .asr_train import train_asr
-        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3)
+        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out)
     elif args.model == "tts-heads":
         from .tts_train import train_tts_heads
         metrics = train_tts_heads(args.minutes or 20, args.seed, lr=args.lr or 5e-4, out=args.out)

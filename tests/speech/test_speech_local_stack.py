@@ -264,3 +264,21 @@ def test_checkpoint_without_heads_says_how_to_get_them(tmp_path):
     grown = TTSModel.load(tmp_path, local_layers=1, stack_frames=2)     # continue training from the backbone
     assert grown.config.local_layers == 1 and grown.stack_logits(torch.zeros(1, 32)).shape == (1, 2, Q, C + 2)
     assert torch.equal(grown.heads[0].weight, plain.heads[0].weight)
+
+
+@pytest.mark.parametrize("mode", ["ar", "maskgit"])
+def test_local_transformer_fast_eval_path_is_the_same_network(mode):
+    """Inference runs the local layers as plain functional calls; they equal nn.TransformerEncoder's."""
+    model = _tiny()
+    h, codes = torch.randn(3, 32), torch.randint(0, C + 3, (3, Q))
+    with torch.no_grad():
+        fast = model.local_logits(h, codes, mode)
+        model.local.train()
+        slow = model.local_logits(h, codes, mode)      # dropout is 0: training mode differs only in the path
+    assert torch.allclose(fast, slow, atol=1e-5)
+    if mode == "ar":    # causal: codebook q ignores the codes at q and after
+        later = codes.clone()
+        later[:, 2:] = 0
+        model.local.eval()
+        with torch.no_grad():
+            assert torch.allclose(model.local_logits(h, later, mode)[:, :3], fast[:, :3], atol=1e-5)
