@@ -1,8 +1,9 @@
 """Frame stacking: the backbone predicts S = 2 frames per forward (multi-frame prediction, as in
 VALL-E 2's grouped code modeling, Chen et al. 2024, and multi-token prediction heads, Gloeckle
 et al. 2024): at step i the last state emits frames 2i and 2i + 1 with two sets of Q heads, and
-both frames are fed back together in the next forward. About (T + 1) / 2 + 1 forwards for T
-frames (prefill included) instead of `parallel`'s T + 1: half the backbone forwards again.
+both frames are fed back together in the next forward. floor(T / 2) + 1 forwards for T frames
+(prefill included; the EOS marker is a frame too) instead of `parallel`'s T + 1: half the
+backbone forwards again.
 
 Not exact: the second frame is sampled without seeing the first (and, as in `parallel`, the
 codebooks of a frame independently). This is the stacked heads' own factorisation; its quality
