@@ -41,9 +41,10 @@ def test_same_seed_same_audio(tiny_tts):
     assert torch.equal(a.codes, b.codes)
 
 
-def test_stream_yields_the_same_frames(tiny_tts):
-    chunks = list(tiny_tts.stream("Hello there.", decoder="delay", seed=2, max_seconds=0.3, chunk_frames=4))
-    full = tiny_tts("Hello there.", decoder="delay", seed=2, max_seconds=0.3)
+@pytest.mark.parametrize("decoder", ["delay", "stack"])
+def test_stream_yields_the_same_frames(tiny_tts, decoder):
+    chunks = list(tiny_tts.stream("Hello there.", decoder=decoder, seed=2, max_seconds=0.3, chunk_frames=4))
+    full = tiny_tts("Hello there.", decoder=decoder, seed=2, max_seconds=0.3)
     assert len(chunks) >= 2
     assert abs(sum(len(c) for c in chunks) - len(full.audio)) <= 320 * len(chunks)
 
