@@ -244,10 +244,8 @@ def heads_losses(model: TTSModel, examples, num_symbols, rng, local_frames: int 
     """CE (nats per code) of: the frame heads (both layouts), the stacked heads (frame after next),
     the local transformer run causally (ar) and as masked prediction (maskgit); parallel rows only
     for the last three."""
-    cfg = model.config
     tok, tgt, mask, positions, progress = collate(model, [e[:3] for e in examples], num_symbols)
     h = model.hidden(tok, progress, positions, mask)                          # (B, N, D)
-    ce = lambda logits, t: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=-100)
     out = {"frame": ce(model.head_logits(h), tgt)}
     parallel = torch.tensor([not e[3] for e in examples])
     if not parallel.any():
@@ -264,6 +262,11 @@ def heads_losses(model: TTSModel, examples, num_symbols, rng, local_frames: int 
     out["local_ar"] = ce(model.local_logits(hs, ts, "ar"), ts)
     out["local_maskgit"] = _maskgit_loss(model, hs, ts, rng, ce)
     return out
+
+
+def ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of (..., V) logits against (...) targets, -100 ignored."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
 def _maskgit_loss(model, hs, ts, rng, ce):
