@@ -45,8 +45,7 @@ def load_pipeline() -> SpeechPipelines:
 
 
 def tts_decoders(tts) -> list[str]:
-    from speech.tts import DECODERS
-    return [d for d in DECODERS if d != "flat" or getattr(tts, "flat", None) is not None]
+    return list(tts.decoders)
 
 
 def asr_decoders() -> list[str]:

@@ -1,5 +1,5 @@
 """Speech: our own multi-codebook RVQ codec, text-to-speech with codebook-parallel decoders
-(flat, delay, parallel) and a CTC + attention recogniser (ctc, ar, ctc_speculative).
+(flat, delay, parallel, local_ar, local_maskgit, stack) and a CTC + attention recogniser (ctc, ar, ctc_speculative).
 
     import speech
     tts = speech.load_tts()
@@ -18,12 +18,16 @@ __all__ = ["ASR", "ASRResult", "TTS", "TTSResult", "load_asr", "load_tts", "regi
 
 
 def register_decoders() -> None:
-    """Add the speech decoders (delay, parallel, ctc_speculative) to suite's registry."""
+    """Add the speech decoders (delay, parallel, local_ar, local_maskgit, stack, ctc_speculative)
+    to suite's registry."""
     import suite
     from suite.decoders.ctc_speculative import CTCSpeculative
     from suite.decoders.delay import Delay
+    from suite.decoders.local_ar import LocalAR
+    from suite.decoders.local_maskgit import LocalMaskGIT
     from suite.decoders.parallel import Parallel
-    for cls in (Delay, Parallel, CTCSpeculative):
+    from suite.decoders.stack import Stack
+    for cls in (Delay, Parallel, LocalAR, LocalMaskGIT, Stack, CTCSpeculative):
         if cls.name not in suite.DECODERS:
             suite.register(cls)
 

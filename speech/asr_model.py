@@ -43,9 +43,17 @@ def ids_to_text(ids) -> str:
     return "".join(ALPHABET[i - 1] for i in ids if 1 <= i <= len(ALPHABET))
 
 
-def normalise_features(mel: torch.Tensor) -> torch.Tensor:
-    """(B, 80, F) log-mel -> per-utterance mean/variance normalised."""
-    return (mel - mel.mean(-1, keepdim=True)) / (mel.std(-1, keepdim=True) + 1e-3)
+def normalise_features(mel: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, 80, F) log-mel -> per-utterance mean/variance normalised over each row's own frames
+    (lengths (B,); padding must not shift the statistics, or a batched utterance reads differently
+    from the same utterance alone)."""
+    if lengths is None:
+        return (mel - mel.mean(-1, keepdim=True)) / (mel.std(-1, keepdim=True) + 1e-3)
+    valid = (torch.arange(mel.shape[-1], device=mel.device)[None] < lengths[:, None])[:, None].to(mel.dtype)
+    n = valid.sum(-1, keepdim=True)
+    mean = (mel * valid).sum(-1, keepdim=True) / n
+    std = (((mel - mean) ** 2 * valid).sum(-1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()
+    return (mel - mean) / (std + 1e-3)
 
 
 class Encoder(nn.Module):
@@ -62,7 +70,7 @@ class Encoder(nn.Module):
 
     def forward(self, mel: torch.Tensor, lengths: torch.Tensor):
         """mel (B, 80, F), lengths (B,) mel frames -> (B, F', D), lengths (B,) with F' = ceil(F / stride)."""
-        x = self.subsample(normalise_features(mel))
+        x = self.subsample(normalise_features(mel, lengths))
         x = (x + self.pos_conv(x)).transpose(1, 2)
         out_len = (lengths + self.stride - 1) // self.stride
         pad = torch.arange(x.shape[1])[None] >= out_len[:, None]

@@ -5,6 +5,7 @@ import json
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,13 @@ def attention_loss(model: Recogniser, enc, enc_len, targets: list[list[int]]):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
 
 
-def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3) -> dict:
+def speed_perturb(audio, factor: float):
+    """Play `audio` (16 kHz) `factor` times faster (pitch and tempo both scale, as in Kaldi's recipe)."""
+    return data.resample(audio, int(round(data.SAMPLE_RATE * factor))) if factor != 1.0 else audio
+
+
+def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3,
+              speeds: tuple[float, ...] = (0.9, 1.1), out=None) -> dict:
     from .train import _cosine_lr, _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -60,12 +67,18 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     with torch.no_grad():
         mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
+    for factor in speeds:    # speed perturbation (Ko et al. 2015): new pitches and tempi, for unseen voices
+        with torch.no_grad():
+            mels += [features.log_mel(torch.from_numpy(speed_perturb(it["audio"], factor))) for it in items[::2]]
+        targets += [text_to_ids(it["text"]) for it in items[::2]]
     extra = codec_round_trips(items[::4])   # also hear Griffin-Lim codec audio (what TTS outputs)
     mels += [m for m, _ in extra]
     targets += [t for _, t in extra]
     order = sorted(range(len(mels)), key=lambda i: mels[i].shape[1])
     batches = [order[i:i + 16] for i in range(0, len(order), 16)]
-    model = Recogniser.load() if resume else Recogniser(ASRConfig())   # resume: continue the shipped weights
+    out = Path(out) if out else WEIGHTS / "asr"
+    source = out if (out / "model.safetensors").exists() else WEIGHTS / "asr"
+    model = Recogniser.load(source) if resume else Recogniser(ASRConfig())   # resume: continue a checkpoint
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     budget, t0, step = minutes * 60, time.time(), 0
     bar = _progress(budget, "asr")
@@ -91,8 +104,8 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
             bar.refresh()
     bar.close()
     model.eval()
-    folder = WEIGHTS / "asr"
-    previous = json.loads((folder / "metrics.json").read_text()) if resume else {}
+    folder = out
+    previous = json.loads((source / "metrics.json").read_text()) if resume else {}
     metrics = {"steps": step + previous.get("steps", 0), "train_minutes": minutes + previous.get("train_minutes", 0),
                "heldout_ctc_cer": heldout_ctc_cer(model)}
     model.save(folder)
@@ -106,13 +119,21 @@ def codec_round_trips(items: list[dict]) -> list[tuple[torch.Tensor, list[int]]]
     """(log-mel, target) of items passed through our codec (skipped when no codec is trained)."""
     from tqdm import tqdm
     from .codec import WEIGHTS as CODEC_WEIGHTS, Codec
-    if not (CODEC_WEIGHTS / "codec" / "model.safetensors").exists():
+    weights = CODEC_WEIGHTS / "codec" / "model.safetensors"
+    if not weights.exists():
         return []
+    import hashlib
+    key = hashlib.sha1(weights.read_bytes()).hexdigest()[:12] + f"-{len(items)}"
+    cached = data.cache_dir() / f"codec_round_trips-{key}.pt"    # Griffin-Lim is slow: compute once per codec
+    if cached.exists():
+        return torch.load(cached)
     codec = Codec.load()
     out = []
     for it in tqdm(items, desc="codec round trips", file=sys.stderr):
         audio = codec.decode(codec.encode(torch.from_numpy(it["audio"])[None]))[0]
         out.append((features.log_mel(audio), text_to_ids(it["text"])))
+    torch.save(out, cached.with_suffix(".tmp"))
+    cached.with_suffix(".tmp").replace(cached)
     return out
 
 

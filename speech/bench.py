@@ -4,7 +4,9 @@
     python -m speech.bench --tts 4 --asr 40      # smaller
     python -m speech.bench --json bench.json     # also write the numbers
 
-TTS, per decoder: backbone forwards per second of audio (and flat's rate over it), real-time factor (backbone + Griffin-Lim
+TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
+local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
+it; the local transformer's passes are not backbone forwards), real-time factor (backbone + Griffin-Lim
 vocoder), intelligibility = CER of our recogniser (ctc) and of pocketsphinx on the generated
 audio. Reference rows: the flite slt recording itself and its codec round trip.
 ASR, per decoder: CER on the held-out voice (flite rms, unseen sentences), decoder forwards,
@@ -140,12 +142,12 @@ def main(argv=None) -> int:
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
         tts = speech.load_tts()
-        decoders = [d for d in ("flat", "delay", "parallel") if d != "flat" or tts.flat is not None]
+        decoders = list(tts.decoders)
         held_texts = {it["text"] for it in data.load_split("heldout")}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]
         results["tts"] = bench_tts(tts, asr, pocketsphinx_transcriber(), sentences, decoders, args.seed)
         print(f"## TTS: {len(sentences)} held-out sentences, seed {args.seed}, temperature 0.7, top-k 40\n")
-        print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_audio_s",
+        print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_frame", "forwards_per_audio_s",
                                         "fewer_forwards_than_flat", "rtf", "cer_ours", "cer_pocketsphinx"]) + "\n")
     if args.json:
         from .codec import _write_json

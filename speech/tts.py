@@ -4,7 +4,9 @@
     python -m speech.tts "Remove an item from the queue." --decoder flat --seed 3 --out b.wav
 
 Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay (MusicGen delay
-pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards).
+pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
+local_ar / local_maskgit (one backbone forward per frame, then a local transformer over the K
+codebooks: autoregressive, or MaskGIT in 2 passes), stack (2 frames per forward, ~T/2+1 forwards).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-DECODERS = ("flat", "delay", "parallel")
+DECODERS = ("flat", "delay", "parallel", "local_ar", "local_maskgit", "stack")
+FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack"}
 ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
 MAX_CHARS = 200
 
@@ -66,12 +69,22 @@ class TTS:
     def __init__(self, frame_model, codec, flat_model=None):
         from .tts_model import FlatTTSAdapter, FrameTTSAdapter
         self.codec = codec
-        self.frame = FrameTTSAdapter(frame_model)
+        self.heads = {out: FrameTTSAdapter(frame_model, out) for out in FrameTTSAdapter.OUTPUTS}
+        self.frame = self.heads["frame"]
         self.flat = FlatTTSAdapter(flat_model) if flat_model is not None else None
         self.sample_rate = codec.config.sample_rate
         self.frame_rate = codec.config.frame_rate
 
     # ------------------------------------------------------------ public API
+    @property
+    def decoders(self) -> tuple[str, ...]:
+        """The decoders the loaded checkpoints support (flat needs tts_flat; local_* and stack need
+        the frame model's local transformer / stacked heads)."""
+        cfg = self.frame.model.config
+        ok = {"flat": self.flat is not None, "local_ar": cfg.local_layers > 0, "local_maskgit": cfg.local_layers > 0,
+              "stack": cfg.stack_frames > 1}
+        return tuple(d for d in DECODERS if ok.get(d, True))
+
     def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
                  top_k: int | None = 40, max_seconds: float = 12.0) -> TTSResult:
         steps, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
@@ -102,20 +115,24 @@ class TTS:
     def _start(self, text, decoder, seed, temperature, top_k, max_seconds):
         from suite import DecodeState, SamplingParams, decode_steps
         from suite.decoders.ar import AR
-        from suite.decoders.delay import Delay
-        from suite.decoders.parallel import Parallel
+        from suite.registry import get_decoder_class
         from .data import phonemes as to_phonemes
+        from . import register_decoders
+        register_decoders()
         if decoder not in DECODERS:
             raise ValueError(f"unknown TTS decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
         if decoder == "flat" and self.flat is None:
             raise ValueError("decoder 'flat' needs the flat model (speech/weights/tts_flat); train it with "
                              "`python -m speech.train tts-flat`")
+        if decoder not in self.decoders:
+            raise ValueError(f"decoder {decoder!r} needs the local transformer / stacked heads, which this TTS "
+                             "checkpoint lacks; train them with `python -m speech.train tts-heads`")
         if not 0.2 <= max_seconds <= 30:
             raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
         phonemes = to_phonemes(check_text(text))
         params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
         frames = int(max_seconds * self.frame_rate)
-        adapter = self.flat if decoder == "flat" else self.frame
+        adapter = self.flat if decoder == "flat" else self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
         symbols = cfg.symbol_ids(phonemes)
         q = cfg.num_codebooks
@@ -126,7 +143,7 @@ class TTS:
             prompt = [(layout,) + (cfg.pad,) * (q - 1)] + [(s,) + (cfg.pad,) * (q - 1) for s in symbols]
             prompt.append((cfg.bos,) * q)
             budget = frames + q + 1
-            dec = (Delay() if decoder == "delay" else Parallel()).bind(adapter)
+            dec = get_decoder_class(decoder)().bind(adapter)
         adapter.bind_request([len(prompt) - 1], [len(symbols)])
         state = DecodeState(tokens=[prompt], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
                             eos_token_ids=adapter.config.eos_token_ids, max_length=cfg.max_positions)
@@ -146,7 +163,7 @@ class TTS:
         if decoder == "flat":
             ids = torch.tensor([t for t in new if t != cfg.eos], dtype=torch.long)
             codes = unflatten_codes(ids, q, c) if ids.numel() >= q else torch.zeros(q, 0, dtype=torch.long)
-        elif decoder == "parallel":
+        elif decoder != "delay":      # one frame per committed token
             frames = [f for f in new if f[0] != cfg.eos]
             codes = torch.tensor(frames, dtype=torch.long).T if frames else torch.zeros(q, 0, dtype=torch.long)
         else:

@@ -37,6 +37,9 @@ class TTSConfig:
     progress_buckets: int = 32     # a monotonic "how far into the utterance" hint per audio position
     frames_per_symbol: float = 1.0   # expected frames = a * symbols + b (fit on the training data)
     frames_offset: float = 0.0
+    local_layers: int = 0          # > 0: a local transformer over the codebooks of a frame (local_ar, local_maskgit)
+    local_hidden: int = 128
+    stack_frames: int = 1          # 2: extra heads predict the frame after next too (the `stack` decoder)
 
     def expected_frames(self, num_symbols: int) -> float:
         return max(4.0, self.frames_per_symbol * num_symbols + self.frames_offset)
@@ -99,6 +102,18 @@ class TTSModel(nn.Module):
         self.backbone.embed_tokens = None   # inputs arrive as embeddings
         self.heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False) for _ in range(c.streams))
         self.progress = nn.Embedding(c.progress_buckets + 1, c.hidden_size)   # last id: text positions
+        self.add_heads()
+
+    def add_heads(self) -> None:
+        """The optional heads of the frame layout (created from the config; absent in old checkpoints)."""
+        from .local_head import LocalTransformer
+        c = self.config
+        if c.local_layers and not hasattr(self, "local"):
+            self.local = LocalTransformer(c.hidden_size, c.num_codebooks, c.out_vocab, c.local_hidden, c.local_layers)
+        if c.stack_frames > 1 and not hasattr(self, "stack_heads"):
+            # (S-1) x Q heads: head [s-1][q] predicts codebook q of the frame s steps after the next
+            self.stack_heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False)
+                                             for _ in range((c.stack_frames - 1) * c.num_codebooks))
 
     def progress_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
         """positions (B, N), each row's BOS position and expected frame count (B,) -> bucket ids (B, N):
@@ -117,13 +132,36 @@ class TTSModel(nn.Module):
 
     def forward(self, tokens, progress, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
         """tokens, progress ids (B, N) -> logits (B, N - logits_from, Q, V) for frames, (B, N - logits_from, V) flat."""
+        logits = self.head_logits(self.hidden(tokens, progress, position_ids, attention_mask, cache, logits_from))
+        return logits if self.config.layout == "frame" else logits[:, :, 0]
+
+    def hidden(self, tokens, progress, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
+        """-> the backbone's last hidden states (B, N - logits_from, D)."""
         x = self.embed_tokens(tokens) + self.progress(progress)
         out = self.backbone(inputs_embeds=x, position_ids=position_ids,
                             attention_mask=attention_mask, cache=cache, use_cache=cache is not None)
-        h = out.last_hidden_state[:, logits_from:]
-        logits = torch.stack([head(h) for head in self.heads], 2)
-        logits[..., self.config.bos] = float("-inf")       # BOS is an input, never an output
-        return logits if self.config.layout == "frame" else logits[:, :, 0]
+        return out.last_hidden_state[:, logits_from:]
+
+    def head_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., Q, V): the next frame's codebooks, each head on its own."""
+        return _no_bos(torch.stack([head(h) for head in self.heads], -2), self.config.bos)
+
+    def stack_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., S, Q, V): the next S frames' codebooks (S = stack_frames), all from one state."""
+        c = self.config
+        if c.stack_frames < 2:
+            raise ValueError("this TTS checkpoint has no stacked heads (stack_frames=1); retrain with "
+                             "`python -m speech.train tts-heads`")
+        later = torch.stack([head(h) for head in self.stack_heads], -2)
+        later = later.unflatten(-2, (c.stack_frames - 1, c.num_codebooks))
+        return torch.cat([self.head_logits(h)[..., None, :, :], _no_bos(later, c.bos)], -3)
+
+    def local_logits(self, h: torch.Tensor, codes: torch.Tensor, mode: str) -> torch.Tensor:
+        """h (M, D), codes (M, Q) (MASK = out_vocab where unknown) -> (M, Q, V) of the local transformer."""
+        if not hasattr(self, "local"):
+            raise ValueError("this TTS checkpoint has no local transformer (local_layers=0); retrain with "
+                             "`python -m speech.train tts-heads`")
+        return _no_bos(self.local(h, codes, mode), self.config.bos)
 
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file
@@ -136,7 +174,9 @@ class TTSModel(nn.Module):
         os.replace(tmp, folder / "config.json")
 
     @classmethod
-    def load(cls, folder: Path | str) -> "TTSModel":
+    def load(cls, folder: Path | str, **new_heads) -> "TTSModel":
+        """new_heads (e.g. local_layers=2, stack_frames=2) add freshly initialised heads to a checkpoint
+        that lacks them (training continues from its backbone)."""
         from safetensors.torch import load_file
         folder = Path(folder)
         if not (folder / "model.safetensors").exists():
@@ -145,7 +185,16 @@ class TTSModel(nn.Module):
         cfg.pop("model_type", None)
         model = cls(TTSConfig(**cfg))
         model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        if new_heads:
+            for k, v in new_heads.items():
+                setattr(model.config, k, v)
+            model.add_heads()
         return model.eval()
+
+
+def _no_bos(logits: torch.Tensor, bos: int) -> torch.Tensor:
+    logits[..., bos] = float("-inf")       # BOS is an input, never an output
+    return logits
 
 
 # ---------------------------------------------------------------- layouts (pure functions)
@@ -215,19 +264,33 @@ class _TTSAdapter:
 
 
 class FrameTTSAdapter(_TTSAdapter):
-    """ModelAdapter of the frame model: tokens (B, N, Q) -> logits (B, N', Q, V)."""
+    """ModelAdapter of the frame model: tokens (B, N, Q) -> by `output`:
+    "frame" logits (B, N', Q, V) (delay, parallel); "stack" logits (B, N', S, Q, V) of the next S
+    frames (stack); "local" a suite LocalHeadOutput: hidden (B, N', D) + the local transformer
+    (local_ar, local_maskgit)."""
 
-    def __init__(self, model: TTSModel):
+    OUTPUTS = ("frame", "stack", "local")
+
+    def __init__(self, model: TTSModel, output: str = "frame"):
         from suite import AdapterConfig
+        if output not in self.OUTPUTS:
+            raise ValueError(f"output must be one of {self.OUTPUTS}, got {output!r}")
         c = model.config
-        self.model = model
+        self.model, self.output = model, output
         self.audio_start = self.expected = None
         self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({eos_frame(c)}),
                                     pad_token_id=c.pad, max_length=c.max_positions,
-                                    extra={"codebooks": c.num_codebooks, "bos": c.bos, "eos": c.eos, "pad": c.pad})
+                                    extra={"codebooks": c.num_codebooks, "bos": c.bos, "eos": c.eos, "pad": c.pad,
+                                           "output": output})
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        return self.model(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+        h = self.model.hidden(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+        if self.output == "frame":
+            return self.model.head_logits(h)
+        if self.output == "stack":
+            return self.model.stack_logits(h)
+        from suite.decoders._frames import LocalHeadOutput
+        return LocalHeadOutput(h, self.model.local_logits, mask_id=self.model.config.out_vocab)
 
 
 def eos_frame(config: TTSConfig) -> tuple:

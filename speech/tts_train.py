@@ -6,6 +6,7 @@ Flat model: codes flattened frame by frame (T*Q positions).
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -159,3 +160,122 @@ def _previous_metrics(folder) -> dict:
     import json
     path = folder / "metrics.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ---------------------------------------------------------------- heads: local transformer + stacked frames
+
+def train_tts_heads(minutes: float, seed: int = 0, lr: float = 5e-4, out=None, source=None,
+                    save_every_min: float = 5.0) -> dict:
+    """Continue the frame TTS (its backbone and heads) and train a local transformer (local_ar,
+    local_maskgit) and 2-frame stacked heads (stack) beside them. New heads learn at 3x `lr`.
+    `source`: the checkpoint to continue (default: the shipped tts, or `out` if it has the heads).
+    Checkpoints go to `out` every `save_every_min` minutes (resume by running again)."""
+    from pathlib import Path
+    from .train import _progress
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    out = Path(out) if out else WEIGHTS / "tts"
+    if source is None:
+        source = out if (out / "model.safetensors").exists() else WEIGHTS / "tts"
+    model = TTSModel.load(source, local_layers=2, stack_frames=2)
+    previous = _previous_metrics(Path(source))
+    cfg = model.config
+    items = data.load_split("tts")
+    codes = encode_corpus(Codec.load(), items)
+    sym = [cfg.symbol_ids(it["phonemes"]) for it in items]
+    held = set(range(0, len(items), 50))
+    order = sorted((i for i in range(len(items)) if i not in held), key=lambda i: codes[i].shape[1])
+    batches = [order[i:i + 16] for i in range(0, len(order), 16)]
+    new = {id(p) for n, p in model.named_parameters() if n.startswith(("local.", "stack_heads."))}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in new], "scale": 1.0},
+              {"params": [p for p in model.parameters() if id(p) in new], "scale": 3.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    budget, t0, step, last_save = minutes * 60, time.time(), 0, time.time()
+    bar = _progress(budget, "tts-heads")
+    model.train()
+    while time.time() - t0 < budget:
+        idx = rng.choice(batches)
+        examples = [_heads_example(cfg, sym[i], codes[i], rng) for i in idx]
+        losses = heads_losses(model, examples, [len(sym[i]) for i in idx], rng)
+        loss = sum(losses.values())
+        frac = (time.time() - t0) / budget
+        for g in opt.param_groups:
+            g["lr"] = g["scale"] * lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 10 == 0:
+            bar.n = int(time.time() - t0)
+            bar.set_postfix_str(f"step {step} " + " ".join(f"{k} {v.item():.2f}" for k, v in losses.items()))
+            bar.refresh()
+        if time.time() - last_save > save_every_min * 60:
+            model.eval()
+            model.save(out)
+            model.train()
+            last_save = time.time()
+    bar.close()
+    model.eval()
+    with torch.no_grad():
+        val = {}
+        for i in sorted(held):
+            for delay in (False, True):
+                ex = frame_example(cfg, sym[i], codes[i], delay=delay) + (delay,)
+                for k, v in heads_losses(model, [ex], [len(sym[i])], random.Random(i)).items():
+                    name = "val_delay" if (k == "frame" and delay) else f"val_{k}"
+                    val.setdefault(name, []).append(v.item())
+    metrics = {"steps": step + previous.get("steps", 0),
+               "train_minutes": minutes + previous.get("train_minutes", 0),
+               **{k: sum(v) / len(v) for k, v in val.items()},
+               "params_M": sum(p.numel() for p in model.parameters()) / 1e6}
+    model.save(out)
+    _write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def _heads_example(cfg, symbols, codes, rng):
+    """Two thirds PARALLEL (the layout the new heads read), one third DELAY (kept alive)."""
+    delay = rng.random() < 1 / 3
+    return frame_example(cfg, symbols, codes, delay=delay) + (delay,)
+
+
+def heads_losses(model: TTSModel, examples, num_symbols, rng, local_frames: int = 768) -> dict:
+    """CE (nats per code) of: the frame heads (both layouts), the stacked heads (frame after next),
+    the local transformer run causally (ar) and as masked prediction (maskgit); parallel rows only
+    for the last three."""
+    tok, tgt, mask, positions, progress = collate(model, [e[:3] for e in examples], num_symbols)
+    h = model.hidden(tok, progress, positions, mask)                          # (B, N, D)
+    out = {"frame": ce(model.head_logits(h), tgt)}
+    parallel = torch.tensor([not e[3] for e in examples])
+    if not parallel.any():
+        return out
+    later = torch.cat([tgt[:, 1:], torch.full_like(tgt[:, :1], -100)], 1)     # (B, N, Q): the frame after next
+    later[~parallel] = -100
+    later[tgt[..., 0] == -100] = -100                                         # text positions predict no frame
+    out["stack"] = ce(model.stack_logits(h)[:, :, 1], later)
+    rows = (tgt[..., 0] != -100) & parallel[:, None]                          # (B, N) positions with a target frame
+    hs, ts = h[rows], tgt[rows]                                               # (M, D), (M, Q)
+    if len(hs) > local_frames:
+        pick = torch.randperm(len(hs), generator=torch.Generator().manual_seed(rng.randrange(2 ** 31)))[:local_frames]
+        hs, ts = hs[pick], ts[pick]
+    out["local_ar"] = ce(model.local_logits(hs, ts, "ar"), ts)
+    out["local_maskgit"] = _maskgit_loss(model, hs, ts, rng, ce)
+    return out
+
+
+def ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of (..., V) logits against (...) targets, -100 ignored."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+
+
+def _maskgit_loss(model, hs, ts, rng, ce):
+    """Mask ceil(cos(u pi/2) Q) codebooks per frame (u uniform, MaskGIT's schedule); predict them."""
+    m, q = ts.shape
+    g = torch.Generator().manual_seed(rng.randrange(2 ** 31))
+    u = torch.rand(m, generator=g)
+    count = torch.ceil(torch.cos(u * math.pi / 2) * q).clamp(1, q)           # (M,)
+    rank = torch.rand(m, q, generator=g).argsort(1).argsort(1)               # random order per frame
+    masked = rank < count[:, None]
+    inputs = torch.where(masked, torch.full_like(ts, model.config.out_vocab), ts)
+    return ce(model.local_logits(hs, inputs, "maskgit"), torch.where(masked, ts, torch.full_like(ts, -100)))

@@ -3,6 +3,7 @@ drafts carry tokens (B, N, Q). The adapter returns logits (B, N', Q, V)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -50,11 +51,40 @@ def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:
     return Acceptance(committed, keep)
 
 
-def require_frames(decoder, model) -> dict:
-    """The codebook constants a frame decoder reads from the adapter's config."""
+def require_frames(decoder, model, output: str = "frame") -> dict:
+    """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
+    adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
+    "local" a LocalHeadOutput."""
     extra = getattr(getattr(model, "config", None), "extra", {}) or {}
     missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "
                          f"codebooks, bos, eos and pad (e.g. speech's FrameTTSAdapter); missing {missing}")
+    if extra.get("output", "frame") != output:
+        raise ValueError(f"decoder {decoder.name!r} needs a frame adapter whose forward returns {output!r} "
+                         f"(config.extra['output']), this one returns {extra.get('output', 'frame')!r}; "
+                         f"e.g. speech's FrameTTSAdapter(model, output={output!r})")
     return {k: int(extra[k]) for k in ("codebooks", "bos", "eos", "pad")}
+
+
+@dataclass
+class LocalHeadOutput:
+    """What a frame adapter with a local (depth) transformer returns per forward: the backbone's
+    hidden states (B, N', D) and the local transformer to run on them,
+    local(h (M, D), codes (M, Q) with `mask_id` where unknown, mode "ar"|"maskgit") -> logits (M, Q, V)."""
+
+    hidden: torch.Tensor
+    local: Callable
+    mask_id: int
+
+
+def last_frame_hidden(draft: Draft, out: LocalHeadOutput, rows: list[int]) -> torch.Tensor:
+    """(M, D) states at the last pending frame of each listed row."""
+    return torch.stack([out.hidden[b, draft.meta.num_pending[b] - 1 - draft.logits_from] for b in rows])
+
+
+def only_head0_ends(logits: torch.Tensor, eos: int) -> torch.Tensor:
+    """(..., Q, V): codebooks q > 0 never emit EOS (only codebook 0 may end the utterance)."""
+    logits = logits.clone()
+    logits[..., 1:, eos] = float("-inf")
+    return logits

@@ -62,3 +62,24 @@ def test_non_audio_file(tmp_path):
 def test_cer_and_normalisation():
     assert cer(["abcd"], ["abcd"]) == 0 and cer(["abcd"], ["abxd"]) == 0.25 and cer(["ab"], [""]) == 1.0
     assert normalize_text("Hello, World's  A&B-C.") == "hello world's a and b c"
+
+
+def test_feature_normalisation_ignores_batch_padding():
+    """A padded utterance is normalised exactly as the same utterance alone (batched held-out CER
+    used to read padding as signal)."""
+    import torch
+    from speech.asr_model import normalise_features
+    torch.manual_seed(0)
+    a, b = torch.randn(1, 80, 50) * 3 + 1, torch.randn(1, 80, 20) - 2
+    batch = torch.cat([a, torch.nn.functional.pad(b, (0, 30), value=-11.5)])
+    out = normalise_features(batch, torch.tensor([50, 20]))
+    assert torch.allclose(out[1:, :, :20], normalise_features(b), atol=1e-5)
+    assert torch.allclose(out[:1], normalise_features(a), atol=1e-5)
+    assert not torch.allclose(normalise_features(batch)[1:, :, :20], normalise_features(b), atol=1e-2)
+
+
+def test_speed_perturbation_scales_duration():
+    from speech.asr_train import speed_perturb
+    audio = _tone(1.0)
+    assert abs(len(speed_perturb(audio, 1.1)) - 16000 / 1.1) < 2 and len(speed_perturb(audio, 0.9)) > 17700
+    assert speed_perturb(audio, 1.0) is audio

@@ -17,12 +17,12 @@ def tiny_tts():
     codec = Codec(CodecConfig(channels=16, codebook_size=16, latent_dim=8)).eval()
     common = dict(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=2, num_heads=2, symbols=SYMBOLS,
                   frames_per_symbol=1.0, frames_offset=2.0)
-    frame = TTSModel(TTSConfig(layout="frame", **common)).eval()
+    frame = TTSModel(TTSConfig(layout="frame", local_layers=1, local_hidden=16, stack_frames=2, **common)).eval()
     flat = TTSModel(TTSConfig(layout="flat", **common)).eval()
     return TTS(frame, codec, flat)
 
 
-@pytest.mark.parametrize("decoder", ["flat", "delay", "parallel"])
+@pytest.mark.parametrize("decoder", ["flat", "delay", "parallel", "local_ar", "local_maskgit", "stack"])
 def test_tts_result_shape_and_forward_counts(tiny_tts, decoder):
     res = tiny_tts("Hello there.", decoder=decoder, seed=1, max_seconds=0.3)
     q, t = res.codes.shape
@@ -30,7 +30,7 @@ def test_tts_result_shape_and_forward_counts(tiny_tts, decoder):
     assert res.codes.max() < 16 and res.codes.min() >= 0
     if t:
         assert abs(len(res.audio) - t * 320) <= 320
-    expected = {"flat": t * q + 1, "delay": t + q - 1, "parallel": t + 1}[decoder]
+    expected = {"flat": t * q + 1, "delay": t + q - 1, "stack": t // 2 + 1}.get(decoder, t + 1)
     # a random model may run out of budget before EOS: then it is one step short of the EOS step
     assert res.stats.num_forwards in (expected, expected - 1)
 
@@ -41,9 +41,10 @@ def test_same_seed_same_audio(tiny_tts):
     assert torch.equal(a.codes, b.codes)
 
 
-def test_stream_yields_the_same_frames(tiny_tts):
-    chunks = list(tiny_tts.stream("Hello there.", decoder="delay", seed=2, max_seconds=0.3, chunk_frames=4))
-    full = tiny_tts("Hello there.", decoder="delay", seed=2, max_seconds=0.3)
+@pytest.mark.parametrize("decoder", ["delay", "stack"])
+def test_stream_yields_the_same_frames(tiny_tts, decoder):
+    chunks = list(tiny_tts.stream("Hello there.", decoder=decoder, seed=2, max_seconds=0.3, chunk_frames=4))
+    full = tiny_tts("Hello there.", decoder=decoder, seed=2, max_seconds=0.3)
     assert len(chunks) >= 2
     assert abs(sum(len(c) for c in chunks) - len(full.audio)) <= 320 * len(chunks)
 
@@ -55,3 +56,12 @@ def test_tts_bad_decoder_and_limits(tiny_tts):
         tiny_tts("Hello.", max_seconds=100)
     with pytest.raises(ValueError, match="empty"):
         tiny_tts("   ")
+
+
+def test_tts_without_heads_lists_and_refuses_their_decoders(tiny_tts):
+    plain = TTSModel(TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                               symbols=SYMBOLS)).eval()
+    tts = TTS(plain, tiny_tts.codec)
+    assert tts.decoders == ("delay", "parallel") and tiny_tts.decoders[-3:] == ("local_ar", "local_maskgit", "stack")
+    with pytest.raises(ValueError, match="tts-heads"):
+        tts("Hello.", decoder="local_ar")
