@@ -326,3 +326,13 @@ def heldout(n: int, task: str = "aabb") -> list[tuple[Scene, Query]]:
         s = scene("test", i, task)
         out.append((s, make_query(s, np.random.default_rng([SPLIT_SEEDS["test"], i, 7]))))
     return out
+
+
+def validation(n: int, task: str = "aabb") -> list[tuple[Scene, Query]]:
+    """Scenes of the train split that training never draws (it uses indices below 100000), for
+    tuning decoder settings without touching the held-out split."""
+    out = []
+    for i in range(100_000, 100_000 + n):
+        s = scene("train", i, task)
+        out.append((s, make_query(s, np.random.default_rng([SPLIT_SEEDS["train"], i, 7]))))
+    return out
