@@ -23,6 +23,7 @@ TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
 FORWARDS_NOTE = ("forwards: decoder passes for this query (the MobileNetV2 encoder runs once more); "
                  "tokens: box slots and end tokens; wall time: letterbox, encoder and decoding")
 COLOURS = ((255, 0, 200), (0, 200, 255), (255, 160, 0), (0, 220, 90))
+EXAMPLE_SCENE, EXAMPLE_QUERY = 17, "the ring left of the blue square"    # a held-out scene
 
 
 def load_pipeline():
@@ -30,11 +31,11 @@ def load_pipeline():
     from vision.grounding import register_decoders
     register_decoders()
     grd = vision.load_grounding_pipeline()
-    grd(example_scene(), "the red circle", decoder="ar")            # warm up the encoder once
+    grd(example_scene(), EXAMPLE_QUERY, decoder="ar")               # warm up the encoder once
     return grd
 
 
-def example_scene(index: int = 3, task: str = "aabb"):
+def example_scene(index: int = EXAMPLE_SCENE, task: str = "aabb"):
     """A held-out generated scene (numpy RGB)."""
     from vision.grounding import data
     return data.scene("test", index, task).image
@@ -46,8 +47,13 @@ def decoder_choices() -> list[str]:
     return [d for d in GROUNDING_DECODERS if d in suite.DECODERS]
 
 
-def default_options(name: str) -> str:
-    return format_options(ui_options(name)) if name in suite.DECODERS else ""
+def default_options(name: str, pipeline=None, task: str = "aabb") -> str:
+    """The decoder's options as text; hybrid's confidence floor is the model's per-task default."""
+    if name not in suite.DECODERS:
+        return ""
+    floors = getattr(getattr(pipeline, "model", None), "cfg", {}).get("hybrid_confidence_floor", {})
+    overrides = {"confidence_floor": floors[task]} if name == "hybrid" and task in floors else None
+    return format_options(ui_options(name, overrides))
 
 
 def annotated(image, result, scale: int = 1):
@@ -112,12 +118,12 @@ def build_demo(pipeline=None) -> gr.Blocks:
             with gr.Column(scale=2):
                 image = gr.Image(value=Image.fromarray(example_scene()), type="pil", label="Image",
                                  elem_id="grounding-image", height=320)
-                query = gr.Textbox(value="the red circle", label="Query", elem_id="grounding-query",
+                query = gr.Textbox(value=EXAMPLE_QUERY, label="Query", elem_id="grounding-query",
                                    info="e.g. the small square, the star left of the blue circle, the face, the word cat")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER, label="Decoder", elem_id="grounding-decoder")
                 task = gr.Radio(list(TASKS), value="axis-aligned", label="Boxes", elem_id="grounding-task")
-                options = gr.Textbox(value=default_options(DEFAULT_DECODER), label="Decoder options",
+                options = gr.Textbox(value=default_options(DEFAULT_DECODER, pipeline), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="grounding-options")
                 compare = gr.Checkbox(value=True, label="Compare with AR", elem_id="grounding-compare")
                 run = gr.Button("Ground", variant="primary", elem_id="grounding-run")
@@ -125,7 +131,10 @@ def build_demo(pipeline=None) -> gr.Blocks:
         with gr.Row():
             out = gr.Image(label="Boxes", type="pil", elem_id="grounding-output", height=512)
             boxes = gr.HTML(elem_id="grounding-boxes")
-        decoder.change(default_options, decoder, options, queue=False)
+        decoder.change(lambda d, t: default_options(d, shared.get(), TASKS.get(t, "aabb")), [decoder, task], options,
+                       queue=False)
+        task.change(lambda d, t: default_options(d, shared.get(), TASKS.get(t, "aabb")), [decoder, task], options,
+                    queue=False)
         run.click(guarded("grounding", ground), [image, query, decoder, task, options, compare],
                   [out, boxes, stats], api_name="ground")
     return demo

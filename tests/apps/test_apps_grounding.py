@@ -12,10 +12,11 @@ def grd(require_tab):
 
 def test_grounding_tab_grounds_like_the_library(open_app, require_tab, grd, screenshot):
     require_tab("Grounding")
-    from apps.grounding import DEFAULT_DECODER, example_scene
+    from apps.grounding import DEFAULT_DECODER, EXAMPLE_QUERY, example_scene
     from PIL import Image
-    want = grd(Image.fromarray(example_scene()), "the red circle", decoder=DEFAULT_DECODER)
-    ar = grd(Image.fromarray(example_scene()), "the red circle", decoder="ar")
+    want = grd(Image.fromarray(example_scene()), EXAMPLE_QUERY, decoder=DEFAULT_DECODER)
+    ar = grd(Image.fromarray(example_scene()), EXAMPLE_QUERY, decoder="ar")
+    assert want.boxes                                                   # the example finds something
 
     page = open_app()
     page.get_by_role("tab", name="Grounding").click()
@@ -28,6 +29,8 @@ def test_grounding_tab_grounds_like_the_library(open_app, require_tab, grd, scre
     assert int(stat(ar_row, "forwards")) == ar.stats.row_forwards
     assert int(page.locator("#grounding-boxes .ps-boxes").get_attribute("data-count")) == len(want.boxes)
     assert page.locator("#grounding-boxes tr.ps-box").count() == len(want.boxes)
+    floor = grd.model.cfg["hybrid_confidence_floor"]["aabb"]            # the model's default, shown and used
+    assert f"confidence_floor={floor}" in page.locator("#grounding-options textarea, #grounding-options input").first.input_value()
     page.locator("#grounding-output img").wait_for()
     screenshot(page, "app-grounding.png")
 

@@ -89,15 +89,28 @@ def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     hyb, hyb_fwd, scratch = run(model, HybridBox())
     assert par != ar                               # the lossy decoder keeps the broken box
     assert par[0][3] == COORD0
-    assert hyb == ar                               # hybrid re-decodes both blocks slot by slot
+    assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
     assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
-    assert hyb_fwd == ar_fwd                       # 1 parallel + 5 AR forwards per box, + EOS
+    # per box: the parallel forward (head), one verification forward (keeps x0 y0, corrects x1),
+    # then y1 and END one per forward; + the EOS head
+    assert hyb_fwd == 2 * 4 + 1 < ar_fwd
 
 
 def test_hybrid_catches_misplaced_structure_tokens():
     model = BoxScript([TWO_BOXES], noisy=lambda t, j: OBJ if t == END else t)
-    hyb, _, scratch = run(model, HybridBox())
+    hyb, fwd, scratch = run(model, HybridBox())
     assert hyb == [TWO_BOXES] and scratch["fallback_reasons"] == {"structure": 2}
+    assert fwd == 2 * 2 + 1                        # verification keeps the 4 coordinates, corrects END
+
+
+def test_hybrid_verification_with_a_wrong_first_slot_and_a_ragged_batch():
+    """Every parallel x0 is wrong (x0 > x1): verification keeps nothing, AR redoes the block; three
+    ragged rows (two boxes, no match, one box) advance independently."""
+    model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]], noisy=lambda t, j: COORD0 + 999 if j == 2 else t)   # x0
+    ar, _, _ = run(model, "ar", rows=3)
+    hyb, _, scratch = run(model, HybridBox(confidence_floor=0.0), rows=3)
+    assert hyb == ar == [TWO_BOXES, [NONE], TWO_BOXES[6:]]
+    assert scratch["fallback_reasons"] == {"geometry": 3}
 
 
 def test_block_problem_rules():

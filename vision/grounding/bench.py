@@ -49,13 +49,15 @@ def run_decoders(pipe, items, decoders, task: str, batch: int, progress: bool = 
     return out
 
 
-def tune_floor(pipe, n: int, batch: int, floors=(0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
-    """hybrid's confidence floor, chosen on validation scenes (never trained on, not the held-out
-    split): the lowest floor (fewest fallbacks) whose Acc@0.5 reaches ar's; else the most accurate."""
+def tune_floor(pipe, n: int, batch: int, task: str = "aabb", floors=(0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
+    """hybrid's confidence floor for a task, chosen on validation scenes (never trained on, not the
+    held-out split): the lowest floor (fewest fallbacks) whose Acc@0.5 reaches ar's; else the most
+    accurate."""
     from . import data
-    items = data.validation(n, "aabb")
+    items = data.validation(n, task)
     specs = ["ar"] + [f"hybrid:confidence_floor={f}" for f in floors]
-    rows = score_aabb(items, run_decoders(pipe, items, specs, "aabb", batch))
+    score = score_aabb if task == "aabb" else score_obb
+    rows = score(items, run_decoders(pipe, items, specs, task, batch))
     ar_acc = rows[0]["acc"]
     ok = [(f, r) for f, r in zip(floors, rows[1:]) if r["acc"] >= ar_acc]
     best = ok[0][0] if ok else max(zip(floors, rows[1:]), key=lambda fr: fr[1]["acc"])[0]
@@ -147,13 +149,14 @@ def real_faces(pipe, decoders):
     except Exception:
         pass
     rows = []
-    for name, img in photos.items():
+    for photo, img in photos.items():
         dets = cascade.detect_multi_scale(img=img, scale_factor=1.2, step_ratio=1, min_size=(60, 60), max_size=(400, 400))
         gt = [(d["c"], d["r"], d["c"] + d["width"], d["r"] + d["height"]) for d in dets]
         for d in decoders:
-            r = pipe(img, "the face", decoder=d, score=False)
+            name, opts = parse_spec(d)
+            r = pipe(img, "the face", decoder=name, score=False, **opts)
             ious = match(r.boxes, gt, iou)
-            rows.append({"image": name, "decoder": d, "cascade_faces": len(gt), "boxes": len(r.boxes),
+            rows.append({"image": photo, "decoder": d, "cascade_faces": len(gt), "boxes": len(r.boxes),
                          "mean_iou": float(np.mean(ious)) if ious else None})
     return rows
 
@@ -187,7 +190,8 @@ def real_text(pipe, decoders, max_crops: int = 16):
     for d in decoders:
         hits, total, found = 0, 0, 0
         for crop, gt in crops:
-            r = pipe(crop, "the text", decoder=d, score=False)
+            name, opts = parse_spec(d)
+            r = pipe(crop, "the text", decoder=name, score=False, **opts)
             hits += sum(v >= 0.5 for v in match(r.boxes, gt, iou))
             total += len(gt)
             found += len(r.boxes)
@@ -225,14 +229,22 @@ def main(argv=None) -> int:
         return 2
     decoders = ["ar"] + [d for d in args.decoders if d != "ar"]
     t0 = time.time()
-    if args.tune:
-        floor, sweep = tune_floor(pipe, args.tune, args.batch)
-        print(f"### hybrid confidence floor on {args.tune} validation queries (chosen: {floor})\n")
-        print(table(sweep) + "\n")
-        decoders = [f"hybrid:confidence_floor={floor}" if d == "hybrid" else d for d in decoders]
-    items = data.heldout(args.n, "aabb")
     report = {"settings": {"n": args.n, "obb_n": args.obb_n, "batch": args.batch, "threads": args.threads}}
-    rows = score_aabb(items, run_decoders(pipe, items, decoders, "aabb", args.batch))
+    floors = {}
+    if args.tune:
+        for task, n in (("aabb", args.tune), ("obb", args.tune // 2 if args.obb_n else 0)):
+            if not n:
+                continue
+            floors[task], sweep = tune_floor(pipe, n, args.batch, task)
+            print(f"### hybrid confidence floor, {task}, on {n} validation queries (chosen: {floors[task]})\n")
+            print(table(sweep, oriented=task == "obb") + "\n")
+        report["tuned_floors"] = floors
+
+    def specs(task):
+        return [f"hybrid:confidence_floor={floors[task]}" if d == "hybrid" and task in floors else d for d in decoders]
+
+    items = data.heldout(args.n, "aabb")
+    rows = score_aabb(items, run_decoders(pipe, items, specs("aabb"), "aabb", args.batch))
     report["aabb"] = rows
     print(f"### held-out generated scenes, axis-aligned ({args.n} queries, "
           f"{sum(len(q.targets) for _, q in items)} target boxes, {sum(not q.targets for _, q in items)} no-match; "
@@ -240,19 +252,19 @@ def main(argv=None) -> int:
     print(table(rows))
     if args.obb_n:
         oitems = data.heldout(args.obb_n, "obb")
-        orows = score_obb(oitems, run_decoders(pipe, oitems, decoders, "obb", args.batch))
+        orows = score_obb(oitems, run_decoders(pipe, oitems, specs("obb"), "obb", args.batch))
         report["obb"] = orows
         print(f"\n### held-out generated scenes, oriented ({args.obb_n} queries; rotated IoU; envelope = the "
               "axis-aligned envelope of the same predicted box)\n")
         print(table(orows, oriented=True))
     if not args.no_real:
-        faces = real_faces(pipe, decoders)
+        faces = real_faces(pipe, specs("aabb"))
         report["real_faces"] = faces
         print("\n### real photos: LBP face cascade vs \"the face\"\n")
         print("| image | decoder | cascade faces | boxes returned | mean IoU with cascade |\n|---|---|---|---|---|")
         for r in faces:
             print(f"| {r['image']} | {r['decoder']} | {r['cascade_faces']} | {r['boxes']} | {fmt(r['mean_iou'])} |")
-        text = real_text(pipe, decoders)
+        text = real_text(pipe, specs("aabb"))
         report["real_text"] = text
         print("\n### real scan: rapidocr word boxes vs \"the text\" (square crops around rapidocr words)\n")
         print("| image | decoder | crops | rapidocr words in crops | boxes returned | precision@0.5 % | recall@0.5 % |\n"

@@ -160,11 +160,16 @@ class GroundingPipeline:
             raise ValueError(f"query of {len(ids) - 3} tokens is too long (at most {MAX_QUERY_TOKENS}); shorten it")
         return ids
 
-    def decoder_for(self, decoder, options):
+    def decoder_for(self, decoder, options, task: str = "aabb"):
+        """A decoder object from a name and options; hybrid's confidence floor defaults to the
+        model config's per-task value (chosen on validation scenes by `vision.bench grounding --tune`)."""
         if isinstance(decoder, str):
             register_decoders()
             if decoder not in suite.DECODERS:
                 raise ValueError(f"unknown decoder {decoder!r}; for boxes use ar, parallel_box or hybrid")
+            floors = self.model.cfg.get("hybrid_confidence_floor", {})
+            if decoder == "hybrid" and "confidence_floor" not in options and task in floors:
+                options = {**options, "confidence_floor": floors[task]}
             return suite.make_decoder(decoder, **options)
         if options:
             raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
@@ -172,7 +177,7 @@ class GroundingPipeline:
 
     def batch(self, images, queries, decoder=DEFAULT_DECODER, task="aabb", score=True, **options) -> list[GroundingResult]:
         prompts = [self.check(q, task) for q in queries]
-        dec = self.decoder_for(decoder, options)
+        dec = self.decoder_for(decoder, options, task)
         pil = [load_image(im) for im in images]
         results = []
         for lo in range(0, len(pil), self.batch_size):
