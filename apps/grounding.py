@@ -113,7 +113,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
     with gr.Blocks(title="parasuite: grounding") as demo:
         gr.Markdown("Box grounding with our model (frozen ImageNet MobileNetV2 + a small GPT-2 decoder): "
                     "`parallel_box` decodes a whole box in one forward, `hybrid` checks each box and re-decodes "
-                    "a failing one slot by slot, `ar` is the one-slot-per-forward baseline.")
+                    "a failing one like AR (keeping the slots AR agrees with), `ar` is the one-slot-per-forward baseline.")
         with gr.Row():
             with gr.Column(scale=2):
                 image = gr.Image(value=Image.fromarray(example_scene()), type="pil", label="Image",

@@ -66,6 +66,19 @@ def test_boxes_come_back_in_the_images_own_pixels(grd):
     assert all(0 < s <= 1 for s in small.scores)
 
 
+def test_real_photo_gives_well_formed_boxes(grd):
+    """A real photo is far from the generated scenes: the grammar filter still keeps every block
+    well formed (without it the model drifts out of the layout here)."""
+    from skimage import data as skdata
+    from vision.grounding.model import parse_blocks
+    for d in ("ar", "parallel_box", "hybrid"):
+        r = grd(skdata.astronaut(), "the face", decoder=d)
+        blocks = parse_blocks(r.tokens, "aabb")
+        assert blocks and all(ok for _, ok in blocks) and len(r.boxes) == len(blocks), (d, r.tokens)
+        x0, y0, x1, y1 = r.boxes[0]
+        assert 0 <= x0 < x1 <= 512 and 0 <= y0 < y1 <= 512
+
+
 def test_letterbox_geometry():
     from vision.grounding.pipeline import letterbox
     img = Image.new("RGB", (200, 100), (255, 255, 255))

@@ -147,7 +147,7 @@ def tiny_pipeline():
     with torch.no_grad():
         model.decoder.lm_head.weight.mul_(8.0)    # sharpen: greedy paths not decided by float noise
     model.tokenizer = tok
-    return GroundingPipeline(model)
+    return GroundingPipeline(model, grammar=False)     # raw decoders: the random model may break the layout
 
 
 @pytest.mark.parametrize("task", ["aabb", "obb"])
@@ -161,3 +161,16 @@ def test_hybrid_with_unreachable_floor_is_ar_on_a_real_model(tiny_pipeline, task
     assert [r.tokens for r in hyb] == [r.tokens for r in ar]
     assert all(len(r.tokens) > 0 for r in ar)
     assert par[0].stats.row_forwards < ar[0].stats.row_forwards
+
+
+def test_grammar_filter_allows_each_slot_its_tokens():
+    from vision.grounding.grammar import allowed_mask
+    P, B, V = 5, 6, COORD0 + GRID + 1 + 40
+    q = torch.arange(3, 5 + 2 * B + 1)[None]                  # prompt slots, two blocks, a head
+    allow = allowed_mask(q, torch.tensor([P]), B, V)[0]       # (N, V)
+    kinds = []
+    for row in allow:
+        ids = set(row.nonzero().flatten().tolist())
+        kinds.append("any" if len(ids) == V else "head+none" if ids == {OBJ, EOS, NONE} else "head" if ids == {OBJ, EOS}
+                     else "end" if ids == {END} else "coord" if ids == set(range(COORD0, COORD0 + GRID + 1)) else "?")
+    assert kinds == ["any", "any", "head+none"] + ["coord"] * 4 + ["end", "head"] + ["coord"] * 4 + ["end", "head"]

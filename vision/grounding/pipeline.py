@@ -18,6 +18,7 @@ import suite
 from suite import DecodeState, SamplingParams
 
 from . import register_decoders
+from .grammar import BoxGrammar
 from .model import (BOS, EOS, NONE, TASKS, GroundingAdapter, GroundingModel, decode_rbox, feature_encoder,
                     parse_blocks, prompt_tokens)
 
@@ -130,8 +131,9 @@ def letterbox(img, size: int) -> tuple[np.ndarray, float, float, float]:
 
 
 class GroundingPipeline:
-    def __init__(self, model: GroundingModel, batch_size: int = 32):
+    def __init__(self, model: GroundingModel, batch_size: int = 32, grammar: bool = True):
         register_decoders()
+        self.grammar = grammar            # filter logits to the answer grammar (grammar.py), every decoder alike
         self.model = model.eval()
         self.tokenizer = model.tokenizer
         self.adapter = GroundingAdapter(model)
@@ -190,6 +192,8 @@ class GroundingPipeline:
         boxed = [letterbox(im, self.size) for im in images]
         feats = self.encoder(torch.from_numpy(np.stack([b[0] for b in boxed])))       # (B, S, F)
         bound = self.adapter.for_images(feats, task)
+        if self.grammar:
+            bound = BoxGrammar(bound, [len(p) for p in prompts])
         d = dec.bind(bound) if hasattr(dec, "bind") else dec
         missing = {c for c in getattr(d, "requires", ()) if not getattr(bound, f"supports_{c}", False)}
         if missing:
@@ -257,8 +261,10 @@ class GroundingPipeline:
         return out
 
 
-def load_grounding_pipeline(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None):
-    """The trained grounding model (vision/weights/grounding unless `path` names another folder)."""
+def load_grounding_pipeline(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None,
+                            grammar: bool = True):
+    """The trained grounding model (vision/weights/grounding unless `path` names another folder);
+    grammar=False lets the model break the block layout (malformed blocks are then dropped)."""
     if threads is not None:
         torch.set_num_threads(threads)
-    return GroundingPipeline(GroundingModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size)
+    return GroundingPipeline(GroundingModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size, grammar=grammar)
