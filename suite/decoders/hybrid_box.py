@@ -117,4 +117,6 @@ class HybridBox:
         state.scratch["verify"][b] = []
         out = chain[:v.num_accepted] + ([v.next_token] if v.num_accepted < len(chain) else [])
         state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
-        return out, v.num_accepted
+        # the last committed token must stay uncached (the next forward predicts from its slot):
+        # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward
+        return out, v.num_accepted if v.num_accepted < len(chain) else v.num_accepted - 1

@@ -96,6 +96,15 @@ def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     assert hyb_fwd == 2 * 4 + 1 < ar_fwd
 
 
+def test_hybrid_verification_accepting_a_whole_block():
+    """Right but 'unconfident' parallel blocks (floor above 1): verification accepts every slot."""
+    model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]])
+    ar, _, _ = run(model, "ar", rows=3)
+    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=1.5), rows=3)
+    assert hyb == ar and scratch["fallback_reasons"] == {"confidence": 3}
+    assert fwd == 2 * 2 + 1                        # per box: parallel + verification; + the EOS head
+
+
 def test_hybrid_catches_misplaced_structure_tokens():
     model = BoxScript([TWO_BOXES], noisy=lambda t, j: OBJ if t == END else t)
     hyb, fwd, scratch = run(model, HybridBox())
