@@ -11,6 +11,7 @@ with suite's parallel decoders (ar, sjd, mc_sjd, zipar, ...).
 from __future__ import annotations
 
 __all__ = ["ImagePipeline", "ImageResult", "load_image_pipeline"]
+_GROUNDING = ["GroundingPipeline", "GroundingResult", "load_grounding_pipeline"]
 
 
 def _register_decoders() -> None:
@@ -23,6 +24,9 @@ def _register_decoders() -> None:
 
 
 def __getattr__(name: str):
+    if name in _GROUNDING:   # box grounding: vision/grounding/
+        from . import grounding
+        return getattr(grounding, name)
     if name in __all__:
         _register_decoders()
         from . import pipeline
@@ -31,4 +35,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(list(globals()) + __all__)
+    return sorted(list(globals()) + __all__ + _GROUNDING)

@@ -111,6 +111,9 @@ def table(results, header: str) -> str:
 
 
 def main(argv=None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["grounding"]:   # box grounding: vision/grounding/bench.py
+        from .grounding.bench import main as grounding_main
+        return grounding_main((sys.argv[1:] if argv is None else argv)[1:])
     p = argparse.ArgumentParser(prog="python -m vision.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--decoders", nargs="+", default=None,

@@ -137,6 +137,9 @@ def _write_json(path: str, obj) -> None:
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["grounding"]:   # box grounding: vision/grounding/train.py
+        from .grounding.train import main as grounding_main
+        return grounding_main((sys.argv[1:] if argv is None else argv)[1:])
     p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["tokenizer", "prior", "classifier"])

@@ -1,0 +1,122 @@
+"""Hybrid box decoding: parallel by default, validated, re-decoded token by token when the check
+fails (LocateAnything, NVIDIA 2026, arXiv 2605.27365, "Hybrid" mode: fall back to next-token
+prediction on "format irregularity or spatial ambiguity").
+
+Each block is first scored in one forward as in `parallel_box`. Its head token comes from the
+clean causal slot, so it is always the exact AR token. The block is committed whole only when
+`block_problem` finds nothing wrong: structure tokens in place, x0 < x1 and y0 < y1 (oriented: a
+positive size and a unit angle vector), inside the image, and every slot's confidence at least
+`confidence_floor` (coordinates: the probability mass within `coord_tolerance` grid values).
+
+Otherwise only the head is committed and the rest of the block is re-decoded AR. The failed
+parallel slots are not thrown away: the next forward scores them as a causal chain and keeps the
+prefix the AR model agrees with (suite's speculative rule with point-mass drafts: exact AR tokens,
+in distribution when sampling), plus AR's own token at the first disagreement; the slots still
+missing are decoded one per forward, after which parallel decoding resumes. So a re-decoded block
+is exactly what `ar` would emit after the same prefix; it costs the parallel forward, one
+verification forward and one forward per slot after the first disagreement. confidence_floor
+above 1 sends every block to AR: the output is then exactly `ar`'s (a test checks this);
+confidence_floor 0 keeps only the format and geometry checks. Blocks that pass are lossy as in
+`parallel_box`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..acceptance import accept_speculative
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs
+from .block_diffusion import block_draft, choose, keep_clean, row_logits
+from .parallel_box import BoxLayout, block_problem, count_block, slot_confidence
+
+
+@dataclass(frozen=True)
+class HybridBox:
+    confidence_floor: float = 0.5
+    coord_tolerance: int = 15        # grid values (of 1000) around a coordinate counted as agreeing
+    layout: Any = None               # BoxLayout; default: from the adapter config (bind)
+
+    name: ClassVar[str] = "hybrid"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+
+    def bind(self, adapter) -> "HybridBox":
+        return self if self.layout is not None else dataclasses.replace(self, layout=BoxLayout.of(adapter))
+
+    def start(self, state: DecodeState) -> None:
+        if self.layout is None:
+            raise ValueError("hybrid needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
+        if self.confidence_floor < 0 or self.coord_tolerance < 0:
+            raise ValueError("confidence_floor and coord_tolerance must be >= 0")
+        state.scratch["ar_left"] = [0] * state.batch       # slots of the current block still to decode AR
+        state.scratch["verify"] = [[] for _ in range(state.batch)]   # failed parallel slots to verify
+        state.scratch["fallback_reasons"] = {}
+
+    def propose(self, state: DecodeState) -> Draft:
+        """Per row: the failed slots as a causal chain (verify), nothing (AR step), or B-1 MASKs."""
+        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
+        chains, noisy = [], []
+        for b in range(state.batch):
+            chain = verify[b][:max(0, state.room(b) - 1)] if not state.done[b] else []
+            verify[b] = chain
+            parallel = not state.done[b] and not chain and ar_left[b] == 0
+            chains.append(chain)
+            noisy.append([self.layout.mask_token_id] * (max(0, min(self.layout.block_size - 1, state.room(b) - 1))
+                                                        if parallel else 0))
+        return block_draft(state, chains, noisy)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, kept = [], []
+        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
+        for b in range(state.batch):
+            kept.append(0)
+            if state.done[b]:
+                committed.append([])
+                continue
+            row = row_logits(draft, logits, b)                          # (1 + chain + noisy, V)
+            if verify[b]:
+                out, kept[b] = self._verify(state, b, row)
+                committed.append(out)
+                continue
+            tokens, _ = choose(row, state)
+            head = int(tokens[0])
+            if ar_left[b] > 0:                                          # re-decoding slot by slot
+                ar_left[b] -= 1
+                committed.append([head])
+                continue
+            if head in state.eos_token_ids or tokens.shape[0] == 1:
+                committed.append([head])
+                continue
+            committed.append(self._check_block(state, b, row, tokens))
+        return Acceptance(committed, keep_clean(draft, kept))
+
+    def _check_block(self, state: DecodeState, b: int, row: torch.Tensor, tokens: torch.Tensor) -> list[int]:
+        """Commit a valid parallel block whole; else commit its head and queue the rest for verification."""
+        count_block(state, "box_blocks")
+        conf = slot_confidence(row, tokens, self.layout, self.coord_tolerance).tolist()
+        problem = block_problem(tokens.tolist(), conf, self.layout, self.confidence_floor)
+        if problem is None:
+            return tokens.tolist()
+        count_block(state, "box_fallbacks")
+        reasons = state.scratch["fallback_reasons"]
+        reasons[problem] = reasons.get(problem, 0) + 1
+        state.scratch["verify"][b] = tokens[1:].tolist()
+        state.scratch["ar_left"][b] = self.layout.block_size - 1
+        return [int(tokens[0])]
+
+    def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int]:
+        """(tokens to commit, chain slots whose K/V stays): the verified prefix of the queued slots
+        and AR's token at the first disagreement (no bonus after a fully accepted chain: that
+        would start the next block off its boundary)."""
+        chain = state.scratch["verify"][b]
+        probs = logits_to_probs(row[:len(chain) + 1], state.params)     # slot i predicts chain[i]
+        v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
+        state.scratch["verify"][b] = []
+        out = chain[:v.num_accepted] + ([v.next_token] if v.num_accepted < len(chain) else [])
+        state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
+        # the last committed token must stay uncached (the next forward predicts from its slot):
+        # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward
+        return out, v.num_accepted if v.num_accepted < len(chain) else v.num_accepted - 1

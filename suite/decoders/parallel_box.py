@@ -1,0 +1,144 @@
+"""Parallel Box Decoding: a whole box block in one forward (LocateAnything, NVIDIA 2026,
+arXiv 2605.27365, "Fast" mode).
+
+A grounding model emits boxes as fixed blocks of B slots (e.g. OBJ x0 y0 x1 y1 END). The block
+after the last committed token is scored in one forward with the block-diffusion layout
+(`block_diffusion.block_draft`): its head comes from the last clean slot (the exact AR
+distribution), its B-1 later slots are MASK slots that see the committed past and each other
+(the model was trained so: later slots masked, bidirectional inside a block, causal across
+blocks). The whole block is committed; it becomes clean causal context (exact K/V) in the next
+forward, fused with the next block's scoring. A head that ends the answer (an EOS token such as
+"no match") is committed alone.
+
+Lossy relative to `ar`: the later slots are predicted without seeing each other's values, so
+their joint can differ from AR's (e.g. x0 from one object, x1 from another when two match). The
+benchmark measures the cost (Acc@0.5 vs `ar`); `hybrid` (hybrid_box.py) validates and falls back.
+Forwards: one per block (+ one for the end token when it is not the head of a scored block),
+against B per block for `ar`. The block layout comes from the adapter config (`bind`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..loop import Acceptance, DecodeState, Draft
+from .block_diffusion import block_draft, choose, keep_clean, row_logits
+
+
+@dataclass(frozen=True)
+class BoxLayout:
+    """What a box block looks like: B slots, head and end structure tokens, coordinate tokens
+    coord_lo..coord_hi (grid values 0..coord_hi-coord_lo), and the meaning of the value slots:
+    "xyxy" (x0 y0 x1 y1) or "cxcywh_cs" (cx cy w h, cos 2θ and sin 2θ mapped to the grid)."""
+
+    block_size: int
+    mask_token_id: int
+    head_id: int
+    end_id: int
+    coord_lo: int
+    coord_hi: int
+    box_format: str = "xyxy"
+
+    @staticmethod
+    def of(adapter) -> "BoxLayout":
+        extra = getattr(getattr(adapter, "config", None), "extra", None) or {}
+        need = ("block_size", "mask_token_id", "block_head_id", "block_end_id", "coord_lo", "coord_hi")
+        missing = [k for k in need if k not in extra]
+        if missing:
+            raise ValueError(f"box decoders need a grounding model adapter whose config.extra has {', '.join(missing)} "
+                             "(e.g. vision.load_grounding_pipeline()); use decoder='ar' for other models")
+        return BoxLayout(extra["block_size"], extra["mask_token_id"], extra["block_head_id"], extra["block_end_id"],
+                         extra["coord_lo"], extra["coord_hi"], extra.get("box_format", "xyxy"))
+
+
+def slot_confidence(logits: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, tolerance: int) -> torch.Tensor:
+    """(K, V) logits, (K,) chosen tokens -> (K,) confidence: the softmax mass within `tolerance`
+    grid values of a chosen coordinate (a spread over neighbours is not doubt), the plain
+    probability of any other chosen token."""
+    probs = torch.softmax(logits.float(), -1)
+    conf = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    is_coord = (tokens >= layout.coord_lo) & (tokens <= layout.coord_hi)
+    for i in is_coord.nonzero().flatten().tolist():
+        t = int(tokens[i])
+        conf[i] = probs[i, max(layout.coord_lo, t - tolerance):min(layout.coord_hi, t + tolerance) + 1].sum()
+    return conf
+
+
+def block_problem(tokens: list[int], conf: list[float], layout: BoxLayout, floor: float) -> str | None:
+    """Why a parallel block cannot be trusted, or None: structure tokens in place, values are
+    coordinates, x0 < x1 and y0 < y1 (w, h > 0 and a unit angle vector for oriented boxes), the
+    box inside the image, every slot's confidence at least `floor`."""
+    B = layout.block_size
+    if len(tokens) != B or tokens[0] != layout.head_id or tokens[-1] != layout.end_id:
+        return "structure"
+    vals = [t - layout.coord_lo for t in tokens[1:-1]]
+    g = layout.coord_hi - layout.coord_lo
+    if any(v < 0 or v > g for v in vals):
+        return "structure"
+    if layout.box_format == "xyxy":
+        x0, y0, x1, y1 = vals
+        if not (x0 < x1 and y0 < y1):
+            return "geometry"
+    else:
+        cx, cy, w, h, c2, s2 = (v / g for v in vals)
+        if w <= 0 or h <= 0 or abs(math.hypot(2 * c2 - 1, 2 * s2 - 1) - 1) > 0.3:
+            return "geometry"
+        reach = (w + h) / 2                    # a loose bound on the half-diagonal of the rotated box
+        if cx - reach < -0.05 or cx + reach > 1.05 or cy - reach < -0.05 or cy + reach > 1.05:
+            return "outside"
+    if min(conf) < floor:
+        return "confidence"
+    return None
+
+
+def box_proposal(state: DecodeState, layout: BoxLayout) -> Draft:
+    """Pending tokens, then B-1 MASK slots per row; rows re-decoding a block slot by slot
+    (scratch "ar_left" > 0) get no MASK slots (a plain causal step)."""
+    ar_left = state.scratch.setdefault("ar_left", [0] * state.batch)
+    noisy = []
+    for b in range(state.batch):
+        n = 0 if state.done[b] or ar_left[b] > 0 else max(0, min(layout.block_size - 1, state.room(b) - 1))
+        noisy.append([layout.mask_token_id] * n)
+    return block_draft(state, [[] for _ in range(state.batch)], noisy)
+
+
+def count_block(state: DecodeState, key: str) -> None:
+    state.scratch[key] = state.scratch.get(key, 0) + 1
+
+
+@dataclass(frozen=True)
+class ParallelBox:
+    layout: Any = None          # BoxLayout; default: from the adapter config (bind)
+
+    name: ClassVar[str] = "parallel_box"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+
+    def bind(self, adapter) -> "ParallelBox":
+        return self if self.layout is not None else dataclasses.replace(self, layout=BoxLayout.of(adapter))
+
+    def start(self, state: DecodeState) -> None:
+        if self.layout is None:
+            raise ValueError("parallel_box needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
+        state.scratch["ar_left"] = [0] * state.batch
+
+    def propose(self, state: DecodeState) -> Draft:
+        return box_proposal(state, self.layout)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            tokens, _ = choose(row_logits(draft, logits, b), state)     # (1 + noisy,)
+            head = int(tokens[0])
+            if head in state.eos_token_ids or tokens.shape[0] == 1:
+                committed.append([head])
+            else:
+                count_block(state, "box_blocks")
+                committed.append(tokens.tolist())
+        return Acceptance(committed, keep_clean(draft, [0] * state.batch))

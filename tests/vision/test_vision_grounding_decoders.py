@@ -1,0 +1,185 @@
+"""Box decoders (ar, parallel_box, hybrid) on scripted grounding models (exact forward counts,
+validation and fallback) and on a tiny random GroundingModel built from config (hybrid with an
+unreachable confidence floor is exactly ar, through the real GPT-2 cache path)."""
+import pytest
+import torch
+from scripted import ScriptedModel
+
+import suite
+from suite import AdapterConfig, DecodeState, SamplingParams
+from suite.decoders.hybrid_box import HybridBox
+from suite.decoders.parallel_box import BoxLayout, ParallelBox, block_problem
+from vision.grounding import register_decoders
+from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
+
+register_decoders()          # parallel_box and hybrid join suite's registry
+
+C = COORD0
+PROMPT = [1, 5, 1100, 1101, 4]                    # BOS, task, two query tokens, SEP
+TWO_BOXES = [OBJ, C + 100, C + 200, C + 300, C + 400, END, OBJ, C + 500, C + 50, C + 900, C + 350, END, EOS]
+
+
+class BoxScript(ScriptedModel):
+    """Clean slots predict the scripted answer; MASK (noisy) slots call `noisy(target, slot in block)`."""
+
+    def __init__(self, answers, noisy=lambda t, j: t, block=6):
+        super().__init__(lambda h: 0, vocab=COORD0 + GRID + 1 + 200, eos=EOS)
+        self.answers, self.noisy, self.block = answers, noisy, block
+        self.config = AdapterConfig(
+            vocab_size=self.config.vocab_size, eos_token_ids=frozenset([EOS, NONE]), pad_token_id=0, max_length=200,
+            extra={"mask_token_id": MASK, "block_size": block, "block_head_id": OBJ, "block_end_id": END,
+                   "coord_lo": COORD0, "coord_hi": COORD0 + GRID, "box_format": "xyxy"})
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        self.calls += 1
+        cached = cache.backend.layers[0].keys[:, 0, :, 0]
+        slot_tokens, slot_pos = torch.cat([cached, tokens], 1), torch.cat([cache.positions, positions], 1)
+        b, n = tokens.shape
+        logits = torch.full((b, n, self.config.vocab_size), -10.0)
+        for r in range(b):
+            seq = PROMPT + self.answers[r]
+            for i in range(n):
+                p = int(positions[r, i])
+                target = seq[p + 1] if p + 1 < len(seq) else EOS
+                if int(tokens[r, i]) == MASK:
+                    first = min(int(q) for q, t in zip(positions[r], tokens[r]) if int(t) == MASK)
+                    target = self.noisy(target, p - first + 2)          # slot index in its block (2..B-1)
+                logits[r, i, target] = 10.0
+        cache.backend.write(tokens)
+        return logits[:, logits_from:]
+
+
+def run(model, decoder, rows=1):
+    dec = suite.make_decoder(decoder) if isinstance(decoder, str) else decoder
+    dec = dec.bind(model) if hasattr(dec, "bind") else dec
+    state = DecodeState(tokens=[list(PROMPT) for _ in range(rows)], cache=model.new_cache(rows),
+                        params=SamplingParams(), max_new_tokens=25, eos_token_ids=frozenset([EOS, NONE]))
+    res = suite.decode(model, dec, state)
+    return res.new_tokens, res.stats.num_forwards, state.scratch
+
+
+def test_parallel_box_decodes_a_block_per_forward():
+    model = BoxScript([TWO_BOXES])
+    ar, ar_fwd, _ = run(model, "ar")
+    par, par_fwd, scratch = run(model, ParallelBox())
+    hyb, hyb_fwd, hs = run(model, HybridBox())
+    assert ar == par == hyb == [TWO_BOXES]
+    assert ar_fwd == len(TWO_BOXES) == 13
+    assert par_fwd == hyb_fwd == 3                # two box blocks, then the EOS head
+    assert scratch["box_blocks"] == hs["box_blocks"] == 2 and "box_fallbacks" not in hs
+
+
+def test_no_match_and_ragged_batch():
+    model = BoxScript([[NONE], TWO_BOXES])
+    ar, _, _ = run(model, "ar", rows=2)
+    par, fwd, _ = run(model, ParallelBox(), rows=2)
+    assert par == ar == [[NONE], TWO_BOXES]
+    assert fwd == 3
+
+
+def swap_x1(target, j):
+    """Noisy slot 4 (x1) predicts grid value 0: x1 < x0 in every parallel block."""
+    return COORD0 if j == 4 else target
+
+
+def test_hybrid_falls_back_to_ar_on_an_invalid_block():
+    model = BoxScript([TWO_BOXES], noisy=swap_x1)
+    ar, ar_fwd, _ = run(model, "ar")
+    par, _, _ = run(model, ParallelBox())
+    hyb, hyb_fwd, scratch = run(model, HybridBox())
+    assert par != ar                               # the lossy decoder keeps the broken box
+    assert par[0][3] == COORD0
+    assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
+    assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
+    # per box: the parallel forward (head), one verification forward (keeps x0 y0, corrects x1),
+    # then y1 and END one per forward; + the EOS head
+    assert hyb_fwd == 2 * 4 + 1 < ar_fwd
+
+
+def test_hybrid_verification_accepting_a_whole_block():
+    """Right but 'unconfident' parallel blocks (floor above 1): verification accepts every slot."""
+    model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]])
+    ar, _, _ = run(model, "ar", rows=3)
+    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=1.5), rows=3)
+    assert hyb == ar and scratch["fallback_reasons"] == {"confidence": 3}
+    assert fwd == 2 * 2 + 1                        # per box: parallel + verification; + the EOS head
+
+
+def test_hybrid_catches_misplaced_structure_tokens():
+    model = BoxScript([TWO_BOXES], noisy=lambda t, j: OBJ if t == END else t)
+    hyb, fwd, scratch = run(model, HybridBox())
+    assert hyb == [TWO_BOXES] and scratch["fallback_reasons"] == {"structure": 2}
+    assert fwd == 2 * 2 + 1                        # verification keeps the 4 coordinates, corrects END
+
+
+def test_hybrid_verification_with_a_wrong_first_slot_and_a_ragged_batch():
+    """Every parallel x0 is wrong (x0 > x1): verification keeps nothing, AR redoes the block; three
+    ragged rows (two boxes, no match, one box) advance independently."""
+    model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]], noisy=lambda t, j: COORD0 + 999 if j == 2 else t)   # x0
+    ar, _, _ = run(model, "ar", rows=3)
+    hyb, _, scratch = run(model, HybridBox(confidence_floor=0.0), rows=3)
+    assert hyb == ar == [TWO_BOXES, [NONE], TWO_BOXES[6:]]
+    assert scratch["fallback_reasons"] == {"geometry": 3}
+
+
+def test_block_problem_rules():
+    lay = BoxLayout(6, MASK, OBJ, END, COORD0, COORD0 + GRID)
+    good = [OBJ, C + 10, C + 20, C + 30, C + 40, END]
+    assert block_problem(good, [1.0] * 6, lay, 0.5) is None
+    assert block_problem(good, [1.0] * 5 + [0.4], lay, 0.5) == "confidence"
+    assert block_problem([OBJ, C + 30, C + 20, C + 10, C + 40, END], [1.0] * 6, lay, 0.5) == "geometry"
+    assert block_problem([OBJ, C + 10, C + 20, C + 30, C + 40, OBJ], [1.0] * 6, lay, 0.5) == "structure"
+    assert block_problem([OBJ, 3, C + 20, C + 30, C + 40, END], [1.0] * 6, lay, 0.5) == "structure"
+    obb = BoxLayout(8, MASK, OBJ, END, COORD0, COORD0 + GRID, "cxcywh_cs")
+    unit = [C + 1000, C + 500]                     # cos 2θ = 1, sin 2θ = 0
+    assert block_problem([OBJ, C + 500, C + 500, C + 200, C + 100, *unit, END], [1.0] * 8, obb, 0.5) is None
+    assert block_problem([OBJ, C + 500, C + 500, C + 200, C + 100, C + 500, C + 500, END], [1.0] * 8, obb, 0.5) == "geometry"
+    assert block_problem([OBJ, C + 950, C + 500, C + 200, C + 100, *unit, END], [1.0] * 8, obb, 0.5) == "outside"
+
+
+def test_box_decoders_refuse_a_model_without_a_box_layout():
+    from tinymodels import tiny_model
+    with pytest.raises(ValueError, match="grounding model adapter"):
+        suite.generate(tiny_model("llama"), torch.tensor([[1, 2]]), decoder="parallel_box", max_new_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline():
+    from vision.grounding import data
+    from vision.grounding.model import GroundingModel, QueryTokenizer, default_config
+    from vision.grounding.pipeline import DEFAULT_WEIGHTS, GroundingPipeline
+    torch.manual_seed(0)
+    tok = QueryTokenizer.build(DEFAULT_WEIGHTS / "tokenizer.json", data.all_query_texts())
+    cfg = default_config(len(tok.bpe_ids))
+    cfg.update(n_embd=32, n_layer=2, n_head=2, query_bpe_ids=tok.bpe_ids)
+    model = GroundingModel(cfg).eval()
+    with torch.no_grad():
+        model.decoder.lm_head.weight.mul_(8.0)    # sharpen: greedy paths not decided by float noise
+    model.tokenizer = tok
+    return GroundingPipeline(model, grammar=False)     # raw decoders: the random model may break the layout
+
+
+@pytest.mark.parametrize("task", ["aabb", "obb"])
+def test_hybrid_with_unreachable_floor_is_ar_on_a_real_model(tiny_pipeline, task):
+    from vision.grounding import data
+    scenes = [data.scene("test", i, task) for i in range(3)]
+    queries = ["the red circle", "the word cat", "the bar left of the blue star"]
+    ar = tiny_pipeline([s.image for s in scenes], queries, decoder="ar", task=task)
+    hyb = tiny_pipeline([s.image for s in scenes], queries, decoder="hybrid", task=task, confidence_floor=1.01)
+    par = tiny_pipeline([s.image for s in scenes], queries, decoder="parallel_box", task=task)
+    assert [r.tokens for r in hyb] == [r.tokens for r in ar]
+    assert all(len(r.tokens) > 0 for r in ar)
+    assert par[0].stats.row_forwards < ar[0].stats.row_forwards
+
+
+def test_grammar_filter_allows_each_slot_its_tokens():
+    from vision.grounding.grammar import allowed_mask
+    P, B, V = 5, 6, COORD0 + GRID + 1 + 40
+    q = torch.arange(3, 5 + 2 * B + 1)[None]                  # prompt slots, two blocks, a head
+    allow = allowed_mask(q, torch.tensor([P]), B, V)[0]       # (N, V)
+    kinds = []
+    for row in allow:
+        ids = set(row.nonzero().flatten().tolist())
+        kinds.append("any" if len(ids) == V else "head+none" if ids == {OBJ, EOS, NONE} else "head" if ids == {OBJ, EOS}
+                     else "end" if ids == {END} else "coord" if ids == set(range(COORD0, COORD0 + GRID + 1)) else "?")
+    assert kinds == ["any", "any", "head+none"] + ["coord"] * 4 + ["end", "head"] + ["coord"] * 4 + ["end", "head"]

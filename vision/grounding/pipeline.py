@@ -1,0 +1,270 @@
+"""Box grounding: `grd = vision.load_grounding_pipeline(); res = grd(image, "the red circle")`.
+
+The image is letterboxed to the model's square, the frozen MobileNetV2 runs once per image, and
+the answer is decoded through suite's one decode loop with any box decoder (`ar`, `parallel_box`,
+`hybrid`; several queries form one ragged batch). Boxes come back in the image's own pixels.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import suite
+from suite import DecodeState, SamplingParams
+
+from . import register_decoders
+from .grammar import BoxGrammar
+from .model import (BOS, EOS, NONE, TASKS, GroundingAdapter, GroundingModel, decode_rbox, feature_encoder,
+                    parse_blocks, prompt_tokens)
+
+DEFAULT_WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "grounding"
+MAX_PIXELS = 40_000_000          # larger images are refused (downscale first)
+MIN_SIDE = 8
+MAX_QUERY_TOKENS = 24
+DEFAULT_DECODER = "hybrid"
+
+
+@dataclass
+class GroundingStats:
+    num_queries: int = 0
+    num_boxes: int = 0
+    num_forwards: int = 0          # batched decoder forwards (one serves every query of a batch)
+    row_forwards: int = 0          # decoder forwards summed over queries (each query's own steps)
+    encoder_forwards: int = 0      # MobileNetV2 passes (one per batch of images)
+    blocks: int = 0                # box blocks scored in parallel (parallel_box, hybrid)
+    fallbacks: int = 0             # of those, blocks re-decoded slot by slot (hybrid)
+    wall_time_s: float = 0.0       # end to end: letterbox, MobileNetV2, decoding
+    decode_time_s: float = 0.0     # the decode loop only
+
+    @property
+    def decode_boxes_per_second(self) -> float:
+        return self.num_boxes / self.decode_time_s if self.decode_time_s > 0 else 0.0
+
+    @property
+    def forwards_per_box(self) -> float:
+        return self.row_forwards / max(self.num_boxes, 1)
+
+    @property
+    def boxes_per_second(self) -> float:
+        return self.num_boxes / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def add(self, other: "GroundingStats") -> None:
+        for f in ("num_queries", "num_boxes", "num_forwards", "row_forwards", "encoder_forwards", "blocks",
+                  "fallbacks", "wall_time_s", "decode_time_s"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def summary(self) -> str:
+        return (f"{self.num_boxes} boxes for {self.num_queries} queries, {self.forwards_per_box:.2f} forwards/box, "
+                f"{self.boxes_per_second:.1f} boxes/s" + (f", {self.fallbacks}/{self.blocks} blocks re-decoded AR"
+                                                          if self.fallbacks else ""))
+
+
+@dataclass
+class GroundingResult:
+    boxes: list[tuple[float, float, float, float]]   # aabb: (x0, y0, x1, y1); obb: (cx, cy, w, h); pixels
+    scores: list[float]                              # mean slot probability under the causal model, per box
+    stats: GroundingStats
+    angles: list[float] | None = None                # obb: radians in [0, pi), clockwise in image coordinates
+    query: str = ""
+    task: str = "aabb"
+    tokens: list[int] = field(default_factory=list)
+    no_match: bool = False                           # the model answered "no match"
+
+    def polygons(self) -> list[list[tuple[float, float]]]:
+        """Each box as its 4 corners (pixels)."""
+        from .model import rbox_corners
+        if self.task == "obb":
+            return [[tuple(p) for p in rbox_corners((*b, a))] for b, a in zip(self.boxes, self.angles)]
+        return [[(x0, y0), (x1, y0), (x1, y1), (x0, y1)] for x0, y0, x1, y1 in self.boxes]
+
+
+def load_image(image):
+    """A PIL image, an (H, W[, C]) array or a path -> RGB PIL image; bad input is a clear error."""
+    from PIL import Image
+    if isinstance(image, (str, Path)):
+        path = Path(image)
+        if not path.is_file():
+            raise ValueError(f"cannot read image {str(path)!r}: no such file; pass the path of a PNG/JPEG image")
+        try:
+            with Image.open(path) as im:
+                if im.width * im.height > MAX_PIXELS:
+                    raise ValueError(f"image {str(path)!r} is {im.width}x{im.height} pixels, more than "
+                                     f"{MAX_PIXELS // 1_000_000} megapixels: downscale it first (e.g. PIL's Image.thumbnail)")
+                img = im.convert("RGB")
+        except ValueError:
+            raise
+        except Exception as e:      # PIL: UnidentifiedImageError, DecompressionBombError, truncated files
+            raise ValueError(f"cannot read image {str(path)!r} ({type(e).__name__}: {e}); "
+                             "pass a valid PNG/JPEG/BMP/TIFF/WebP file") from None
+    elif isinstance(image, Image.Image):
+        img = image
+    elif isinstance(image, np.ndarray) and image.ndim in (2, 3) and image.size:
+        arr = image if image.dtype == np.uint8 else np.clip(image * (255 if image.max() <= 1 else 1), 0, 255).astype(np.uint8)
+        img = Image.fromarray(arr)
+    else:
+        raise ValueError(f"expected a PIL image, an (H, W[, C]) array or an image path, got {type(image).__name__}")
+    if img.width < MIN_SIDE or img.height < MIN_SIDE:
+        raise ValueError(f"image of {img.width}x{img.height} pixels is too small to ground anything in; "
+                         f"pass an image at least {MIN_SIDE}x{MIN_SIDE} pixels")
+    if img.width * img.height > MAX_PIXELS:
+        raise ValueError(f"image of {img.width}x{img.height} pixels is more than {MAX_PIXELS // 1_000_000} "
+                         "megapixels: downscale it first (e.g. PIL's Image.thumbnail)")
+    return img.convert("RGB")
+
+
+def letterbox(img, size: int) -> tuple[np.ndarray, float, float, float]:
+    """RGB PIL image -> ((size, size, 3) uint8, scale, pad_x, pad_y): the image scaled to fit and
+    centred on a canvas of its mean border colour; a model pixel p maps to p * scale - pad."""
+    from PIL import Image
+    side = max(img.width, img.height)
+    arr = np.asarray(img)
+    border = np.concatenate([arr[0], arr[-1], arr[:, 0], arr[:, -1]]).mean(0).astype(np.uint8)
+    canvas = Image.new("RGB", (side, side), tuple(int(v) for v in border))
+    px, py = (side - img.width) // 2, (side - img.height) // 2
+    canvas.paste(img, (px, py))
+    return np.asarray(canvas.resize((size, size), Image.BICUBIC), dtype=np.uint8), side / size, px, py
+
+
+class GroundingPipeline:
+    def __init__(self, model: GroundingModel, batch_size: int = 32, grammar: bool = True):
+        register_decoders()
+        self.grammar = grammar            # filter logits to the answer grammar (grammar.py), every decoder alike
+        self.model = model.eval()
+        self.tokenizer = model.tokenizer
+        self.adapter = GroundingAdapter(model)
+        self.encoder = feature_encoder()
+        self.size = model.cfg["image_size"]
+        self.batch_size = batch_size
+
+    def __call__(self, image, query, decoder=DEFAULT_DECODER, task: str = "aabb", score: bool = True,
+                 **options):
+        """One image and one query -> GroundingResult; a list of images with a list of queries (or
+        one query for all) -> a list of GroundingResults, decoded as ragged batches."""
+        if isinstance(image, (list, tuple)):
+            queries = list(query) if isinstance(query, (list, tuple)) else [query] * len(image)
+            if len(queries) != len(image):
+                raise ValueError(f"{len(image)} images but {len(queries)} queries: give one query per image, or one for all")
+            return self.batch(list(image), queries, decoder, task, score, **options)
+        return self.batch([image], [query], decoder, task, score, **options)[0]
+
+    def check(self, query, task: str) -> list[int]:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}: use 'aabb' (axis-aligned boxes) or 'obb' (oriented boxes)")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("empty query: say what to find, e.g. 'the red circle' or 'the face'")
+        ids = prompt_tokens(self.tokenizer, query, task)
+        if len(ids) - 3 > MAX_QUERY_TOKENS:
+            raise ValueError(f"query of {len(ids) - 3} tokens is too long (at most {MAX_QUERY_TOKENS}); shorten it")
+        return ids
+
+    def decoder_for(self, decoder, options, task: str = "aabb"):
+        """A decoder object from a name and options; hybrid's confidence floor defaults to the
+        model config's per-task value (chosen on validation scenes by `vision.bench grounding --tune`)."""
+        if isinstance(decoder, str):
+            register_decoders()
+            if decoder not in suite.DECODERS:
+                raise ValueError(f"unknown decoder {decoder!r}; for boxes use ar, parallel_box or hybrid")
+            floors = self.model.cfg.get("hybrid_confidence_floor", {})
+            if decoder == "hybrid" and "confidence_floor" not in options and task in floors:
+                options = {**options, "confidence_floor": floors[task]}
+            return suite.make_decoder(decoder, **options)
+        if options:
+            raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
+        return decoder
+
+    def batch(self, images, queries, decoder=DEFAULT_DECODER, task="aabb", score=True, **options) -> list[GroundingResult]:
+        prompts = [self.check(q, task) for q in queries]
+        dec = self.decoder_for(decoder, options, task)
+        pil = [load_image(im) for im in images]
+        results = []
+        for lo in range(0, len(pil), self.batch_size):
+            results += self._run(pil[lo:lo + self.batch_size], queries[lo:lo + self.batch_size],
+                                 prompts[lo:lo + self.batch_size], dec, task, score)
+        return results
+
+    def _run(self, images, queries, prompts, dec, task, score) -> list[GroundingResult]:
+        t0 = time.perf_counter()
+        boxed = [letterbox(im, self.size) for im in images]
+        feats = self.encoder(torch.from_numpy(np.stack([b[0] for b in boxed])))       # (B, S, F)
+        bound = self.adapter.for_images(feats, task)
+        if self.grammar:
+            bound = BoxGrammar(bound, [len(p) for p in prompts])
+        d = dec.bind(bound) if hasattr(dec, "bind") else dec
+        missing = {c for c in getattr(d, "requires", ()) if not getattr(bound, f"supports_{c}", False)}
+        if missing:
+            raise ValueError(f"decoder {d.name!r} needs {', '.join(missing)}")
+        block = TASKS[task][1]
+        from .data import MAX_BOXES
+        state = DecodeState(tokens=[list(p) for p in prompts], cache=bound.new_cache(len(prompts)),
+                            params=SamplingParams(), max_new_tokens=MAX_BOXES * block + 1,
+                            eos_token_ids=frozenset([EOS, NONE]), max_length=self.model.cfg["n_positions"])
+        res = suite.decode(bound, d, state)
+        wall = time.perf_counter() - t0
+        scores = self._scores(bound, prompts, res.new_tokens) if score else [None] * len(prompts)
+        out = []
+        for b, toks in enumerate(res.new_tokens):
+            out.append(self._result(toks, scores[b], boxed[b][1:], task, queries[b]))
+        stats = GroundingStats(num_queries=len(prompts), num_boxes=sum(len(r.boxes) for r in out),
+                               num_forwards=res.stats.num_forwards, encoder_forwards=1,
+                               row_forwards=sum(1 for step in res.stats.accepted_lengths for n in step if n > 0),
+                               blocks=state.scratch.get("box_blocks", 0), fallbacks=state.scratch.get("box_fallbacks", 0),
+                               wall_time_s=wall, decode_time_s=res.stats.wall_time_s)
+        for r in out:                      # every result carries its batch's totals
+            r.stats = stats
+        return out
+
+    def _result(self, toks, slot_scores, geometry, task, query) -> GroundingResult:
+        scale, px, py = geometry
+        boxes, angles, scores = [], [], []
+        for k, (vals, ok) in enumerate(parse_blocks(toks, task)):
+            if not ok:
+                continue                  # a malformed block (lossy decoders) is dropped
+            if task == "aabb":
+                x0, y0, x1, y1 = (v * self.size * scale for v in vals)
+                if x1 <= x0 or y1 <= y0:
+                    continue
+                boxes.append((x0 - px, y0 - py, x1 - px, y1 - py))
+            else:
+                cx, cy, w, h, th = decode_rbox(vals, self.size)
+                boxes.append((cx * scale - px, cy * scale - py, w * scale, h * scale))
+                angles.append(th)
+            scores.append(slot_scores[k] if slot_scores is not None and k < len(slot_scores) else float("nan"))
+        return GroundingResult(boxes, scores, None, angles if task == "obb" else None, query, task, toks,
+                               no_match=bool(toks) and toks[0] == NONE)
+
+    def _scores(self, bound, prompts, new_tokens) -> list[list[float]]:
+        """Per box, the mean confidence the causal model gives its slots (one teacher-forced
+        forward; a coordinate's confidence is the mass within 15 grid values of it)."""
+        from suite.decoders.parallel_box import BoxLayout, slot_confidence
+        layout = BoxLayout.of(bound)
+        seqs = [p + t for p, t in zip(prompts, new_tokens)]
+        n = max(len(s) for s in seqs)
+        ids = torch.zeros(len(seqs), n, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            ids[b, :len(s)] = torch.tensor(s)
+        mask = torch.ones(n, n, dtype=torch.bool).tril().expand(len(seqs), 1, n, n)
+        with torch.no_grad():
+            logits = self.model.decoder_logits(ids, torch.arange(n).expand(len(seqs), n), mask, bound.encoder_states)
+        block = layout.block_size
+        out = []
+        for b, (p, t) in enumerate(zip(prompts, new_tokens)):
+            if not t:
+                out.append([])
+                continue
+            conf = slot_confidence(logits[b, len(p) - 1:len(p) - 1 + len(t)], torch.tensor(t), layout, 15).tolist()
+            out.append([sum(conf[k:k + block]) / block for k in range(0, len(conf) - block + 1, block)])
+        return out
+
+
+def load_grounding_pipeline(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None,
+                            grammar: bool = True):
+    """The trained grounding model (vision/weights/grounding unless `path` names another folder);
+    grammar=False lets the model break the block layout (malformed blocks are then dropped)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return GroundingPipeline(GroundingModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size, grammar=grammar)

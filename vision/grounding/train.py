@@ -1,0 +1,253 @@
+"""Train the grounding model: `python -m vision.train grounding [--minutes 32] [--resume]`.
+
+1. Render the training scenes (vision.grounding.data, train split) and run the frozen MobileNetV2
+   over each once; the features are cached on disk (~/.cache/parasuite/grounding/), so a resumed
+   run skips this.
+2. Each step draws fresh referring expressions over random cached scenes and scores, in one
+   forward, two streams of each answer (`train_mask`): the clean causal stream (AR loss, next slot)
+   and the block stream (every box block's later slots masked, bidirectional inside the block,
+   causal across blocks: the parallel-box loss). Coordinate targets are softened with a Gaussian
+   over neighbouring grid values (half the mass; the argmax stays the true value).
+3. Checkpoints every 200 steps (atomic); the held-out split is never trained on.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data
+from .model import (COORD0, GRID, MASK, PAD, TASKS, GroundingModel, QueryTokenizer, answer_tokens,
+                    default_config, feature_encoder, prompt_tokens)
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "weights" / "grounding"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite" / "grounding"
+SIGMA = 5.0          # Gaussian target width, grid units
+SOFT = 0.5           # share of the coordinate target spread over neighbours
+
+
+def tokenizer_source() -> Path:
+    """SmolLM2's tokenizer.json: from the shipped weights, else the converted SmolLM2 cache."""
+    shipped = DEFAULT_OUT / "tokenizer.json"
+    if shipped.is_file():
+        return shipped
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite" / "smollm2-135m-instruct" / "tokenizer.json"
+    if cache.is_file():
+        return cache
+    raise RuntimeError("SmolLM2's tokenizer is needed: run `python -m text --help` once (it converts the "
+                       "embedded SmolLM2 into ~/.cache/parasuite) or keep vision/weights/grounding/tokenizer.json")
+
+
+def encode_scenes(scenes, batch: int = 64, progress: bool = True) -> torch.Tensor:
+    """(N, S, FEATURE_DIM) float16 frozen features."""
+    from tqdm import tqdm
+    enc = feature_encoder()
+    out = []
+    for lo in tqdm(range(0, len(scenes), batch), desc="features", disable=not progress, file=sys.stderr):
+        imgs = torch.from_numpy(np.stack([s.image for s in scenes[lo:lo + batch]]))
+        out.append(enc(imgs).half())
+    return torch.cat(out)
+
+
+def cached_split(split: str, task: str, n: int):
+    """(scenes, features) for scenes 0..n-1 of a split, features cached on disk."""
+    scenes = [data.scene(split, i, task) for i in range(n)]
+    path = CACHE / f"features-v1-{split}-{task}-{n}.pt"
+    if path.is_file():
+        return scenes, torch.load(path)
+    feats = encode_scenes(scenes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(feats, tmp)
+    tmp.replace(path)
+    return scenes, feats
+
+
+def train_mask(n_clean: int, blocks: list[int], block: int, n: int) -> torch.Tensor:
+    """(n, n) bool attention for [clean slots ++ noisy slots ++ padding].
+
+    Clean slots are causal. For each box block starting at clean index st, B-1 noisy slots (MASK)
+    see the clean slots < st and each other (bidirectional); padding sees itself only."""
+    m = torch.zeros(n, n, dtype=torch.bool)
+    m[:n_clean, :n_clean] = torch.ones(n_clean, n_clean, dtype=torch.bool).tril()
+    k = n_clean
+    for st in blocks:
+        m[k:k + block - 1, :st] = True
+        m[k:k + block - 1, k:k + block - 1] = True
+        k += block - 1
+    idx = torch.arange(k, n)
+    m[idx, idx] = True
+    return m
+
+
+def make_batch(examples, tok: QueryTokenizer):
+    """examples: [(task, query text, targets)] -> inputs, positions, masks (B,1,N,N), targets (B,N)."""
+    rows = []
+    for task, text, targets in examples:
+        block = TASKS[task][1]
+        prompt, answer = prompt_tokens(tok, text, task), answer_tokens(targets, task)
+        clean = prompt + answer
+        P = len(prompt)
+        starts = [P + k * block for k in range(len(targets))]
+        noisy_in, noisy_pos, noisy_tgt = [], [], []
+        for st in starts:
+            for j in range(1, block):
+                noisy_in.append(MASK)
+                noisy_pos.append(st - 1 + j)
+                noisy_tgt.append(clean[st + j])
+        tgt_clean = [-100] * (P - 1) + answer + [-100]
+        rows.append((clean, list(range(len(clean))), tgt_clean, noisy_in, noisy_pos, noisy_tgt, starts, block))
+    n = max(len(r[0]) + len(r[3]) for r in rows)
+    B = len(rows)
+    inputs = torch.full((B, n), PAD, dtype=torch.long)
+    positions = torch.zeros(B, n, dtype=torch.long)
+    targets = torch.full((B, n), -100, dtype=torch.long)
+    noisy = torch.zeros(B, n, dtype=torch.bool)
+    masks = torch.zeros(B, 1, n, n, dtype=torch.bool)
+    for b, (clean, pos, tc, ni, npos, nt, starts, block) in enumerate(rows):
+        c = len(clean)
+        inputs[b, :c + len(ni)] = torch.tensor(clean + ni)
+        positions[b, :c + len(ni)] = torch.tensor(pos + npos)
+        targets[b, :c + len(nt)] = torch.tensor(tc + nt)
+        noisy[b, c:c + len(ni)] = True
+        masks[b, 0] = train_mask(c, starts, block, n)
+    return inputs, positions, masks, targets, noisy
+
+
+def soft_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over slots with a target; coordinate targets spread SOFT of their mass
+    over a Gaussian of neighbouring grid values. logits (K, V), targets (K,)."""
+    logp = logits.float().log_softmax(-1)
+    hard = -logp.gather(1, targets[:, None]).squeeze(1)                     # (K,)
+    is_coord = (targets >= COORD0) & (targets <= COORD0 + GRID)
+    if not is_coord.any():
+        return hard.mean()
+    grid = torch.arange(GRID + 1, device=logits.device).float()
+    v = (targets[is_coord] - COORD0).float()[:, None]
+    g = torch.exp(-0.5 * ((grid[None] - v) / SIGMA) ** 2)
+    g = g / g.sum(1, keepdim=True)                                          # (Kc, G+1)
+    spread = -(g * logp[is_coord, COORD0:COORD0 + GRID + 1]).sum(1)
+    loss = hard.clone()
+    loss[is_coord] = (1 - SOFT) * hard[is_coord] + SOFT * spread
+    return loss.mean()
+
+
+def losses(model: GroundingModel, feats: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(causal, block) losses of one batch; feats (B, S, FEATURE_DIM)."""
+    inputs, positions, masks, targets, noisy = batch
+    logits = model.decoder_logits(inputs, positions, masks, model.encode(feats))   # (B, N, V)
+    has = targets != -100
+    causal = soft_ce(logits[has & ~noisy], targets[has & ~noisy])
+    block = soft_ce(logits[has & noisy], targets[has & noisy])
+    return causal, block
+
+
+def sample_examples(pools, n: int, rng: random.Random, obb_share: float):
+    """n (task, features index, query) draws from the cached scenes of each task."""
+    out = []
+    for _ in range(n):
+        task = "obb" if rng.random() < obb_share else "aabb"
+        scenes, feats = pools[task]
+        i = rng.randrange(len(scenes))
+        q = data.make_query(scenes[i], np.random.default_rng(rng.randrange(2 ** 31)))
+        out.append((task, i, q))
+    return out
+
+
+def gather(pools, draws, tok):
+    feats = torch.stack([pools[t][1][i] for t, i, _ in draws])
+    return feats, make_batch([(t, q.text, q.targets) for t, _, q in draws], tok)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vision.train grounding", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="example: python -m vision.train grounding --minutes 32 --threads 1")
+    ap.add_argument("--minutes", type=float, default=32.0, help="training-loop time budget (features not included)")
+    ap.add_argument("--scenes", type=int, default=3000, help="training scenes (axis-aligned task)")
+    ap.add_argument("--obb-scenes", type=int, default=1000, help="training scenes (oriented task)")
+    ap.add_argument("--obb-share", type=float, default=0.3, help="share of oriented examples per batch")
+    ap.add_argument("--batch", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true", help="continue from --out (steps and time add up)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args(argv)
+    if args.minutes <= 0 or args.batch < 1 or args.scenes < 1:
+        print("error: --minutes, --batch and --scenes must be positive", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    t_start = time.time()
+    out = Path(args.out)
+    src = tokenizer_source()
+    tok = QueryTokenizer.build(src, data.all_query_texts())
+    pools = {"aabb": cached_split("train", "aabb", args.scenes), "obb": cached_split("train", "obb", args.obb_scenes)}
+    val_pools = {"aabb": cached_split("test", "aabb", 200), "obb": cached_split("test", "obb", 100)}
+    print(f"features ready in {time.time() - t_start:.0f}s", flush=True)
+    done_steps, done_min = 0, 0.0
+    if args.resume and (out / "config.json").is_file():
+        model = GroundingModel.load(out)
+        tok = model.tokenizer
+        done_steps, done_min = model.cfg.get("train_steps", 0), model.cfg.get("train_minutes", 0.0)
+        print(f"resuming from {out} at step {done_steps}", flush=True)
+    else:
+        cfg = default_config(len(tok.bpe_ids))
+        cfg["query_bpe_ids"] = tok.bpe_ids
+        model = GroundingModel(cfg)
+        out.mkdir(parents=True, exist_ok=True)
+        if src.resolve() != (out / "tokenizer.json").resolve():
+            tmp = out / "tokenizer.json.tmp"
+            tmp.write_bytes(src.read_bytes())
+            tmp.replace(out / "tokenizer.json")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    print(f"{sum(p.numel() for p in trainable) / 1e6:.2f} M trainable parameters", flush=True)
+    opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
+    vrng = random.Random(1)
+    val = gather(val_pools, sample_examples(val_pools, 192, vrng, args.obb_share), tok)
+    budget, t0, step = args.minutes * 60, time.time(), done_steps
+    total_min = done_min + args.minutes
+
+    def save(extra_min):
+        model.save(out, {"train_steps": step, "train_minutes": round(done_min + extra_min, 2),
+                         "batch": args.batch, "train_scenes": args.scenes, "train_obb_scenes": args.obb_scenes})
+
+    while time.time() - t0 < budget:
+        frac = (done_min * 60 + time.time() - t0) / (total_min * 60)
+        lr = args.lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        feats, batch = gather(pools, sample_examples(pools, args.batch, rng, args.obb_share), tok)
+        model.train()
+        causal, block = losses(model, feats, batch)
+        opt.zero_grad()
+        (causal + block).backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        step += 1
+        if step % 50 == 0:
+            model.eval()
+            with torch.no_grad():
+                vc, vb = losses(model, *val)
+            print(f"step {step} t={time.time() - t0:.0f}s lr={lr:.2e} causal={causal.item():.4f} block={block.item():.4f} "
+                  f"val_causal={vc.item():.4f} val_block={vb.item():.4f}", flush=True)
+        if step % 200 == 0:
+            save((time.time() - t0) / 60)
+    model.eval()
+    save(args.minutes)
+    print(f"saved {out} after {step} steps, {time.time() - t_start:.0f}s in all", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
