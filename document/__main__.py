@@ -47,11 +47,11 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             tmp.unlink()
 
 
-def save_png_atomic(path: Path, image) -> None:
+def png_bytes(image) -> bytes:
     import io
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def outputs_for(src: Path, root: Path, out: Path) -> Path:
@@ -60,13 +60,24 @@ def outputs_for(src: Path, root: Path, out: Path) -> Path:
 
 
 def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
+    """Read one file and write its outputs: everything is computed first, then each output is
+    written atomically, the JSON last (it marks the file done); if writing fails part way, the
+    outputs already written for this file are removed."""
     from .reader import overlay, read, to_json, to_text
     pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, **args.options)
-    write_atomic(base.with_name(base.name + ".txt"), to_text(pages))
+    outputs = [(base.with_name(base.name + ".txt"), to_text(pages))]
     if args.overlay:
-        for p in pages:
-            save_png_atomic(base.with_name(f"{base.name}.p{p.index + 1}.png"), overlay(p))
-    write_atomic(base.with_name(base.name + ".json"), to_json(pages, str(src)))   # last: marks done
+        outputs += [(base.with_name(f"{base.name}.p{p.index + 1}.png"), png_bytes(overlay(p))) for p in pages]
+    outputs.append((base.with_name(base.name + ".json"), to_json(pages, str(src))))
+    written = []
+    try:
+        for path, content in outputs:
+            write_atomic(path, content)
+            written.append(path)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return len(pages), sum(len(p.lines) for p in pages)
 
 

@@ -105,8 +105,12 @@ def make_batch_folder(root: Path) -> None:
     text_page(["Page 2 of a PDF", "Due 2026-01-31"]).save(root / "sub" / "scan.pdf")     # an image-only PDF
     Image.new("RGB", (600, 400), "white").save(root / "blank.jpg")                        # an empty page
     Image.new("L", (1, 1)).save(root / "tiny.png")
+    Image.new("1", (20000, 20000), 1).save(root / "huge.png")
     (root / "fake.png").write_text("this is not an image")
+    (root / "notes.txt").write_text("not a page")
     (root / "sub" / "broken.pdf").write_bytes((root / "sub" / "scan.pdf").read_bytes()[:400])
+    (root / "sub" / "empty.pdf").write_bytes(b"")
+    Image.new("RGB", (600, 800), "white").save(root / "sub" / "blank.pdf")                # a PDF with an empty page
     try:
         from pypdf import PdfWriter
     except ImportError:
@@ -127,18 +131,23 @@ def test_cli_reports_bad_files_and_continues_then_resumes(tmp_path):
     r = run_cli(str(src), "--out", str(out), "--decoder", "block_diffusion")
     assert r.returncode == 1, r.stderr          # some files failed, the batch finished
     table = r.stdout
-    for name, status in (("good.png", "ok"), ("scan.pdf", "ok"), ("blank.jpg", "ok"), ("tiny.png", "FAILED"),
-                         ("fake.png", "FAILED"), ("broken.pdf", "FAILED")):
-        row = next(line for line in table.splitlines() if name in line)
-        assert f"| {status}" in row, row
-    assert "too small" in table and "not an image or PDF" in table and "corrupt" in table
+    rows = {name: next(line for line in table.splitlines() if f"/{name} " in line)
+            for name in ("good.png", "scan.pdf", "blank.jpg", "blank.pdf", "tiny.png", "huge.png", "fake.png",
+                         "broken.pdf", "empty.pdf", "notes.txt")}
+    for name, status, message in (("good.png", "ok", ""), ("scan.pdf", "ok", ""), ("blank.jpg", "ok", "empty page"),
+                                  ("blank.pdf", "ok", "empty page"), ("tiny.png", "FAILED", "too small"),
+                                  ("huge.png", "FAILED", "downscale"), ("fake.png", "FAILED", "not an image or PDF"),
+                                  ("broken.pdf", "FAILED", "corrupt"), ("empty.pdf", "FAILED", "corrupt"),
+                                  ("notes.txt", "skipped", "not an image or PDF")):
+        assert f"| {status}" in rows[name] and message in rows[name], rows[name]
     if (src / "locked.pdf").exists():
         assert "password-protected" in next(line for line in table.splitlines() if "locked.pdf" in line)
-    assert "empty page" in next(line for line in table.splitlines() if "blank.jpg" in line)
     good = json.loads((out / "good.png.json").read_text())
     assert cer([good["pages"][0]["lines"][0]["text"]], ["Parallel decoding 2026"]) <= 0.1
     assert (out / "sub" / "scan.pdf.txt").is_file()
-    assert not list(out.rglob("*tiny*")) and not list(out.rglob("*fake*")) and not list(out.rglob("*.tmp*"))
+    for failed in ("tiny", "huge", "fake", "broken", "empty", "notes"):
+        assert not list(out.rglob(f"*{failed}*")), failed
+    assert not list(out.rglob(".*tmp*"))
     again = run_cli(str(src), "--out", str(out))
     assert "already read" in next(line for line in again.stdout.splitlines() if "good.png" in line)
 
@@ -149,3 +158,23 @@ def test_cli_bad_arguments_exit_2(tmp_path):
     (tmp_path / "a.png").write_bytes(b"")
     r = run_cli(str(tmp_path / "a.png"), "--out", str(tmp_path / "o"), "--decoder", "nope")
     assert r.returncode == 2 and "unknown decoder" in r.stderr
+
+
+def test_cli_leaves_nothing_half_written_when_writing_fails(ocr, tmp_path, monkeypatch):
+    import argparse
+
+    import document.__main__ as cli
+    src = tmp_path / "page.png"
+    text_page(["Total: $12.50"]).save(src)
+    real = cli.write_atomic
+
+    def failing(path, content):
+        if path.suffix == ".json":
+            raise OSError("disk full")
+        real(path, content)
+
+    monkeypatch.setattr(cli, "write_atomic", failing)
+    args = argparse.Namespace(decoder="ar", detector="auto", dpi=150, options={}, overlay=True)
+    with pytest.raises(OSError, match="disk full"):
+        cli.process(src, tmp_path / "out" / "page.png", ocr, args)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
