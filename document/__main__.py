@@ -97,7 +97,7 @@ def parse(argv):
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
     ap.add_argument("--detector", default="auto", choices=["auto", "rapidocr", "projection"])
-    ap.add_argument("--dpi", type=int, default=150, help="PDF rendering resolution")
+    ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")
     ap.add_argument("--weights", default=None, help="model folder (default: document/weights/ocr-small)")

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
@@ -178,3 +179,32 @@ def test_cli_leaves_nothing_half_written_when_writing_fails(ocr, tmp_path, monke
     with pytest.raises(OSError, match="disk full"):
         cli.process(src, tmp_path / "out" / "page.png", ocr, args)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
+def test_long_lines_are_cut_between_words_without_overlap():
+    from document.reader import line_pieces, split_line
+    text = "the quick brown fox jumps over the lazy dog and keeps running far away"
+    img = text_page([text], size=(1400, 80)).convert("L")
+    gray = np.asarray(img, dtype=np.float32)
+    boxes = split_line(gray, (0, 0, img.width, img.height))
+    assert len(boxes) >= 3
+    assert all(b[2] <= c[0] for b, c in zip(boxes, boxes[1:]))            # no overlap: no character read twice
+    ink = (gray < 128).any(0)
+    assert not any(ink[b[2] - 1] and ink[b[2]] for b in boxes[:-1])       # no cut through a glyph
+    assert len(line_pieces(img)) == len(boxes)
+
+
+def test_shaded_and_slanted_scans_are_flattened_and_straightened(ocr):
+    from document.reader import quad_crop
+    line = np.asarray(text_page(["Total: $12.50"], size=(300, 90)).convert("L"), dtype=np.float32)
+    shaded = Image.fromarray((line * np.linspace(1.0, 0.2, line.shape[1])[None, :]).astype(np.uint8))  # scan shading
+    assert ocr([shaded]).texts == ["Total: $12.50"]
+    quad = np.array([[10, 30], [210, 10], [212, 50], [12, 70]])          # a line slanted upwards
+    crop = quad_crop(Image.new("RGB", (300, 100), "white"), quad)
+    assert crop.size == (201, 40)
+
+
+def test_pdf_ground_truth_takes_characters_centred_in_the_box():
+    from document.bench import text_in_box
+    chars = [("g", 5, 8), ("y", 12, 9), ("\n", 0, 0), ("H", 5, 25), ("i", 12, 25), (" ", 16, 26), ("!", 20, 25)]
+    assert text_in_box(chars, (0, 10, 30, 40)) == "Hi !"      # the descenders of the line above (centres 8, 9) are out
