@@ -136,20 +136,6 @@ def text_in_box(chars, box) -> str:
     return " ".join("".join(parts).split())
 
 
-def read_lines(ocr, crops, decoder, options):
-    """Our model on line crops of any width: cut at word gaps (document.reader.split_line), read the
-    pieces, join them. Returns texts and the OCR stats."""
-    from .reader import line_pieces
-    pieces, owner = [], []
-    for i, im in enumerate(crops):
-        for piece in line_pieces(im):
-            pieces.append(piece)
-            owner.append(i)
-    res = ocr(pieces, decoder=decoder, **options)
-    texts = [" ".join(t for o, t in zip(owner, res.texts) if o == i) for i in range(len(crops))]
-    return texts, res.stats
-
-
 def table(title: str, rows: list[dict], cols=None) -> str:
     cols = cols or ["reader", "CER %", "lines/s", "forwards/line", "tokens/forward", "forwards vs ar", "same as ar %"]
     out = [f"### {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -166,16 +152,16 @@ def revised(text: str, rng) -> str:
     return text[:i] + rng.choice(data.CHARSET[1:]) + text[i + 1:]
 
 
-def run_suite(ocr, crops, refs, engines: bool, threads: int, whole_lines: bool) -> list[dict]:
+def run_suite(ocr, crops, refs, engines: bool, threads: int, prior_row: bool) -> list[dict]:
     import random
     rows, ar_texts, ar_fwd = [], None, None
     decoders = list(DECODERS)
-    if not whole_lines:
+    if prior_row:
         rng = random.Random(0)
         decoders.append(("ngram_prior (prior: the line with 1 char changed)", "ngram_prior",
                          {"prior_texts": [revised(r, rng) for r in refs]}))
     for label, name, opts in decoders:
-        texts, st = read_lines(ocr, crops, name, opts) if whole_lines else _direct(ocr, crops, name, opts)
+        texts, st = _direct(ocr, crops, name, opts)
         per_line = st.row_forwards / len(crops)     # a long line read in pieces sums its pieces' forwards
         if name == "ar":
             ar_texts, ar_fwd = texts, per_line
@@ -304,7 +290,7 @@ def main(argv=None) -> int:
               "advances every line of the batch once)", ""]
     report.append(table(f"held-out synthetic lines ({len(held)})",
                         run_suite(ocr, [s.image for s in held], [s.text for s in held], not args.no_engines,
-                                  args.threads, whole_lines=False)))
+                                  args.threads, prior_row=True)))
     report.append("")
     report.append(table("real scan: scikit-image page.png (7 lines, hand transcription; page CER)",
                         scan_page_rows(ocr, args.threads)))
@@ -319,7 +305,7 @@ def main(argv=None) -> int:
             report.append(table(f"real PDF pages: {len(crops)} lines from {', '.join(used)} "
                                 f"(ground truth: the PDF text layer; {skipped} lines with characters outside "
                                 "the charset left out)",
-                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, whole_lines=True)))
+                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, prior_row=False)))
     print("\n".join(report))
     return 0
 

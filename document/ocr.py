@@ -92,35 +92,67 @@ class OCR:
         """Model input for a list of line images."""
         return self.adapter.pixels([as_pil(im, i) for i, im in enumerate(images)])
 
+    def pieces(self, images) -> tuple[list, list[int]]:
+        """(pieces, owner line of each): lines wider than the model reads well are cut at word
+        gaps (document.reader.line_pieces) when the adapter asks for it (`split_lines`)."""
+        if not getattr(self.adapter, "split_lines", False):
+            return images, list(range(len(images)))
+        from .reader import line_pieces
+        pieces, owner = [], []
+        for i, im in enumerate(images):
+            cut = line_pieces(im) or [im]
+            pieces += cut
+            owner += [i] * len(cut)
+        return pieces, owner
+
     def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
                  prior_texts: list[str] | None = None, **options) -> OCRResult:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
-        hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder."""
-        images = list(line_images)
+        hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
+        A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
+        forwards."""
+        images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
         dec = suite.make_decoder(decoder, **options) if isinstance(decoder, str) else decoder
         stats, texts, confs, tokens = OCRStats(), [], [], []
         t0 = time.perf_counter()
+        pieces, owner = self.pieces(images)
         size = batch_size or self.batch_size
         eos = self.adapter.config.eos_token_ids
-        for lo in range(0, len(images), size):
-            chunk = images[lo:lo + size]
-            bound = self.adapter.for_images(self.pixels(chunk))
+        for lo in range(0, len(pieces), size):
+            chunk = pieces[lo:lo + size]
+            bound = self.adapter.for_images(self.adapter.pixels(chunk))
             d = dec.bind(bound) if hasattr(dec, "bind") else dec
             state = DecodeState(tokens=[[bound.start_token_id] for _ in chunk], cache=bound.new_cache(len(chunk)),
                                 params=SamplingParams(), max_new_tokens=self.max_length - 1,
                                 eos_token_ids=eos, max_length=self.max_length)
             if prior_texts is not None:
-                state.scratch["prior_tokens"] = [bound.prior_tokens(t) for t in prior_texts[lo:lo + size]]
+                state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[o]) for o in owner[lo:lo + size]]
             result = suite.decode(bound, d, state)
             stats.add(result.stats, len(chunk))
             tokens.extend(result.new_tokens)
             texts.extend(bound.decode_text([t for t in new if t not in eos]) for new in result.new_tokens)
             if score:
                 confs.extend(confidence(bound, result.new_tokens))
+        stats.num_lines = len(images)
         stats.wall_time_s = time.perf_counter() - t0
-        return OCRResult(texts, stats, confs, tokens)
+        return join_pieces(OCRResult(texts, stats, confs, tokens), owner, len(images))
+
+
+def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
+    """Per-piece results -> per-line: texts joined by spaces, tokens concatenated, confidence averaged."""
+    if owner == list(range(n)):
+        return res
+    texts, tokens, confs = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    for k, o in enumerate(owner):
+        if res.texts[k]:
+            texts[o].append(res.texts[k])
+        tokens[o] += res.tokens[k]
+        if res.confidences:
+            confs[o].append(res.confidences[k])
+    return OCRResult([" ".join(t) for t in texts], res.stats,
+                     [float(np.mean(c)) if c else 0.0 for c in confs] if res.confidences else [], tokens)
 
 
 def confidence(bound, new_tokens: list[list[int]]) -> list[float]:

@@ -23,7 +23,7 @@ PDF_SUFFIXES = {".pdf"}
 MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
 MIN_SIDE = 8
 DPI = 200                # PDF rendering resolution (150 reads 10-point text worse: python -m document.bench)
-PIECE_WIDTH = 0.5        # long lines are cut into pieces at most this fraction of the model's width
+PIECE_WIDTH = 0.6        # long lines are cut into pieces at most this fraction of the model's width
 DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
 
 
@@ -206,7 +206,7 @@ def _runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
     """Cut a line box at word gaps into pieces of at most PIECE_WIDTH of what the model reads
-    (WIDTH/HEIGHT per unit of text height, i.e. about 16 characters); a longer word stays whole
+    (WIDTH/HEIGHT per unit of text height, about 20 characters of prose); a longer word stays whole
     up to the model's full width and is cut hard (no overlap) beyond it. Each piece keeps a margin
     of up to 0.15 text heights, never reaching into the next word."""
     x0, y0, x1, y1 = box
@@ -267,22 +267,14 @@ def line_pieces(line: Image.Image) -> list[Image.Image]:
 
 
 def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **options) -> Page:
-    lines = line_crops(img, detector)
-    boxes = [box for box, _ in lines]
-    pieces, owner = [], []
-    for li, (_, crop) in enumerate(lines):
-        for piece in line_pieces(crop):
-            pieces.append(piece)
-            owner.append(li)
+    lines = [(box, crop) for box, crop in line_crops(img, detector) if min(crop.size) >= 2]
     page = Page(index, img.width, img.height, image=img)
-    if not pieces:
+    if not lines:
         return page
-    res = ocr(pieces, decoder=decoder, score=True, **options)
-    for li, box in enumerate(boxes):
-        parts = [(t, c) for o, t, c in zip(owner, res.texts, res.confidences) if o == li and t]
-        if parts:
-            text = " ".join(t for t, _ in parts)
-            page.lines.append(Line(tuple(int(v) for v in box), text, round(float(np.mean([c for _, c in parts])), 4)))
+    res = ocr([crop for _, crop in lines], decoder=decoder, score=True, **options)   # long lines: read in pieces
+    for (box, _), text, conf in zip(lines, res.texts, res.confidences):
+        if text:
+            page.lines.append(Line(tuple(int(v) for v in box), text, round(conf, 4)))
     page.stats = res.stats
     return page
 
