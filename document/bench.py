@@ -27,11 +27,13 @@ from suite.metrics import cer as suite_cer
 from . import data
 
 DECODERS = [("ar", "ar", {}),
+            ("block_diffusion B=4 t=0.9 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.9, "prefix_only": True}),
+            ("block_diffusion B=4 t=0.8 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.8, "prefix_only": True}),
+            ("block_diffusion B=8 t=0.95", "block_diffusion", {"block_size": 8, "threshold": 0.95}),
             ("block_diffusion B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
-            ("block_diffusion B=8 t=0.7", "block_diffusion", {"block_size": 8, "threshold": 0.7}),
-            ("block_diffusion B=16 t=0.9", "block_diffusion", {"block_size": 16, "threshold": 0.9}),
             ("s2d2 B=8", "s2d2", {"block_size": 8}),
             ("jacobi (suite)", "jacobi", {})]
+PAGE_DECODERS = ("ar", "block_diffusion B=4 t=0.9 prefix", "s2d2 B=8")      # whole-page rows
 PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
 # scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
 PAGE_PNG_TRUTH = """Region-based segmentation
@@ -193,7 +195,7 @@ def scan_page_rows(ocr, threads: int) -> list[dict]:
     img = Image.fromarray(skdata.page()).convert("RGB")
     ref = " ".join(PAGE_PNG_TRUTH.split())
     rows = []
-    for label, name, opts in DECODERS[:2] + DECODERS[4:5]:
+    for label, name, opts in [d for d in DECODERS if d[0] in PAGE_DECODERS]:
         t0 = time.perf_counter()
         pages = read(img, ocr=ocr, decoder=name, **opts)
         hyp = " ".join(ln.text for ln in pages[0].lines)
