@@ -11,7 +11,7 @@ on. Exit status: 0 all read, 1 some files failed, 2 bad arguments.
 examples:
   python -m document scans/ --out ocr_out
   python -m document report.pdf --out ocr_out --decoder ar --overlay
-  python -m document scans/ --out ocr_out --decoder block_diffusion --threshold 0.8 --block-size 8
+  python -m document scans/ --out ocr_out --decoder block_diffusion --block-size 4 --threshold 0.9 --prefix-only
 """
 from __future__ import annotations
 
@@ -96,6 +96,9 @@ def parse(argv):
     ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, jacobi, ... (default ar: fastest on a CPU)")
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
+    ap.add_argument("--prefix-only", action="store_true", default=None,
+                    help="block_diffusion: fill only the confident run after the head (B=4 t=0.9 with it: "
+                         "3x fewer forwards at +0.2 CER points on this model)")
     ap.add_argument("--detector", default="auto", choices=["auto", "rapidocr", "projection"])
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
     if args.decoder not in suite.DECODERS:
         print(f"error: unknown decoder {args.decoder!r}; choose one of: {', '.join(sorted(suite.DECODERS))}", file=sys.stderr)
         return 2
-    args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold)) if v is not None}
+    args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold),
+                                      ("prefix_only", args.prefix_only)) if v is not None}
     try:
         suite.make_decoder(args.decoder, **args.options)
         from .ocr import load_ocr
