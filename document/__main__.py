@@ -11,7 +11,7 @@ on. Exit status: 0 all read, 1 some files failed, 2 bad arguments.
 examples:
   python -m document scans/ --out ocr_out
   python -m document report.pdf --out ocr_out --decoder ar --overlay
-  python -m document scans/ --out ocr_out --decoder block_diffusion --threshold 0.8 --block-size 8
+  python -m document scans/ --out ocr_out --decoder block_diffusion --block-size 4 --threshold 0.9 --prefix-only
 """
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             tmp.unlink()
 
 
-def save_png_atomic(path: Path, image) -> None:
+def png_bytes(image) -> bytes:
     import io
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def outputs_for(src: Path, root: Path, out: Path) -> Path:
@@ -60,13 +60,24 @@ def outputs_for(src: Path, root: Path, out: Path) -> Path:
 
 
 def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
+    """Read one file and write its outputs: everything is computed first, then each output is
+    written atomically, the JSON last (it marks the file done); if writing fails part way, the
+    outputs already written for this file are removed."""
     from .reader import overlay, read, to_json, to_text
     pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, **args.options)
-    write_atomic(base.with_name(base.name + ".txt"), to_text(pages))
+    outputs = [(base.with_name(base.name + ".txt"), to_text(pages))]
     if args.overlay:
-        for p in pages:
-            save_png_atomic(base.with_name(f"{base.name}.p{p.index + 1}.png"), overlay(p))
-    write_atomic(base.with_name(base.name + ".json"), to_json(pages, str(src)))   # last: marks done
+        outputs += [(base.with_name(f"{base.name}.p{p.index + 1}.png"), png_bytes(overlay(p))) for p in pages]
+    outputs.append((base.with_name(base.name + ".json"), to_json(pages, str(src))))
+    written = []
+    try:
+        for path, content in outputs:
+            write_atomic(path, content)
+            written.append(path)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return len(pages), sum(len(p.lines) for p in pages)
 
 
@@ -85,8 +96,11 @@ def parse(argv):
     ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, jacobi, ... (default ar: fastest on a CPU)")
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
+    ap.add_argument("--prefix-only", action="store_true", default=None,
+                    help="block_diffusion: fill only the confident run after the head (B=4 t=0.9 with it: "
+                         "3x fewer forwards at +0.2 CER points on this model)")
     ap.add_argument("--detector", default="auto", choices=["auto", "rapidocr", "projection"])
-    ap.add_argument("--dpi", type=int, default=150, help="PDF rendering resolution")
+    ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")
     ap.add_argument("--weights", default=None, help="model folder (default: document/weights/ocr-small)")
@@ -105,7 +119,8 @@ def main(argv=None) -> int:
     if args.decoder not in suite.DECODERS:
         print(f"error: unknown decoder {args.decoder!r}; choose one of: {', '.join(sorted(suite.DECODERS))}", file=sys.stderr)
         return 2
-    args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold)) if v is not None}
+    args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold),
+                                      ("prefix_only", args.prefix_only)) if v is not None}
     try:
         suite.make_decoder(args.decoder, **args.options)
         from .ocr import load_ocr

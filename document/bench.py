@@ -27,11 +27,13 @@ from suite.metrics import cer as suite_cer
 from . import data
 
 DECODERS = [("ar", "ar", {}),
+            ("block_diffusion B=4 t=0.9 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.9, "prefix_only": True}),
+            ("block_diffusion B=4 t=0.8 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.8, "prefix_only": True}),
+            ("block_diffusion B=8 t=0.95", "block_diffusion", {"block_size": 8, "threshold": 0.95}),
             ("block_diffusion B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
-            ("block_diffusion B=8 t=0.7", "block_diffusion", {"block_size": 8, "threshold": 0.7}),
-            ("block_diffusion B=16 t=0.9", "block_diffusion", {"block_size": 16, "threshold": 0.9}),
             ("s2d2 B=8", "s2d2", {"block_size": 8}),
             ("jacobi (suite)", "jacobi", {})]
+PAGE_DECODERS = ("ar", "block_diffusion B=4 t=0.9 prefix", "s2d2 B=8")      # whole-page rows
 PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
 # scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
 PAGE_PNG_TRUTH = """Region-based segmentation
@@ -83,12 +85,12 @@ def rapidocr_lines(images, threads: int = 1) -> tuple[list[str], float]:
     return texts, time.perf_counter() - t0
 
 
-def pdf_lines(max_pages: int, dpi: int = 150):
+def pdf_lines(max_pages: int, dpi: int = 200):
     """(crops, refs, source) of text lines of PDF pages on this machine, ground truth from the PDF
     text layer inside each detected line box; lines whose text has characters outside our charset
     or that are wider than 2.5 model widths are left out (counted)."""
     import pypdfium2 as pdfium
-    from .reader import detect_lines
+    from .reader import line_crops
     crops, refs, skipped, used = [], [], 0, []
     pdfs = sorted({p for g in PDF_GLOBS for p in glob.glob(g, recursive=True)})
     per_pdf = max(1, max_pages // max(len(pdfs), 1))
@@ -98,38 +100,46 @@ def pdf_lines(max_pages: int, dpi: int = 150):
             page = doc[i]
             scale = dpi / 72
             img = page.render(scale=scale).to_pil().convert("RGB")
-            text = page.get_textpage()
+            chars = page_chars(page, scale)
             used.append(f"{Path(path).name} p{i + 1}")
-            for x0, y0, x1, y1 in detect_lines(img, "rapidocr"):
-                h_pt = page.get_height()
-                ref = " ".join(text.get_text_bounded(left=x0 / scale, bottom=h_pt - y1 / scale,
-                                                     right=x1 / scale, top=h_pt - y0 / scale).split())
+            for box, crop in line_crops(img, "rapidocr"):
+                ref = text_in_box(chars, box)
                 if not ref or any(c not in data.CHARSET for c in ref):
                     skipped += 1
                     continue
-                crops.append(img.crop((x0, y0, x1, y1)))
+                crops.append(crop)
                 refs.append(ref)
         doc.close()
     return crops, refs, skipped, used
 
 
-def read_lines(ocr, crops, decoder, options):
-    """Our model on line crops of any width: cut at word gaps (document.reader.split_line), read the
-    pieces, join them. Returns texts and the OCR stats."""
-    from .reader import split_line
-    pieces, owner = [], []
-    for i, im in enumerate(crops):
-        gray = np.asarray(im.convert("L"), dtype=np.float32)
-        for box in split_line(gray, (0, 0, im.width, im.height)):
-            pieces.append(im.crop(box))
-            owner.append(i)
-    res = ocr(pieces, decoder=decoder, **options)
-    texts = [" ".join(t for o, t in zip(owner, res.texts) if o == i) for i in range(len(crops))]
-    return texts, res.stats
+def page_chars(page, scale: float) -> list[tuple[str, float, float]]:
+    """The PDF text layer of a page: (char, x, y) per character, the centre of its glyph box in
+    rendered pixels (y down)."""
+    tp = page.get_textpage()
+    h_pt, out = page.get_height(), []
+    for i in range(tp.count_chars()):
+        left, bottom, right, top = tp.get_charbox(i)
+        out.append((tp.get_text_range(i, 1), (left + right) / 2 * scale, (h_pt - (bottom + top) / 2) * scale))
+    return out
 
 
-def table(title: str, rows: list[dict]) -> str:
-    cols = ["reader", "CER %", "lines/s", "forwards/line", "tokens/forward", "forwards vs ar", "same as ar %"]
+def text_in_box(chars, box) -> str:
+    """The characters whose glyph centre lies in the box, in text order; a space where the text
+    jumps (a glyph box merely touching the line, e.g. a descender of the line above, is not in)."""
+    x0, y0, x1, y1 = box
+    parts, last = [], None
+    for i, (c, x, y) in enumerate(chars):
+        if x0 <= x <= x1 and y0 <= y <= y1:
+            if last is not None and i != last + 1:
+                parts.append(" ")
+            parts.append(c)
+            last = i
+    return " ".join("".join(parts).split())
+
+
+def table(title: str, rows: list[dict], cols=None) -> str:
+    cols = cols or ["reader", "CER %", "lines/s", "forwards/line", "tokens/forward", "forwards vs ar", "same as ar %"]
     out = [f"### {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         out.append("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
@@ -144,16 +154,16 @@ def revised(text: str, rng) -> str:
     return text[:i] + rng.choice(data.CHARSET[1:]) + text[i + 1:]
 
 
-def run_suite(ocr, crops, refs, engines: bool, threads: int, whole_lines: bool) -> list[dict]:
+def run_suite(ocr, crops, refs, engines: bool, threads: int, prior_row: bool) -> list[dict]:
     import random
     rows, ar_texts, ar_fwd = [], None, None
     decoders = list(DECODERS)
-    if not whole_lines:
+    if prior_row:
         rng = random.Random(0)
         decoders.append(("ngram_prior (prior: the line with 1 char changed)", "ngram_prior",
                          {"prior_texts": [revised(r, rng) for r in refs]}))
     for label, name, opts in decoders:
-        texts, st = read_lines(ocr, crops, name, opts) if whole_lines else _direct(ocr, crops, name, opts)
+        texts, st = _direct(ocr, crops, name, opts)
         per_line = st.row_forwards / len(crops)     # a long line read in pieces sums its pieces' forwards
         if name == "ar":
             ar_texts, ar_fwd = texts, per_line
@@ -185,7 +195,7 @@ def scan_page_rows(ocr, threads: int) -> list[dict]:
     img = Image.fromarray(skdata.page()).convert("RGB")
     ref = " ".join(PAGE_PNG_TRUTH.split())
     rows = []
-    for label, name, opts in DECODERS[:2] + DECODERS[4:5]:
+    for label, name, opts in [d for d in DECODERS if d[0] in PAGE_DECODERS]:
         t0 = time.perf_counter()
         pages = read(img, ocr=ocr, decoder=name, **opts)
         hyp = " ".join(ln.text for ln in pages[0].lines)
@@ -211,6 +221,45 @@ def scan_page_rows(ocr, threads: int) -> list[dict]:
     return rows
 
 
+def text_png_rows(ocr, threads: int) -> list[dict]:
+    """skimage text.png: handwritten formulas photographed at a slant (no printed-text ground
+    truth, so not scored): what each reader makes of it, as a robustness check."""
+    from skimage import data as skdata
+    from PIL import Image
+    from .reader import read
+    img = Image.fromarray(skdata.text()).convert("RGB")
+    rows = []
+    t0 = time.perf_counter()
+    pages = read(img, ocr=ocr, decoder="ar")
+    rows.append({"reader": "ours: ar", "lines": str(len(pages[0].lines)),
+                 "text": " / ".join(ln.text for ln in pages[0].lines), "seconds": f"{time.perf_counter() - t0:.2f}"})
+    with tempfile.TemporaryDirectory() as tmp:
+        name = os.path.join(tmp, "text.png")
+        img.save(name)
+        env = {**os.environ, "OMP_THREAD_LIMIT": str(threads)}
+        try:
+            t0 = time.perf_counter()
+            out = subprocess.run(["tesseract", name, "-", "--psm", "6"], capture_output=True, text=True, env=env)
+            got = [ln for ln in out.stdout.splitlines() if ln.strip()]
+            rows.append({"reader": "tesseract 5.3 (--psm 6)", "lines": str(len(got)), "text": " / ".join(got),
+                         "seconds": f"{time.perf_counter() - t0:.2f}"})
+        except FileNotFoundError:
+            rows.append({"reader": "tesseract: unavailable (apt-get install tesseract-ocr)"})
+    try:
+        from rapidocr import RapidOCR
+        eng = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error"})
+        t0 = time.perf_counter()
+        r = eng(np.asarray(img))
+        rows.append({"reader": "rapidocr 3.10 (det + rec)", "lines": str(len(r.txts or [])),
+                     "text": " / ".join(r.txts or []), "seconds": f"{time.perf_counter() - t0:.2f}"})
+    except ImportError:
+        rows.append({"reader": "rapidocr: unavailable (pip install rapidocr==3.10.0 onnxruntime)"})
+    for r in rows:
+        if "text" in r:
+            r["text"] = "`" + r["text"].replace("|", "\\|").replace("`", "'")[:120] + "`"
+    return rows
+
+
 def _direct(ocr, crops, name, opts):
     res = ocr(crops, decoder=name, **opts)
     return res.texts, res.stats
@@ -222,6 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=200, help="held-out synthetic lines")
     ap.add_argument("--pdf-pages", type=int, default=4, help="PDF pages to read (0: none)")
     ap.add_argument("--threads", type=int, default=1, help="threads for every reader (torch, tesseract, onnxruntime)")
+    ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--no-engines", action="store_true", help="skip tesseract and rapidocr")
     ap.add_argument("--weights", default=None)
     args = ap.parse_args(argv)
@@ -242,19 +292,22 @@ def main(argv=None) -> int:
               "advances every line of the batch once)", ""]
     report.append(table(f"held-out synthetic lines ({len(held)})",
                         run_suite(ocr, [s.image for s in held], [s.text for s in held], not args.no_engines,
-                                  args.threads, whole_lines=False)))
+                                  args.threads, prior_row=True)))
     report.append("")
     report.append(table("real scan: scikit-image page.png (7 lines, hand transcription; page CER)",
                         scan_page_rows(ocr, args.threads)))
+    report.append("")
+    report.append(table("real photo: scikit-image text.png (handwritten formulas at a slant; no ground truth, "
+                        "not scored)", text_png_rows(ocr, args.threads), ["reader", "lines", "seconds", "text"]))
     if args.pdf_pages:
-        crops, refs, skipped, used = pdf_lines(args.pdf_pages)
+        crops, refs, skipped, used = pdf_lines(args.pdf_pages, args.dpi)
         print(f"PDF lines: {len(crops)} from {', '.join(used)} ({skipped} left out)", file=sys.stderr)
         if crops:
             report.append("")
             report.append(table(f"real PDF pages: {len(crops)} lines from {', '.join(used)} "
                                 f"(ground truth: the PDF text layer; {skipped} lines with characters outside "
                                 "the charset left out)",
-                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, whole_lines=True)))
+                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, prior_row=False)))
     print("\n".join(report))
     return 0
 

@@ -183,19 +183,76 @@ def render_line(text: str, rng: random.Random, clean_style: bool = False) -> Ima
     return img
 
 
+TIGHT_MARGIN = 0.15     # margin kept around the ink by `tight_box`, in units of the ink height
+
+
+def _ink_band(rows: np.ndarray, min_gap: int) -> tuple[int, int] | None:
+    """[start, end) of the run of ink rows with the most ink, with runs closer than min_gap merged
+    (an i's dot, a colon); None if no row has ink."""
+    idx = np.nonzero(rows)[0]
+    if idx.size == 0:
+        return None
+    cuts = np.nonzero(np.diff(idx) > min_gap)[0]
+    starts, ends = np.r_[idx[0], idx[cuts + 1]], np.r_[idx[cuts], idx[-1]] + 1
+    mass = [rows[a:b].sum() for a, b in zip(starts, ends)]
+    k = int(np.argmax(mass))
+    return int(starts[k]), int(ends[k])
+
+
+def tight_box(arr: np.ndarray) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1) of a line's text in a contrast-normalised crop (text dark, 0..1): the main
+    band of ink rows (fragments of neighbouring lines dropped) and its ink columns, plus
+    TIGHT_MARGIN of the band height on each side. Detector boxes (loose, uneven margins) and
+    training crops then look alike to the model."""
+    h, w = arr.shape
+    ink = arr < 0.5
+    rows = ink.sum(1) * (ink.sum(1) >= 2)
+    band = _ink_band(rows, max(1, h // 10))
+    if band is None:
+        return 0, 0, w, h
+    y0, y1 = band
+    cols = np.nonzero(ink[y0:y1].sum(0) >= 1)[0]
+    m = int(round(TIGHT_MARGIN * (y1 - y0))) + 1
+    return max(0, int(cols[0]) - m), max(0, y0 - m), min(w, int(cols[-1]) + 1 + m), min(h, y1 + m)
+
+
+def flatten(g: Image.Image) -> Image.Image:
+    """Dark text on an even light background: each pixel divided by the local background (a max
+    filter wider than a stroke), for the polarity (dark-on-light or light-on-dark) whose result is
+    mostly background. Removes the shading of scans and photos; a clean render is unchanged."""
+    from scipy.ndimage import maximum_filter
+    size = int(np.clip(g.height // 4, 3, 31)) | 1
+    best = None
+    gray = np.asarray(g, dtype=np.float32)
+    for a in (gray, 255.0 - gray):
+        f = np.clip(a / np.maximum(maximum_filter(a, size), 1.0), 0, 1)
+        if best is None or np.median(f) > np.median(best):
+            best = f
+    return Image.fromarray((best * 255).astype(np.uint8))
+
+
+def _normalise(arr: np.ndarray) -> np.ndarray:
+    """Text dark on light, contrast stretched to [0, 1]."""
+    if np.median(arr) < 0.5:          # light text on dark background: invert
+        arr = 1.0 - arr
+    lo, hi = np.percentile(arr, 2), np.percentile(arr, 98)
+    return np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
+
+
 def to_model_input(img: Image.Image) -> np.ndarray:
-    """Any PIL line image -> (HEIGHT, WIDTH) float32 in [0, 1], text dark on light: height scaled
-    to HEIGHT (aspect kept, squeezed if wider than WIDTH), right-padded with the background."""
+    """Any PIL line image -> (HEIGHT, WIDTH) float32 in [0, 1], text dark on light: cropped to the
+    text (`tight_box`), height scaled to HEIGHT (aspect kept, squeezed if wider than WIDTH),
+    right-padded with the background."""
     g = img.convert("L")
     if g.width < 2 or g.height < 2:
         raise ValueError(f"line image of {g.width}x{g.height} pixels is too small to read; crop a text line "
                          "of at least 2x2 pixels")
+    g = flatten(g)
+    full = _normalise(np.asarray(g, dtype=np.float32) / 255.0)
+    x0, y0, x1, y1 = tight_box(full)
+    g = g.crop((x0, y0, x1, y1))
     w = max(1, min(WIDTH, round(g.width * HEIGHT / g.height)))
-    arr = np.asarray(g.resize((w, HEIGHT), Image.BILINEAR), dtype=np.float32) / 255.0
-    if np.median(arr) < 0.5:          # light text on dark background: invert
-        arr = 1.0 - arr
-    lo, hi = np.percentile(arr, 2), np.percentile(arr, 98)
-    arr = np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
+    arr = _normalise(np.asarray(g.resize((w, HEIGHT), Image.BILINEAR), dtype=np.float32) / 255.0)
     out = np.ones((HEIGHT, WIDTH), dtype=np.float32)
     out[:, :w] = arr
     return out

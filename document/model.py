@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -172,6 +173,23 @@ class OCRAdapter:
                                     pad_token_id=PAD, max_length=model.max_length,
                                     extra={"mask_token_id": model.cfg["mask_token_id"],
                                            "bos_token_id": model.cfg["bos_token_id"]})
+
+    # the line-reader interface document.ocr.OCR uses (document/ved.py has the same for
+    # transformers VisionEncoderDecoder checkpoints)
+    start_token_id = BOS
+    split_lines = True       # lines of more than ~20 characters are read in pieces (OCR.pieces)
+
+    def pixels(self, images) -> torch.Tensor:
+        """PIL line images -> (B, 1, H, W) model input in [0, 1]."""
+        from .data import to_model_input
+        return torch.from_numpy(np.stack([to_model_input(im) for im in images]))[:, None]
+
+    def decode_text(self, ids: list[int]) -> str:
+        return self.model.tokenizer.decode(ids)
+
+    def prior_tokens(self, text: str) -> list[int]:
+        """A known text as the tokens a row would hold: start token + characters (no EOS)."""
+        return self.model.tokenizer.encode(text)[:-1]
 
     def for_images(self, pixels: torch.Tensor) -> "OCRAdapter":
         """pixels (B, 1, H, W) in [0, 1] -> an adapter holding their encoder states."""

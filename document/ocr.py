@@ -16,8 +16,7 @@ import torch
 import suite
 from suite import DecodeState, DecodeStats, SamplingParams
 
-from . import data
-from .model import BOS, EOS, OCRAdapter, OCRModel
+from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
 
@@ -57,6 +56,7 @@ class OCRResult:
     texts: list[str]
     stats: OCRStats
     confidences: list[float] = field(default_factory=list)   # mean token probability (score=True)
+    tokens: list[list[int]] = field(default_factory=list)    # the new token ids of each line (EOS included)
 
 
 def as_pil(image, index: int = 0):
@@ -76,66 +76,116 @@ def as_pil(image, index: int = 0):
 
 
 class OCR:
-    def __init__(self, model: OCRModel, batch_size: int = 32):
-        self.model = model.eval()
-        self.adapter = OCRAdapter(model)
-        self.tokenizer = model.tokenizer
+    """Reads line images with a line-reader adapter: `OCRAdapter` (our model) or `VEDAdapter`
+    (a transformers VisionEncoderDecoder checkpoint, e.g. TrOCR)."""
+
+    def __init__(self, model, batch_size: int = 32):
+        self.adapter = OCRAdapter(model) if isinstance(model, OCRModel) else model
+        self.model = getattr(self.adapter, "model", None)
         self.batch_size = batch_size
 
+    @property
+    def max_length(self) -> int:
+        return self.adapter.config.max_length
+
     def pixels(self, images) -> torch.Tensor:
-        """(B, 1, H, W) model input for a list of line images."""
-        return torch.from_numpy(np.stack([data.to_model_input(as_pil(im, i)) for i, im in enumerate(images)]))[:, None]
+        """Model input for a list of line images."""
+        return self.adapter.pixels([as_pil(im, i) for i, im in enumerate(images)])
+
+    def pieces(self, images) -> tuple[list, list[int]]:
+        """(pieces, owner line of each): lines wider than the model reads well are cut at word
+        gaps (document.reader.line_pieces) when the adapter asks for it (`split_lines`)."""
+        if not getattr(self.adapter, "split_lines", False):
+            return images, list(range(len(images)))
+        from .reader import line_pieces
+        pieces, owner = [], []
+        for i, im in enumerate(images):
+            cut = line_pieces(im) or [im]
+            pieces += cut
+            owner += [i] * len(cut)
+        return pieces, owner
 
     def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
                  prior_texts: list[str] | None = None, **options) -> OCRResult:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
-        hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder."""
-        images = list(line_images)
+        hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
+        A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
+        forwards."""
+        images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
         dec = suite.make_decoder(decoder, **options) if isinstance(decoder, str) else decoder
-        stats, texts, confs = OCRStats(), [], []
+        stats, texts, confs, tokens = OCRStats(), [], [], []
         t0 = time.perf_counter()
+        pieces, owner = self.pieces(images)
         size = batch_size or self.batch_size
-        for lo in range(0, len(images), size):
-            chunk = images[lo:lo + size]
-            bound = self.adapter.for_images(self.pixels(chunk))
+        eos = self.adapter.config.eos_token_ids
+        for lo in range(0, len(pieces), size):
+            chunk = pieces[lo:lo + size]
+            bound = self.adapter.for_images(self.adapter.pixels(chunk))
             d = dec.bind(bound) if hasattr(dec, "bind") else dec
-            state = DecodeState(tokens=[[BOS] for _ in chunk], cache=bound.new_cache(len(chunk)),
-                                params=SamplingParams(), max_new_tokens=self.model.max_length - 1,
-                                eos_token_ids=frozenset([EOS]), max_length=self.model.max_length)
+            state = DecodeState(tokens=[[bound.start_token_id] for _ in chunk], cache=bound.new_cache(len(chunk)),
+                                params=SamplingParams(), max_new_tokens=self.max_length - 1,
+                                eos_token_ids=eos, max_length=self.max_length)
             if prior_texts is not None:
-                state.scratch["prior_tokens"] = [self.tokenizer.encode(t)[:-1] for t in prior_texts[lo:lo + size]]
+                state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[o]) for o in owner[lo:lo + size]]
             result = suite.decode(bound, d, state)
             stats.add(result.stats, len(chunk))
-            texts.extend(self.tokenizer.decode(t) for t in result.new_tokens)
+            tokens.extend(result.new_tokens)
+            texts.extend(bound.decode_text([t for t in new if t not in eos]) for new in result.new_tokens)
             if score:
-                confs.extend(self._confidence(bound, result.new_tokens))
+                confs.extend(confidence(bound, result.new_tokens))
+        stats.num_lines = len(images)
         stats.wall_time_s = time.perf_counter() - t0
-        return OCRResult(texts, stats, confs)
+        return join_pieces(OCRResult(texts, stats, confs, tokens), owner, len(images))
 
-    def _confidence(self, bound: OCRAdapter, new_tokens: list[list[int]]) -> list[float]:
-        """Mean probability the causal model gives each read token (one teacher-forced forward)."""
-        n = max(len(t) for t in new_tokens) + 1
-        ids = torch.zeros(len(new_tokens), n, dtype=torch.long)
-        for b, t in enumerate(new_tokens):
-            ids[b, :len(t) + 1] = torch.tensor([BOS] + t)
-        mask = torch.ones(n, n, dtype=torch.bool).tril().expand(len(new_tokens), 1, n, n)
-        with torch.no_grad():
-            logp = self.model.decoder_logits(ids, torch.arange(n).expand(len(new_tokens), n), mask,
-                                             bound.encoder_states).log_softmax(-1)
-        out = []
-        for b, t in enumerate(new_tokens):
-            if not t:
-                out.append(0.0)
-                continue
-            lp = logp[b, torch.arange(len(t)), torch.tensor(t)]
-            out.append(float(lp.mean().exp()))
-        return out
+
+def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
+    """Per-piece results -> per-line: texts joined by spaces, tokens concatenated, confidence averaged."""
+    if owner == list(range(n)):
+        return res
+    texts, tokens, confs = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    for k, o in enumerate(owner):
+        if res.texts[k]:
+            texts[o].append(res.texts[k])
+        tokens[o] += res.tokens[k]
+        if res.confidences:
+            confs[o].append(res.confidences[k])
+    return OCRResult([" ".join(t) for t in texts], res.stats,
+                     [float(np.mean(c)) if c else 0.0 for c in confs] if res.confidences else [], tokens)
+
+
+def confidence(bound, new_tokens: list[list[int]]) -> list[float]:
+    """Mean probability the causal model gives each read token (one teacher-forced forward
+    through the adapter, on a fresh cache)."""
+    n = max(len(t) for t in new_tokens) + 1
+    ids = torch.full((len(new_tokens), n), bound.config.pad_token_id, dtype=torch.long)
+    for b, t in enumerate(new_tokens):
+        ids[b, :len(t) + 1] = torch.tensor([bound.start_token_id] + t)
+    cache = bound.new_cache(len(new_tokens))
+    with torch.no_grad():
+        logp = bound(ids, torch.arange(n).expand(len(new_tokens), n), cache, None).log_softmax(-1)
+    out = []
+    for b, t in enumerate(new_tokens):
+        if not t:
+            out.append(0.0)
+            continue
+        lp = logp[b, torch.arange(len(t)), torch.tensor(t)]
+        out.append(float(lp.mean().exp()))
+    return out
 
 
 def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None) -> OCR:
-    """The trained OCR model (document/weights/ocr-small unless `path` names another folder)."""
+    """The trained OCR model (document/weights/ocr-small), or the model in the folder `path`:
+    our own (config.json + model.safetensors from `python -m document.train`) or a transformers
+    VisionEncoderDecoder checkpoint with its tokenizer and image processor (TrOCR and the like,
+    loaded offline from the folder)."""
+    import json
     if threads is not None:
         torch.set_num_threads(threads)
-    return OCR(OCRModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size)
+    folder = Path(path or DEFAULT_WEIGHTS)
+    cfg = folder / "config.json"
+    if cfg.is_file() and json.loads(cfg.read_text()).get("model_type") == "vision-encoder-decoder":
+        from .ved import VEDAdapter
+        return OCR(VEDAdapter.load(folder), batch_size=batch_size)
+    return OCR(OCRModel.load(folder), batch_size=batch_size)

@@ -22,6 +22,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 PDF_SUFFIXES = {".pdf"}
 MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
 MIN_SIDE = 8
+DPI = 200                # PDF rendering resolution (150 reads 10-point text worse: python -m document.bench)
+PIECE_WIDTH = 0.6        # long lines are cut into pieces at most this fraction of the model's width
 DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
 
 
@@ -61,7 +63,7 @@ def _check_size(img: Image.Image, where: str) -> Image.Image:
     return img
 
 
-def load_pages(path: str | Path, dpi: int = 150) -> list[Image.Image]:
+def load_pages(path: str | Path, dpi: int = DPI) -> list[Image.Image]:
     """Pages of an image or PDF file as RGB PIL images; a clear ValueError for anything unreadable."""
     path = Path(path)
     if not path.is_file():
@@ -122,6 +124,13 @@ def _rapidocr():
 def detect_lines(image: Image.Image, detector: str = "auto") -> list[tuple[int, int, int, int]]:
     """Line boxes (x0, y0, x1, y1) top to bottom. detector: "rapidocr", "projection" or "auto"
     (rapidocr when installed)."""
+    return [box for box, _ in line_crops(image, detector)]
+
+
+def line_crops(image: Image.Image, detector: str = "auto") -> list[tuple[tuple[int, int, int, int], Image.Image]]:
+    """(box, line image) per text line, top to bottom. rapidocr's quadrilaterals are warped to
+    upright rectangles (a slanted or curved line is cut out without its neighbours, as rapidocr's
+    own recogniser does); projection boxes are plain crops."""
     if detector not in ("auto", "rapidocr", "projection"):
         raise ValueError(f"unknown detector {detector!r}; use 'auto', 'rapidocr' or 'projection'")
     if detector in ("auto", "rapidocr"):
@@ -132,10 +141,21 @@ def detect_lines(image: Image.Image, detector: str = "auto") -> list[tuple[int, 
                 raise ValueError("detector='rapidocr' needs `pip install rapidocr==3.10.0 onnxruntime`") from None
         else:
             out = engine(np.asarray(image.convert("RGB")), use_det=True, use_cls=False, use_rec=False)
-            boxes = [] if out.boxes is None else out.boxes
-            lines = [_pad_box(q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max(), image.size) for q in boxes]
-            return sorted(lines, key=lambda b: (b[1], b[0]))
-    return projection_lines(image)
+            quads = [] if out.boxes is None else out.boxes
+            lines = [(_pad_box(q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max(), image.size), quad_crop(image, q))
+                     for q in quads]
+            return sorted(lines, key=lambda b: (b[0][1], b[0][0]))
+    return [(box, image.crop(box)) for box in projection_lines(image)]
+
+
+def quad_crop(image: Image.Image, quad: np.ndarray) -> Image.Image:
+    """The quadrilateral (4, 2) [top-left, top-right, bottom-right, bottom-left] warped to an
+    upright rectangle of its side lengths."""
+    tl, tr, br, bl = (np.asarray(p, dtype=np.float64) for p in quad)
+    w = max(2, int(round(max(np.linalg.norm(tr - tl), np.linalg.norm(br - bl)))))
+    h = max(2, int(round(max(np.linalg.norm(bl - tl), np.linalg.norm(br - tr)))))
+    data_ = tuple(float(v) for p in (tl, bl, br, tr) for v in p)     # PIL QUAD: ul, ll, lr, ur
+    return image.transform((w, h), Image.QUAD, data_, resample=Image.BILINEAR, fillcolor="white")
 
 
 def _pad_box(x0, y0, x1, y1, size, frac: float = 0.12):
@@ -185,34 +205,47 @@ def _runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
 
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
-    """Cut a line box at word gaps into pieces no wider than the model reads (WIDTH/HEIGHT per
-    unit of height); a word wider than that is cut hard."""
+    """Cut a line box at word gaps into pieces of at most PIECE_WIDTH of what the model reads
+    (WIDTH/HEIGHT per unit of text height, about 20 characters of prose); a longer word stays whole
+    up to the model's full width and is cut hard (no overlap) beyond it. Each piece keeps a margin
+    of up to 0.15 text heights, never reaching into the next word."""
     x0, y0, x1, y1 = box
-    h = max(y1 - y0, 1)
-    max_w = int(0.9 * data.WIDTH / data.HEIGHT * h)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return [box]
+    tx0, ty0, tx1, ty1 = data.tight_box(data._normalise(gray[y0:y1, x0:x1] / 255.0))
+    h = max(ty1 - ty0, 1)                       # the text's height, as the model will see it
+    max_w = int(PIECE_WIDTH * data.WIDTH / data.HEIGHT * h)
+    hard_w = int(0.95 * data.WIDTH / data.HEIGHT * h)
     if x1 - x0 <= max_w:
         return [box]
-    cols = _ink(gray[y0:y1, x0:x1]).any(0)
+    cols = _ink(gray[y0 + ty0:y0 + ty1, x0:x1]).any(0)       # the text band only: no neighbours
     words = [(x0 + a, x0 + b) for a, b in _runs(cols, min_gap=max(2, int(0.22 * h)))]
     if not words:
         return [box]
-    pieces, start, end = [], words[0][0], words[0][1]
+    groups, start, end = [], words[0][0], words[0][1]
     for a, b in words[1:]:
         if b - start > max_w:
-            pieces.append((start, end))
+            groups.append((start, end))
             start = a
         end = b
-    pieces.append((start, end))
-    out = []
-    for a, b in pieces:
-        for s in range(a, b, max_w):
-            out.append((max(x0, s - int(0.15 * h)), y0, min(x1, min(b, s + max_w) + int(0.15 * h)), y1))
+    groups.append((start, end))
+    spans = []
+    for a, b in groups:
+        n = -(-(b - a) // hard_w)                            # hard cuts only for a word wider than the model
+        edges = [a + (b - a) * k // n for k in range(n + 1)]
+        spans += list(zip(edges[:-1], edges[1:]))
+    out, m = [], 0.15 * h
+    for i, (a, b) in enumerate(spans):
+        left = a if i and spans[i - 1][1] == a else int(a - min(m, (a - (spans[i - 1][1] if i else x0)) / 2))
+        right = b if i + 1 < len(spans) and spans[i + 1][0] == b else \
+            int(b + min(m, ((spans[i + 1][0] if i + 1 < len(spans) else x1) - b) / 2))
+        out.append((max(x0, left), y0, min(x1, right), y1))
     return out
 
 
 # ---- reading ----------------------------------------------------------------------------------
 
-def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto", dpi: int = 150,
+def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto", dpi: int = DPI,
          **options) -> list[Page]:
     """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence)."""
     if ocr is None:
@@ -226,24 +259,22 @@ def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto
     return pages
 
 
+def line_pieces(line: Image.Image) -> list[Image.Image]:
+    """A line image cut at word gaps into pieces the model reads (`split_line`)."""
+    gray = np.asarray(line.convert("L"), dtype=np.float32)
+    boxes = split_line(gray, (0, 0, line.width, line.height))
+    return [line.crop(b) for b in boxes if b[2] - b[0] >= 2 and b[3] - b[1] >= 2]
+
+
 def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **options) -> Page:
-    gray = np.asarray(img.convert("L"), dtype=np.float32)
-    boxes = detect_lines(img, detector)
-    pieces, owner = [], []
-    for li, box in enumerate(boxes):
-        for piece in split_line(gray, box):
-            if piece[2] - piece[0] >= 2 and piece[3] - piece[1] >= 2:
-                pieces.append(piece)
-                owner.append(li)
+    lines = [(box, crop) for box, crop in line_crops(img, detector) if min(crop.size) >= 2]
     page = Page(index, img.width, img.height, image=img)
-    if not pieces:
+    if not lines:
         return page
-    res = ocr([img.crop(p) for p in pieces], decoder=decoder, score=True, **options)
-    for li, box in enumerate(boxes):
-        parts = [(t, c) for o, t, c in zip(owner, res.texts, res.confidences) if o == li and t]
-        if parts:
-            text = " ".join(t for t, _ in parts)
-            page.lines.append(Line(tuple(int(v) for v in box), text, round(float(np.mean([c for _, c in parts])), 4)))
+    res = ocr([crop for _, crop in lines], decoder=decoder, score=True, **options)   # long lines: read in pieces
+    for (box, _), text, conf in zip(lines, res.texts, res.confidences):
+        if text:
+            page.lines.append(Line(tuple(int(v) for v in box), text, round(conf, 4)))
     page.stats = res.stats
     return page
 

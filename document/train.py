@@ -25,6 +25,7 @@ from . import data
 from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "ocr-small"
+DEFAULT_STATE = Path.home() / ".cache" / "parasuite" / "document-train-state.pt"
 BLOCK_SIZES = (2, 4, 8, 16)
 CTC_WEIGHT = 0.5
 
@@ -94,6 +95,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--resume", default=None, metavar="FOLDER",
+                    help="start from the weights in FOLDER (and its optimizer state in --state, if saved)")
+    ap.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
+    ap.add_argument("--state", default=str(DEFAULT_STATE),
+                    help="optimizer state file, written with each checkpoint (kept out of the weights folder)")
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.batch < 1:
         print("error: --minutes and --batch must be positive", file=sys.stderr)
@@ -101,16 +107,28 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    model = OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
+    if args.resume:
+        model = OCRModel.load(args.resume).train()
+        start_step = int(model.cfg.get("train_steps", 0))
+    else:
+        model = OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
+        start_step = 0
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if args.resume and Path(args.state).is_file():
+        saved = torch.load(args.state, weights_only=True)
+        if saved.get("train_steps") == start_step:
+            opt.load_state_dict(saved["optimizer"])
+            print(f"resumed optimizer state from {args.state}", flush=True)
+    print(f"training from step {start_step} for {args.minutes} min", flush=True)
     val = data.make_samples(64, seed=999, split="heldout")
     val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
     budget, t0, step = args.minutes * 60, time.time(), 0
+    minutes_done = float(model.cfg.get("train_minutes", 0)) if args.resume else 0.0
     from tqdm import tqdm
     bar = tqdm(total=int(budget), unit="s", desc="train", file=sys.stderr)
     while time.time() - t0 < budget:
         frac = (time.time() - t0) / budget
-        lr = args.lr * min(1.0, (step + 1) / 200) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
         for g in opt.param_groups:
             g["lr"] = lr
         batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31))
@@ -127,17 +145,26 @@ def main(argv=None) -> int:
                 vc, vb, _ = losses(model, val_px, val_ids, random.Random(0))
             bar.set_postfix(step=step, causal=f"{causal.item():.3f}", block=f"{block.item():.3f}",
                             val_causal=f"{vc.item():.3f}", val_block=f"{vb.item():.3f}")
-            print(f"step {step} t={time.time() - t0:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
+            print(f"step {start_step + step} t={time.time() - t0:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
                   f"block={block.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f}", flush=True)
         if step % 500 == 0:
-            model.save(args.out, {"train_steps": step})
+            checkpoint(model, opt, args, start_step + step, minutes_done + (time.time() - t0) / 60)
         bar.n = int(time.time() - t0)
         bar.refresh()
     bar.close()
     model.eval()
-    model.save(args.out, {"train_steps": step, "train_minutes": args.minutes, "batch": args.batch})
-    print(f"saved {args.out} after {step} steps")
+    checkpoint(model, opt, args, start_step + step, minutes_done + (time.time() - t0) / 60)
+    print(f"saved {args.out} after {start_step + step} steps ({step} in this run)")
     return 0
+
+
+def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float) -> None:
+    """Weights (+ training counters in config.json) to --out, optimizer state to --state."""
+    model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch})
+    state = Path(args.state)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"train_steps": steps, "optimizer": opt.state_dict()}, state.with_suffix(".tmp"))
+    state.with_suffix(".tmp").replace(state)
 
 
 if __name__ == "__main__":

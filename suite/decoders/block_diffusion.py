@@ -109,6 +109,8 @@ class BlockDiffusion:
     block_size: int = 8
     threshold: float = 0.9
     mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
+    prefix_only: bool = False          # fill only the confident run right after the head (left to
+                                       # right); later slots are re-predicted with that context
 
     name: ClassVar[str] = "block_diffusion"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
@@ -159,6 +161,8 @@ class BlockDiffusion:
         probs[:, 0] = conf[open_]
         probs[0, 0] = 1.0                             # the head: exact AR prediction, always committed
         keep = accept_by_confidence(probs, torch.zeros(len(open_), dtype=torch.long), threshold=self.threshold)
+        if self.prefix_only:
+            keep &= torch.cumprod(keep.long(), 0).bool()
         for k, i in enumerate(open_):
             if keep[k]:
                 filled[targets[i]] = int(tokens[i])

@@ -118,3 +118,31 @@ def test_ngram_prior_is_lossless_and_uses_the_prior(model):
     out = suite.decode(suite.as_adapter(model), dec, state)
     assert out.new_tokens == ar.new_tokens
     assert out.stats.num_forwards < NEW // 2
+
+
+def test_prefix_only_fills_just_the_confident_run_after_the_head(model):
+    ar = run(model, "ar")
+    never = run(model, BlockDiffusion(block_size=4, threshold=1.01, prefix_only=True, mask_token_id=MASK_ID))
+    assert torch.equal(never.sequences, ar.sequences)
+    m = CertainModel(lambda h: 0, vocab=64)
+    out = suite.generate(m, torch.tensor([[10]]), max_new_tokens=12,
+                         decoder=BlockDiffusion(block_size=4, threshold=1.0, prefix_only=True, mask_token_id=MASK_ID))
+    assert out.new_tokens == [list(range(11, 23))] and out.stats.num_forwards == 3
+    # a model unsure of every other slot: the default fills the sure slots ahead of the gaps,
+    # prefix_only never leaves a filled slot ahead of the committed prefix; both read like ar
+    m = HalfSureModel(lambda h: 0, vocab=64)
+    for prefix_only, ahead in ((False, True), (True, False)):
+        dec = BlockDiffusion(block_size=4, threshold=0.5, prefix_only=prefix_only, mask_token_id=MASK_ID)
+        _, dec, state = suite.prepare(m, torch.tensor([[10]]), decoder=dec, max_new_tokens=12)
+        filled = [any(state.scratch["filled"]) for _ in suite.decode_steps(m, dec, state)]
+        assert any(filled) == ahead
+        assert state.new_tokens(0) == list(range(11, 23))
+
+
+class HalfSureModel(CertainModel):
+    """Like CertainModel, but unsure (confidence ~0.04, same argmax) at odd positions."""
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        logits = super().__call__(tokens, positions, cache, attention_mask, logits_from)
+        odd = (positions[:, logits_from:] % 2 == 1)[..., None]
+        return torch.where(odd, logits.clamp(min=0) / 100, logits)
