@@ -2,6 +2,7 @@
 
     python -m vision.bench                        # all decoders, 10 classes x 2 seeds
     python -m vision.bench --decoders ar zipar --seeds 4 --json out.json
+    python -m vision.bench --decoders ar lpd:steps=20 lpd:steps=32 --no-fd
 
 Prints a markdown table: forwards per image batch, tokens per forward, wall time, speedup over ar
 (forwards and wall clock), class accuracy under the classifier trained on real data, and the
@@ -25,6 +26,7 @@ DEFAULT_DECODERS = {
     "mc_sjd": {"window": 16},
     "zipar": {"window": 3},
     "zipar_sjd": {"window": 3, "draft_len": 4},
+    "lpd": {"steps": 20},
 }
 
 
@@ -146,6 +148,10 @@ def _main(args) -> int:
     temperature = args.temperature if args.temperature is not None else sampling["temperature"]
     top_k = args.top_k if args.top_k is not None else sampling["top_k"]
     specs = args.decoders or [d for d in DEFAULT_DECODERS if d in suite.DECODERS]
+    if pipe.prior.config.extra.get("query_offset") is None and not args.decoders and "lpd" in specs:
+        specs.remove("lpd")
+        print("note: this prior has no LPD position queries (python -m vision.train lpd); skipping lpd",
+              file=sys.stderr)
     if parse_spec(specs[0])[0] != "ar":
         specs = ["ar"] + specs
     labels = pipe.label_ids(args.labels or list(range(len(pipe.classes))))
