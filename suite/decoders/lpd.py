@@ -101,14 +101,18 @@ def _farthest(chosen: list[int], candidates: list[int], k: int, width: int,
     if len(candidates) <= k:
         return list(candidates)
     cand = torch.tensor([[c // width, c % width] for c in candidates], dtype=torch.float64)   # (F, 2)
+    picked: list[int] = []
     if chosen:
         ref = torch.tensor([[c // width, c % width] for c in chosen], dtype=torch.float64)
-        dist = torch.cdist(cand, ref).min(1).values
-    else:
-        first = int(torch.randint(len(candidates), (1,), generator=generator))
-        dist = torch.full((len(candidates),), float("inf"), dtype=torch.float64)
-        dist[first] = -1.0
-    picked = []
+        dist = torch.cdist(cand, ref).min(1).values                                         # (F,)
+    else:                                                    # nothing to be far from: a random start
+        dist = torch.full((len(candidates),), -1.0, dtype=torch.float64)
+        dist[int(torch.randint(len(candidates), (1,), generator=generator))] = 1.0
+        i = int(dist.argmax())
+        picked.append(candidates[i])
+        dist = torch.cdist(cand, cand[i:i + 1]).flatten()
+        dist[i] = -1.0
+        k -= 1
     for _ in range(k):
         i = int(dist.argmax())
         picked.append(candidates[i])

@@ -128,3 +128,11 @@ def test_query_objective_trains(qprior):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_farthest_point_fill():
+    from suite.decoders.lpd import _farthest
+    assert _farthest([5], list(range(16)), 3, 4, None) == [15, 3, 12]     # from (1,1): far corner first
+    picks = _farthest([], list(range(16)), 4, 4, torch.Generator().manual_seed(0))
+    assert len(set(picks)) == 4 and min(max(abs(a // 4 - b // 4), abs(a % 4 - b % 4))
+                                        for a in picks for b in picks if a != b) >= 2

@@ -59,6 +59,17 @@ def test_generated_images_are_of_their_class(pipe, classifier):
 ACCURACY_FLOOR = 0.2
 
 
+def test_lpd_generates_the_grid_in_20_forwards(pipe, classifier):
+    """The shipped prior answers position queries: lpd fills 16x16 in 20 forwards (lossy; its
+    class accuracy is measured against ar by `python -m vision.bench`)."""
+    from vision.metrics import class_accuracy
+    res = pipe(list(range(len(pipe.classes))), decoder="lpd", seed=0)
+    assert res.stats.num_forwards == 20 and res.tokens.shape == (len(pipe.classes), 16, 16)
+    assert class_accuracy(classifier, res.images, res.labels) >= ACCURACY_FLOOR
+    steps = list(pipe.stream(["star"], decoder="lpd", seed=0))
+    assert len(steps) == 20 and steps[0].known.sum() == 1 and steps[-1].known.all()
+
+
 def test_stream_yields_partial_images(pipe):
     steps = list(pipe.stream(["circle", "star"], decoder="zipar", seed=1))
     assert steps[-1].done and not steps[0].done
