@@ -154,9 +154,13 @@ def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor)
     test, test_labels = vdata.make_split("test", 20)
     codes = encode_split(tok, test).reshape(len(test), -1)
     cls = torch.from_numpy(test_labels) + k
-    raster = float(raster_loss(model, torch.cat([cls[:, None], codes], 1), k))
-    query = float(query_loss(model, codes, cls, orders[torch.arange(len(codes)) % len(orders)], offset, mask, k))
-    return {"test_loss": raster, "test_query_loss": query}
+    picked = orders[torch.arange(len(codes)) % len(orders)]
+    raster = query = 0.0
+    for i in range(0, len(codes), 20):                     # chunks: (20, 4, 513, 513) attention at most
+        part = slice(i, i + 20)
+        raster += float(raster_loss(model, torch.cat([cls[part, None], codes[part]], 1), k)) * len(codes[part])
+        query += float(query_loss(model, codes[part], cls[part], picked[part], offset, mask, k)) * len(codes[part])
+    return {"test_loss": raster / len(codes), "test_query_loss": query / len(codes)}
 
 
 def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset) -> None:
