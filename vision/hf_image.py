@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from suite import AdapterConfig, HFCausalLM, KVCache
+from suite import AdapterConfig, KVCache
 
 FAMILIES = ("emu3", "chameleon", "janus")
 

@@ -86,12 +86,11 @@ def order_pool(h: int, w: int, steps: int, count: int, seed: int) -> tuple[torch
 def train_lpd_model(args) -> None:
     """Continue the raster prior with the mixed raster + position-query objective."""
     import json
-    import tempfile
     from transformers import LlamaForCausalLM
     from . import data as vdata
-    from .prior import PRIOR_FILE, cached_codes, encode_split
+    from .prior import PRIOR_FILE, cached_codes
     from .tokenizer import VQTokenizer
-    from .train import WEIGHTS, _log, _lr, _previous_steps, _swap_in, _write_json, progress
+    from .train import WEIGHTS, _log, _lr, _previous_steps, progress
     torch.manual_seed(args.seed)
     src = args.init or os.path.join(WEIGHTS, "prior")
     out = args.out or os.path.join(WEIGHTS, "prior")

@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
