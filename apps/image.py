@@ -16,9 +16,9 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
-IMAGE_DECODERS = ("ar", "sjd", "mc_sjd", "zipar", "zipar_sjd")
+IMAGE_DECODERS = ("ar", "sjd", "mc_sjd", "zipar", "zipar_sjd", "lpd")
 UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
-               "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}}
+               "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}, "lpd": {"steps": 20}}
 DEFAULT_DECODER = "zipar"
 SHOW_PX = 256                      # pictures are shown upscaled (nearest) to this width
 UPDATE_EVERY_S = 0.05

@@ -1,5 +1,5 @@
 """parasuite vision: class-conditional AR image generation (VQ tokenizer + Llama prior) decoded
-with suite's parallel decoders (ar, sjd, mc_sjd, zipar, ...).
+with suite's parallel decoders (ar, sjd, mc_sjd, zipar, zipar_sjd, lpd).
 
     import vision
     pipe = vision.load_image_pipeline()
@@ -18,8 +18,9 @@ def _register_decoders() -> None:
     """Image decoders live in suite/decoders/; register them until suite's registry lists them."""
     import suite
     from suite.decoders.zipar import ZipAR
+    from suite.decoders.lpd import LPD
     from suite.decoders.zipar_sjd import ZipARSJD
-    for cls in (ZipAR, ZipARSJD):
+    for cls in (ZipAR, ZipARSJD, LPD):
         suite.DECODERS.setdefault(cls.name, cls)
 
 

@@ -2,6 +2,7 @@
 
     python -m vision.bench                        # all decoders, 10 classes x 2 seeds
     python -m vision.bench --decoders ar zipar --seeds 4 --json out.json
+    python -m vision.bench --decoders ar lpd:steps=20 lpd:steps=20,temperature=0.5 --no-fd
 
 Prints a markdown table: forwards per image batch, tokens per forward, wall time, speedup over ar
 (forwards and wall clock), class accuracy under the classifier trained on real data, and the
@@ -25,11 +26,15 @@ DEFAULT_DECODERS = {
     "mc_sjd": {"window": 16},
     "zipar": {"window": 3},
     "zipar_sjd": {"window": 3, "draft_len": 4},
+    "lpd": {"steps": 20},
 }
 
 
+SAMPLING_KEYS = ("guidance_scale", "temperature", "top_k")   # a spec may override these for itself
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """'zipar:window=2' -> ('zipar', {'window': 2})."""
+    """'zipar:window=2' -> ('zipar', {'window': 2}); 'lpd:temperature=0.5' sets that decoder's sampling."""
     name, _, rest = spec.partition(":")
     opts = dict(DEFAULT_DECODERS.get(name, {}))
     for kv in filter(None, rest.split(",")):
@@ -54,9 +59,10 @@ def run(pipe, specs, labels, seeds, guidance, temperature, top_k, progress=True)
         name, opts = parse_spec(spec)
         if name not in suite.DECODERS:
             raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(sorted(suite.DECODERS))}")
+        sampling = {"guidance_scale": guidance, "temperature": temperature, "top_k": top_k}
+        sampling.update({k: opts.pop(k) for k in SAMPLING_KEYS if k in opts})   # per-spec overrides
         t0 = time.perf_counter()
-        res = pipe(labels, decoder=name, guidance_scale=guidance, temperature=temperature, top_k=top_k,
-                   seed=seed, **opts)
+        res = pipe(labels, decoder=name, seed=seed, **sampling, **opts)
         row = rows[spec]
         row["wall"] += time.perf_counter() - t0
         row["forwards"] += res.stats.num_forwards
@@ -149,6 +155,10 @@ def _main(args) -> int:
     temperature = args.temperature if args.temperature is not None else sampling["temperature"]
     top_k = args.top_k if args.top_k is not None else sampling["top_k"]
     specs = args.decoders or [d for d in DEFAULT_DECODERS if d in suite.DECODERS]
+    if pipe.prior.config.extra.get("query_offset") is None and not args.decoders and "lpd" in specs:
+        specs.remove("lpd")
+        print("note: this prior has no LPD position queries (python -m vision.train lpd); skipping lpd",
+              file=sys.stderr)
     if parse_spec(specs[0])[0] != "ar":
         specs = ["ar"] + specs
     labels = pipe.label_ids(args.labels or list(range(len(pipe.classes))))

@@ -2,6 +2,11 @@
 
     python -m vision.generate --labels circle star 7 --num-per-label 4 --decoder zipar --out out/
     python -m vision.generate --labels all --decoder sjd --option window=16 --guidance-scale 3 --out out/
+    python -m vision.generate --hf-model /models/Emu3-Gen --prompt "a red apple" --grid 32 32 --decoder zipar --out out/
+
+--hf-model loads transformers' own Emu3, Janus or Chameleon checkpoint from a local folder (never
+the hub) and decodes it with the same decoders; Chameleon gives codes only (tokens.pt), since
+transformers ships no Chameleon VQ decoder.
 
 The job writes into a temporary folder beside --out and renames it into place only when every
 image and the manifest are written: an interrupted job leaves no half-filled --out.
@@ -37,8 +42,8 @@ def parse_options(pairs) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m vision.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--labels", nargs="+", required=True, help="class names or ids, or 'all'")
-    p.add_argument("--num-per-label", type=int, default=1)
+    p.add_argument("--labels", nargs="+", default=None, help="class names or ids, or 'all' (our own prior)")
+    p.add_argument("--num-per-label", type=int, default=1, help="images per label (per prompt with --hf-model)")
     p.add_argument("--decoder", default="ar")
     p.add_argument("--option", action="append", help="decoder option key=value (repeatable), e.g. window=3")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (1 = off)")
@@ -50,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (must not exist unless --overwrite)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--hf-model", default=None, help="local folder of an Emu3/Janus/Chameleon checkpoint")
+    p.add_argument("--prompt", default=None, help="--hf-model: text prompt (needs the folder's processor)")
+    p.add_argument("--prompt-ids", default=None, help="--hf-model: prompt token ids, comma-separated")
+    p.add_argument("--grid", nargs=2, type=int, default=None, metavar=("H", "W"),
+                   help="--hf-model: token grid (Emu3 needs it; Janus and Chameleon have a fixed one)")
     return p
 
 
@@ -63,6 +73,10 @@ def run(args) -> dict:
         raise ValueError("--num-per-label and --batch-size must be >= 1")
     if os.path.exists(args.out) and not args.overwrite:
         raise ValueError(f"{args.out} exists; pick a new --out or pass --overwrite")
+    if args.hf_model:
+        return run_hf(args)
+    if not args.labels:
+        raise ValueError("give --labels (class names or ids, or 'all'), or --hf-model with --prompt")
     pipe = load_image_pipeline(args.weights)
     sampling = default_sampling(pipe)
     settings = {"guidance_scale": sampling["guidance_scale"] if args.guidance_scale is None else args.guidance_scale,
@@ -90,6 +104,70 @@ def run(args) -> dict:
                     "seed": args.seed, "batch_size": args.batch_size, "grid": list(pipe.grid),
                     "num_images": len(entries), "wall_time_s": time.perf_counter() - t0,
                     "num_forwards": sum(b["num_forwards"] for b in batches), "batches": batches, "images": entries}
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=1)
+        if os.path.exists(args.out):
+            shutil.rmtree(args.out)
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return manifest
+
+
+def run_hf(args) -> dict:
+    """--hf-model: one prompt, --num-per-label images in batches; PNGs (where the family decodes),
+    tokens.pt with every image's codes, and manifest.json, all or nothing."""
+    import torch
+    from .hf_image import load_hf_image_model
+    hf = load_hf_image_model(args.hf_model)
+    if args.prompt_ids:
+        try:
+            ids = torch.tensor([[int(t) for t in args.prompt_ids.split(",")]])
+        except ValueError as e:
+            raise ValueError(f"--prompt-ids takes comma-separated integers, got {args.prompt_ids!r}") from e
+    elif args.prompt:
+        ids = hf.prompt_ids(args.prompt)
+    else:
+        raise ValueError("--hf-model needs --prompt (with the folder's processor) or --prompt-ids")
+    options = parse_options(args.option)
+    sampling = {"guidance_scale": 1.0 if args.guidance_scale is None else args.guidance_scale,
+                "temperature": 1.0 if args.temperature is None else args.temperature, "top_k": args.top_k}
+    return _write_all(args, lambda tmp: _hf_batches(args, hf, ids, sampling, options, tmp),
+                      {"model": os.path.abspath(args.hf_model), "family": hf.family, "decoder": args.decoder,
+                       "decoder_options": options, **sampling, "prompt": args.prompt,
+                       "prompt_ids": ids[0].tolist(), "seed": args.seed, "batch_size": args.batch_size})
+
+
+def _hf_batches(args, hf, ids, sampling, options, tmp) -> dict:
+    import torch
+    from tqdm import tqdm
+    entries, batches, codes = [], [], []
+    for start in tqdm(range(0, args.num_per_label, args.batch_size), desc=f"generate ({args.decoder})"):
+        n = min(args.batch_size, args.num_per_label - start)
+        seed = args.seed + start // args.batch_size
+        res = hf.generate(ids.repeat(n, 1), decoder=args.decoder, grid=args.grid, seed=seed, **sampling, **options)
+        batches.append({"seed": seed, "images": n, **res.stats.as_dict()})
+        codes.append(res.tokens)
+        for i in range(n):
+            name = f"image_{start + i:03d}.png"
+            if res.images is not None:
+                res.images[i].save(os.path.join(tmp, name))
+            entries.append({"file": name if res.images is not None else None, "index": start + i, "batch_seed": seed})
+    torch.save(torch.cat(codes), os.path.join(tmp, "tokens.pt"))
+    return {"grid": list(res.tokens.shape[1:]), "num_images": len(entries), "batches": batches, "images": entries,
+            "num_forwards": sum(b["num_forwards"] for b in batches)}
+
+
+def _write_all(args, fill, head: dict) -> dict:
+    """Run fill(tmp) in a temporary folder beside --out; rename it into place only when complete."""
+    parent = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".vision-generate-")
+    try:
+        t0 = time.perf_counter()
+        manifest = {**head, **fill(tmp)}
+        manifest["wall_time_s"] = time.perf_counter() - t0
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1)
         if os.path.exists(args.out):

@@ -1,8 +1,9 @@
 """The class-conditional AR image prior (LlamaGen-style) and its `suite` adapter.
 
 A transformers `LlamaForCausalLM` over `[class token] + H*W codes` in raster order. Token ids:
-codes 0..K-1, class c -> K + c, the null class (classifier-free guidance) -> K + C. The adapter
-exposes only the K code logits and tells decoders the grid through `config.extra`.
+codes 0..K-1, class c -> K + c, the null class (classifier-free guidance) -> K + C, and, once
+trained for LPD (`vision.position_queries`), the position query of cell i -> K + C + 1 + i. The
+adapter exposes only the K code logits and tells decoders the grid through `config.extra`.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from suite import AdapterConfig, HFCausalLM, KVCache
 
 PRIOR_FILE = "image_prior.json"
-SAMPLING = {"guidance_scale": 3.0, "temperature": 0.7, "top_k": 16}   # shipped defaults of the pipeline
+SAMPLING = {"guidance_scale": 2.0, "temperature": 0.7, "top_k": 16}   # shipped defaults (guidance swept on class accuracy)
 
 
 def build_prior(codebook: int, num_classes: int, grid: tuple[int, int], hidden: int = 128, layers: int = 4,
@@ -46,7 +47,8 @@ class ImagePrior:
                                     max_length=1 + grid[0] * grid[1],
                                     extra={"grid": grid, "classes": tuple(meta["classes"]),
                                            "class_offset": self.codebook_size,
-                                           "null_class_id": self.codebook_size + len(meta["classes"])})
+                                           "null_class_id": self.codebook_size + len(meta["classes"]),
+                                           "query_offset": meta.get("query_offset")})   # LPD position queries
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -156,6 +158,10 @@ def train_prior_model(args) -> None:
     _log(f"test loss {test_loss:.4f} nats/token")
     meta = {"codebook_size": k, "classes": list(vdata.CLASSES), "grid": [h, w], "order": "raster",
             "image_size": vdata.SIZE, "sampling": SAMPLING}
+    if getattr(args, "resume", False):      # a resumed prior keeps its LPD query tokens
+        with open(os.path.join(WEIGHTS, "prior", PRIOR_FILE)) as f:
+            old = json.load(f)
+        meta.update({key: old[key] for key in ("query_offset", "lpd", "sampling") if key in old})
     tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".prior-")
     model.save_pretrained(tmp, safe_serialization=True)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)

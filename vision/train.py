@@ -3,6 +3,7 @@
     python -m vision.train tokenizer            # VQ autoencoder -> vision/weights/tokenizer/
     python -m vision.train prior                # class-conditional Llama over the codes -> weights/prior/
     python -m vision.train classifier           # the small classifier that vision.metrics scores with
+    python -m vision.train lpd --minutes 25     # continue the prior: raster + LPD position queries
 
 Each writes into a temporary folder and swaps it in only when complete.
 """
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
         return grounding_main((sys.argv[1:] if argv is None else argv)[1:])
     p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["tokenizer", "prior", "classifier"])
+    p.add_argument("what", choices=["tokenizer", "prior", "classifier", "lpd"])
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
@@ -155,16 +156,25 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--resume", action="store_true", help="continue from the saved weights")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lpd-batch", type=int, default=8, help="lpd: position-query sequences per step")
+    p.add_argument("--lpd-weight", type=float, default=1.0, help="lpd: weight of the query loss")
+    p.add_argument("--lpd-steps", type=int, default=20, help="lpd: decoding steps the orders are drawn for")
+    p.add_argument("--orders", type=int, default=500, help="lpd: locality-aware orders drawn up front")
+    p.add_argument("--init", default=None, help="lpd: prior folder to start from (default weights/prior)")
+    p.add_argument("--out", default=None, help="lpd: folder to write (default weights/prior)")
+    p.add_argument("--save-every", type=float, default=5.0, help="lpd: checkpoint every this many minutes")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.makedirs(WEIGHTS, exist_ok=True)
-    defaults = {"tokenizer": (2400, 16, 1e-3), "prior": (4000, 32, 2e-3), "classifier": (1500, 64, 2e-3)}[args.what]
+    defaults = {"tokenizer": (2400, 16, 1e-3), "prior": (4000, 32, 2e-3), "classifier": (1500, 64, 2e-3),
+                "lpd": (100000, 16, 1e-3)}[args.what]
     args.steps = args.steps or defaults[0]
     args.batch = args.batch or defaults[1]
     args.lr = args.lr or defaults[2]
     try:
-        {"tokenizer": train_tokenizer, "prior": train_prior, "classifier": train_classifier}[args.what](args)
+        {"tokenizer": train_tokenizer, "prior": train_prior, "classifier": train_classifier,
+         "lpd": train_lpd}[args.what](args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -174,6 +184,11 @@ def main(argv=None) -> int:
 def train_prior(args):
     from .prior import train_prior_model
     train_prior_model(args)
+
+
+def train_lpd(args):
+    from .position_queries import train_lpd_model
+    train_lpd_model(args)
 
 
 def train_classifier(args):

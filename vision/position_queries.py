@@ -1,0 +1,182 @@
+"""Position queries for LPD (Zhang et al. 2025): teach the raster prior to also predict any cell
+from any generated subset, so the same weights serve `ar` and `lpd`.
+
+    python -m vision.train lpd --minutes 25      # continue weights/prior, raster + query objective
+
+Query tokens: id `query_offset + cell` (one learnable embedding per cell, added to the vocabulary),
+placed at the cell's own position. A training sequence is laid out in one generation order o
+(locality-aware groups, as `suite.decoders.lpd` decodes):
+
+    [class] ++ codes[o] at positions 1 + o ++ queries(o) at positions 1 + o        (1 + 2*H*W,)
+
+with a block-causal mask over the groups: a real code sees the class token and the codes of its
+own and earlier groups; a query sees the class token, the codes of earlier groups and the queries
+of its own group. The loss reads the query slots only. Each step mixes this objective with the
+raster next-token loss, so `ar` keeps (and improves) its quality while `lpd` learns.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+QUERY_KEYS = ("query_offset", "lpd")
+
+
+def add_query_tokens(model, meta: dict) -> dict:
+    """Grow the vocabulary by one query token per cell (new rows start at the mean embedding);
+    returns the meta with `query_offset`. A prior that has them already is left as is."""
+    if "query_offset" in meta:
+        return meta
+    h, w = meta["grid"]
+    offset = meta["codebook_size"] + len(meta["classes"]) + 1
+    model.resize_token_embeddings(offset + h * w, mean_resizing=False)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb[offset:] = emb[:meta["codebook_size"]].mean(0) + 0.02 * torch.randn(h * w, emb.shape[1])
+    return {**meta, "query_offset": offset}
+
+
+def block_mask(sizes: list[int]) -> torch.Tensor:
+    """(L, L) bool, L = 1 + 2N, for the layout [class] ++ codes in order ++ queries in order."""
+    gid = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))    # (N,) group of slot
+    n = len(gid)
+    mask = torch.zeros(1 + 2 * n, 1 + 2 * n, dtype=torch.bool)
+    mask[:, 0] = True                                                               # everyone sees the class
+    mask[1:1 + n, 1:1 + n] = gid[None, :] <= gid[:, None]                           # codes: own + earlier groups
+    mask[1 + n:, 1:1 + n] = gid[None, :] < gid[:, None]                             # queries: earlier codes
+    mask[1 + n:, 1 + n:] = gid[None, :] == gid[:, None]                             # queries: own group
+    return mask
+
+
+def query_batch(codes: torch.Tensor, class_ids: torch.Tensor, orders: torch.Tensor, offset: int):
+    """codes (B, H*W), class_ids (B,), orders (B, H*W) cell permutations ->
+    ids (B, L), positions (B, L), targets (B, H*W) for the query slots (the last H*W)."""
+    real = codes.gather(1, orders)                                                  # (B, N)
+    ids = torch.cat([class_ids[:, None], real, offset + orders], 1)
+    pos = torch.cat([torch.zeros_like(class_ids)[:, None], 1 + orders, 1 + orders], 1)
+    return ids, pos, real
+
+
+def query_loss(model, codes, class_ids, orders, offset: int, mask: torch.Tensor, k: int) -> torch.Tensor:
+    """Cross-entropy of the query slots' code logits (mean over B * H*W)."""
+    ids, pos, targets = query_batch(codes, class_ids, orders, offset)
+    n = targets.shape[1]
+    m = mask[None, None].expand(len(ids), 1, -1, -1)
+    logits = model(input_ids=ids, position_ids=pos, attention_mask=m, logits_to_keep=n).logits[..., :k]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, k), targets.reshape(-1))
+
+
+def raster_loss(model, seqs: torch.Tensor, k: int) -> torch.Tensor:
+    """Next-token cross-entropy over the codes of [class] ++ raster codes (B, 1 + H*W)."""
+    logits = model(input_ids=seqs[:, :-1]).logits[..., :k]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, k), seqs[:, 1:].reshape(-1))
+
+
+def order_pool(h: int, w: int, steps: int, count: int, seed: int) -> tuple[torch.Tensor, list[int]]:
+    """(count, H*W) locality-aware orders (cells group by group) and the group sizes."""
+    from suite.decoders.lpd import group_sizes, lpd_order
+    sizes = group_sizes(h * w, steps)
+    g = torch.Generator().manual_seed(seed)
+    orders = [sum(lpd_order(h, w, sizes, g), []) for _ in range(count)]
+    return torch.tensor(orders), sizes
+
+
+def train_lpd_model(args) -> None:
+    """Continue the raster prior with the mixed raster + position-query objective."""
+    import json
+    from transformers import LlamaForCausalLM
+    from . import data as vdata
+    from .prior import PRIOR_FILE, cached_codes
+    from .tokenizer import VQTokenizer
+    from .train import WEIGHTS, _log, _lr, _previous_steps, progress
+    torch.manual_seed(args.seed)
+    src = args.init or os.path.join(WEIGHTS, "prior")
+    out = args.out or os.path.join(WEIGHTS, "prior")
+    with open(os.path.join(src, PRIOR_FILE)) as f:
+        meta = json.load(f)
+    model = LlamaForCausalLM.from_pretrained(src)
+    meta = add_query_tokens(model, meta)
+    k, c, offset = meta["codebook_size"], len(meta["classes"]), meta["query_offset"]
+    h, w = meta["grid"]
+    tok = VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer"))
+    images, labels = vdata.make_split("train", args.per_class)
+    codes = cached_codes(tok, images, os.path.join(WEIGHTS, "tokenizer"), args.per_class).reshape(len(images), -1)
+    labels = torch.from_numpy(labels)
+    t0 = time.time()
+    orders, sizes = order_pool(h, w, args.lpd_steps, args.orders, args.seed)
+    mask = block_mask(sizes)
+    _log(f"{len(orders)} locality-aware orders ({args.lpd_steps} steps) in {time.time() - t0:.0f}s; "
+         f"from {src} ({_previous_steps(src)} steps), query tokens at {offset}")
+    prev_steps = _previous_steps(src)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
+    model.train()
+    t0 = last_save = time.time()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr(progress(step, args, t0), step, args.lr)
+        loss_ar = raster_loss(model, _with_null(torch.cat([labels[:, None] + k, codes], 1), args.batch, k + c), k)
+        idx = torch.randint(len(codes), (args.lpd_batch,))
+        cls = torch.where(torch.rand(args.lpd_batch) < 0.1, k + c, labels[idx] + k)     # null class for CFG
+        loss_q = query_loss(model, codes[idx], cls, orders[torch.randint(len(orders), (args.lpd_batch,))],
+                            offset, mask, k)
+        loss = loss_ar + args.lpd_weight * loss_q
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 25 == 0:
+            _log(f"lpd step {step}/{args.steps} raster {loss_ar.item():.4f} queries {loss_q.item():.4f} "
+                 f"{time.time() - t0:.0f}s")
+        done = progress(step, args, t0) >= 1.0
+        if done or (args.save_every and time.time() - last_save > 60 * args.save_every):
+            _save(model, meta, sizes, args, out, prev_steps + step + 1, t0, tok, mask, offset)
+            model.train()
+            last_save = time.time()
+        if done:
+            _log(f"time budget reached at step {step}")
+            break
+
+
+def _with_null(seqs: torch.Tensor, batch: int, null: int) -> torch.Tensor:
+    x = seqs[torch.randint(len(seqs), (batch,))].clone()
+    x[torch.rand(batch) < 0.1, 0] = null
+    return x
+
+
+@torch.no_grad()
+def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor) -> dict:
+    """Raster and query nats/code on 200 held-out images (fixed orders)."""
+    from . import data as vdata
+    from .prior import encode_split
+    test, test_labels = vdata.make_split("test", 20)
+    codes = encode_split(tok, test).reshape(len(test), -1)
+    cls = torch.from_numpy(test_labels) + k
+    picked = orders[torch.arange(len(codes)) % len(orders)]
+    raster = query = 0.0
+    for i in range(0, len(codes), 20):                     # chunks: (20, 4, 513, 513) attention at most
+        part = slice(i, i + 20)
+        raster += float(raster_loss(model, torch.cat([cls[part, None], codes[part]], 1), k)) * len(codes[part])
+        query += float(query_loss(model, codes[part], cls[part], picked[part], offset, mask, k)) * len(codes[part])
+    return {"test_loss": raster / len(codes), "test_query_loss": query / len(codes)}
+
+
+def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset) -> None:
+    import tempfile
+    from .prior import PRIOR_FILE
+    from .train import _log, _swap_in, _write_json
+    model.eval()
+    h, w = meta["grid"]
+    test_orders, _ = order_pool(h, w, args.lpd_steps, 50, seed=12345)
+    losses = held_out_losses(model, tok, mask, offset, meta["codebook_size"], test_orders)
+    _log(f"held-out raster {losses['test_loss']:.4f}, queries {losses['test_query_loss']:.4f} nats/code")
+    meta = {**meta, "lpd": {"steps": args.lpd_steps, "group_sizes": sizes}}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".prior-")
+    model.save_pretrained(tmp, safe_serialization=True)
+    _write_json(os.path.join(tmp, PRIOR_FILE), meta)
+    _write_json(os.path.join(tmp, "metrics.json"), {**losses, "steps": steps, "seconds": time.time() - t0,
+                                                    "objective": "raster + position queries"})
+    _swap_in(tmp, out)
+    _log(f"saved {out} ({steps} steps)")
