@@ -62,10 +62,10 @@ def latency_models(device: str):
     import vision
     gen = text.load(device=device, progress=False)
     ids, mask = gen.encode([PROMPT], chat=True)
-    prior = vision.load_image_pipeline().prior.model.to(device)
-    class_token = torch.tensor([[prior.config.vocab_size - 2]])                 # the last real class
+    prior = vision.load_image_pipeline().prior
+    class_token = torch.tensor([[prior.class_token(0)]], device=device)
     return [("SmolLM2-135M", gen.model, ids.to(device), mask.to(device)),
-            ("vision prior", prior, class_token.to(device), torch.ones_like(class_token).to(device))]
+            ("vision prior", prior.model.to(device), class_token, torch.ones_like(class_token))]
 
 
 def latency_table(device: str, max_new: int) -> list[str]:
