@@ -2,12 +2,36 @@
 drafts carry tokens (B, N, Q). The adapter returns logits (B, N', Q, V)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar
 
 import torch
 
 from ..loop import Acceptance, DecodeState, Draft
+
+
+@dataclass(frozen=True)
+class FrameDecoder:
+    """What every frame decoder shares: the codebook constants bound from the adapter's config,
+    and a draft of one slot per row holding its last committed frame(s)."""
+    codebooks: int | None = None    # Q; bound from the adapter's config
+    bos: int | None = None
+    eos: int | None = None
+    pad: int | None = None
+
+    name: ClassVar[str] = "frames"
+    requires: ClassVar[frozenset] = frozenset()
+    output: ClassVar[str] = "frame"     # what the adapter's forward must return (config.extra['output'])
+
+    def bind(self, model):
+        return replace(self, **require_frames(self, model, output=self.output))
+
+    def start(self, state: DecodeState) -> None:
+        if self.codebooks is None:
+            raise ValueError(f"{self.name} needs the codebook constants: decode through speech's TTS or call .bind(model)")
+
+    def propose(self, state: DecodeState) -> Draft:
+        return frame_draft(state, self.codebooks, self.pad)
 
 
 @dataclass

@@ -12,35 +12,21 @@ The adapter's forward returns a `LocalHeadOutput` (speech: FrameTTSAdapter(model
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import frame_acceptance, frame_draft, last_frame_hidden, only_head0_ends, require_frames
+from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
-class LocalAR:
-    codebooks: int | None = None    # Q; bound from the adapter's config
-    bos: int | None = None
-    eos: int | None = None
-    pad: int | None = None
+class LocalAR(FrameDecoder):
 
     name: ClassVar[str] = "local_ar"
-    requires: ClassVar[frozenset] = frozenset()
-
-    def bind(self, model) -> "LocalAR":
-        return replace(self, **require_frames(self, model, output="local"))
-
-    def start(self, state: DecodeState) -> None:
-        if self.codebooks is None:
-            raise ValueError("local_ar needs the codebook constants: decode through speech's TTS or call .bind(model)")
-
-    def propose(self, state: DecodeState) -> Draft:
-        return frame_draft(state, self.codebooks, self.pad)
+    output: ClassVar[str] = "local"
 
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
         rows = [b for b in range(state.batch) if not state.done[b]]

@@ -16,40 +16,28 @@ passes than `local_ar`'s Q). Its quality cost is reported by `python -m speech.b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import frame_acceptance, frame_draft, last_frame_hidden, only_head0_ends, require_frames
+from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
-class LocalMaskGIT:
+class LocalMaskGIT(FrameDecoder):
     steps: int = 2                  # local passes per frame
-    codebooks: int | None = None    # Q; bound from the adapter's config
-    bos: int | None = None
-    eos: int | None = None
-    pad: int | None = None
 
     name: ClassVar[str] = "local_maskgit"
-    requires: ClassVar[frozenset] = frozenset()
-
-    def bind(self, model) -> "LocalMaskGIT":
-        return replace(self, **require_frames(self, model, output="local"))
+    output: ClassVar[str] = "local"
 
     def start(self, state: DecodeState) -> None:
-        if self.codebooks is None:
-            raise ValueError("local_maskgit needs the codebook constants: decode through speech's TTS or call "
-                             ".bind(model)")
+        super().start(state)
         if not 1 <= self.steps <= self.codebooks:
             raise ValueError(f"local_maskgit steps must be in [1, {self.codebooks}] (one per codebook at most), "
                              f"got {self.steps}")
-
-    def propose(self, state: DecodeState) -> Draft:
-        return frame_draft(state, self.codebooks, self.pad)
 
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
         rows = [b for b in range(state.batch) if not state.done[b]]

@@ -9,33 +9,18 @@ reported by `python -m speech.bench`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import frame_acceptance, frame_draft, last_frame_logits, require_frames
+from ._frames import FrameDecoder, frame_acceptance, last_frame_logits
 
 
 @dataclass(frozen=True)
-class Parallel:
-    codebooks: int | None = None    # K; bound from the adapter's config
-    bos: int | None = None
-    eos: int | None = None
-    pad: int | None = None
+class Parallel(FrameDecoder):
 
     name: ClassVar[str] = "parallel"
-    requires: ClassVar[frozenset] = frozenset()
-
-    def bind(self, model) -> "Parallel":
-        return replace(self, **require_frames(self, model))
-
-    def start(self, state: DecodeState) -> None:
-        if self.codebooks is None:
-            raise ValueError("parallel needs the codebook constants: decode through speech's TTS or call .bind(model)")
-
-    def propose(self, state: DecodeState) -> Draft:
-        return frame_draft(state, self.codebooks, self.pad)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed = []

@@ -13,33 +13,19 @@ The adapter's forward returns logits (B, N', S, Q, V) (speech: FrameTTSAdapter(m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import frame_acceptance, frame_draft, last_frame_logits, only_head0_ends, require_frames
+from ._frames import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_ends
 
 
 @dataclass(frozen=True)
-class Stack:
-    codebooks: int | None = None    # Q; bound from the adapter's config
-    bos: int | None = None
-    eos: int | None = None
-    pad: int | None = None
+class Stack(FrameDecoder):
 
     name: ClassVar[str] = "stack"
-    requires: ClassVar[frozenset] = frozenset()
-
-    def bind(self, model) -> "Stack":
-        return replace(self, **require_frames(self, model, output="stack"))
-
-    def start(self, state: DecodeState) -> None:
-        if self.codebooks is None:
-            raise ValueError("stack needs the codebook constants: decode through speech's TTS or call .bind(model)")
-
-    def propose(self, state: DecodeState) -> Draft:
-        return frame_draft(state, self.codebooks, self.pad)     # the S frames committed last step
+    output: ClassVar[str] = "stack"
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed = []
