@@ -2,8 +2,9 @@
 2024, next-set prediction across rows) and SJD (Teng et al. 2024, "Accelerating Auto-regressive
 Text-to-Image Generation with Training-free Speculative Jacobi Decoding") within a row.
 
-Rows start as in `zipar` (row r+1 once row r has `window` tokens). Each active row also scores
-up to `draft_len` guesses for its next cells (fresh guesses copy the row's latest token, the left
+Rows start as in `zipar` (row r+1 once row r has `window` tokens) and keep its lag: a row's
+guesses never reach a cell whose `window` cells above are not generated yet. Each active row
+scores up to `draft_len` guesses for its next cells (fresh guesses copy the row's latest token, the left
 neighbour); they are verified with min(1, p/q), the first rejection is resampled from the
 residual, and later guesses are redrawn from their new p (maximally coupled to the old guess
 when `coupled`, as in MC-SJD). Guesses are seen only by later guesses of their own row.
@@ -41,6 +42,8 @@ class ZipARSJD(ZipAR):
 
     def guesses_for(self, state: DecodeState, b: int, canvas: RasterCanvas, row: int) -> list[int]:
         room = canvas.width - canvas.row_len[row] - 1          # the bonus token stays inside the row
+        if row > 0 and canvas.row_len[row - 1] < canvas.width:  # ZipAR's lag: cell c needs c + window cells above
+            room = min(room, canvas.row_len[row - 1] - min(self.window, canvas.width) - canvas.row_len[row])
         n = max(0, min(self.draft_len, room))
         store = state.scratch["row_guesses"][b]
         guesses, q = store.get(row, ([], []))

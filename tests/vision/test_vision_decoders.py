@@ -155,3 +155,47 @@ def test_zipar_sjd_row_law_matches_ar_with_full_window():
         longest = max([longest] + [n for s in out.stats.accepted_lengths for n in s])
     assert goodness_of_fit(samples, law) > 1e-3
     assert longest > 1
+
+
+class RowScripted:
+    """A prior whose greedy code for row-0 cells flips with the cell and with every forward (so
+    row-0 drafts fail) and is 0 below row 0 (so every draft passes): lower rows would outrun the
+    row above them."""
+
+    def __init__(self, prior):
+        self.prior, self.config = prior, prior.config
+        self.supports_custom_mask = self.supports_rollback = True
+        self.calls = 0
+
+    def new_cache(self, batch, max_len=None):
+        return self.prior.new_cache(batch, max_len)
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from=0):
+        self.prior(tokens, positions, cache, attention_mask, logits_from)      # keep the cache in step
+        self.calls += 1
+        cell = positions[:, logits_from:]                                        # slot at position s predicts cell s
+        width = self.config.extra["grid"][1]
+        code = torch.where(cell < width, (cell + self.calls) % 2, torch.zeros_like(cell))
+        return torch.nn.functional.one_hot(code, self.config.vocab_size).float() * 10
+
+
+@pytest.mark.parametrize("decoder", [ZipAR(window=2), "zipar_sjd"])
+def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
+    """ZipAR's locality rule: cell (r, c) is sampled only after row r-1 holds min(c + window, W)
+    cells, so each token sees the cells above and right of it. zipar_sjd's in-row drafts must
+    keep it too: they may not run ahead of the row above."""
+    from suite.decoders.zipar_sjd import ZipARSJD
+    prior = tiny_prior(grid=(4, 8))
+    model = RowScripted(prior)
+    h, w = prior.grid
+    dec = ZipARSJD(window=2, draft_len=6) if decoder == "zipar_sjd" else decoder
+    adapter, dec, state = suite.api.prepare(model, prompts(prior, [0, 1]), decoder=dec, max_new_tokens=h * w)
+    before = [[-1] * (h * w) for _ in range(2)]
+    for _ in suite.decode_steps(adapter, dec, state):
+        for b in range(2):
+            now = state.scratch["canvas"][b].tokens
+            for cell in (i for i in range(h * w) if now[i] >= 0 and before[b][i] < 0):
+                r, c = divmod(cell, w)
+                above = sum(t >= 0 for t in before[b][(r - 1) * w:r * w]) if r else w
+                assert above >= min(c + 2, w), f"row {b}: cell ({r}, {c}) saw {above} cells above"
+            before[b] = list(now)
