@@ -32,9 +32,9 @@ def test_heldout_accuracy_and_forward_savings(heldout_runs):
     items, runs = heldout_runs
     acc = {d: accuracy(items, rs) for d, rs in runs.items()}
     fpb = {d: rs[0].stats.forwards_per_box for d, rs in runs.items()}
-    # documented (300 held-out queries, vision/weights/grounding/README.md): ar 67 %, parallel_box
-    # 63 %, hybrid = ar; here 48 of them, with some slack
-    assert acc["ar"] >= 0.6, acc
+    # documented (300 held-out queries, vision/weights/grounding/README.md): ar 77 %, parallel_box
+    # 73 %, hybrid = ar; here 48 of them (measured: ar 77 %, parallel_box 67 %, hybrid 77 %), with some slack
+    assert acc["ar"] >= 0.7, acc
     assert acc["hybrid"] >= acc["ar"] - 0.05, acc
     assert acc["parallel_box"] >= acc["ar"] - 0.15, acc
     assert fpb["parallel_box"] * 2.5 <= fpb["ar"], fpb
@@ -74,9 +74,13 @@ def test_real_photo_gives_well_formed_boxes(grd):
     for d in ("ar", "parallel_box", "hybrid"):
         r = grd(skdata.astronaut(), "the face", decoder=d)
         blocks = parse_blocks(r.tokens, "aabb")
-        assert blocks and all(ok for _, ok in blocks) and len(r.boxes) == len(blocks), (d, r.tokens)
-        x0, y0, x1, y1 = r.boxes[0]
-        assert 0 <= x0 < x1 <= 512 and 0 <= y0 < y1 <= 512
+        assert blocks and all(ok for _, ok in blocks), (d, r.tokens)
+        # the filter is token-level: a well-formed block can still be empty (x1 <= x0 or y1 <= y0;
+        # `ar` gives one on this photo), and the pipeline drops those; every other block comes back
+        nonempty = [v for v, _ in blocks if v[2] > v[0] and v[3] > v[1]]
+        assert len(r.boxes) == len(nonempty), (d, r.tokens)
+        for x0, y0, x1, y1 in r.boxes:
+            assert 0 <= x0 < x1 <= 512 and 0 <= y0 < y1 <= 512
 
 
 def test_letterbox_geometry():
