@@ -28,3 +28,14 @@ def tiny_model(arch: str, vocab: int = VOCAB, seed: int = 0, sharpen: float = 8.
 
 
 ARCHS = ("llama", "qwen2", "mistral", "gpt2")
+
+
+def tiny_prior(codebook=16, classes=3, grid=(4, 4), seed=0, sharpen=4.0):
+    """A tiny random class-conditional image prior (vision's Llama layout) behind its adapter."""
+    from vision.prior import ImagePrior, build_prior
+    torch.manual_seed(seed)
+    model = build_prior(codebook, classes, grid, hidden=32, layers=2, heads=4).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    meta = {"codebook_size": codebook, "classes": [f"c{i}" for i in range(classes)], "grid": list(grid)}
+    return ImagePrior(model, meta)

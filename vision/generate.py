@@ -65,7 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args) -> dict:
     import torch
-    from tqdm import tqdm
     from . import load_image_pipeline
     from .pipeline import default_sampling
     torch.set_num_threads(args.threads)
@@ -86,33 +85,25 @@ def run(args) -> dict:
     ids = pipe.label_ids(labels)
     jobs = [(c, i) for c in ids for i in range(args.num_per_label)]
     options = parse_options(args.option)
-    parent = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".vision-generate-")
-    try:
-        entries, batches, t0 = [], [], time.perf_counter()
-        for start in tqdm(range(0, len(jobs), args.batch_size), desc=f"generate ({args.decoder})"):
-            chunk = jobs[start:start + args.batch_size]
-            seed = args.seed + start // args.batch_size
-            res = pipe([c for c, _ in chunk], decoder=args.decoder, seed=seed, **settings, **options)
-            batches.append({"seed": seed, "images": len(chunk), **res.stats.as_dict()})
-            for (c, i), img, tokens in zip(chunk, res.images, res.tokens):
-                name = f"{pipe.classes[c]}_{i:03d}.png"
-                img.save(os.path.join(tmp, name))
-                entries.append({"file": name, "label": pipe.classes[c], "label_id": c, "batch_seed": seed})
-        manifest = {"decoder": args.decoder, "decoder_options": res.settings["decoder_options"], **settings,
-                    "seed": args.seed, "batch_size": args.batch_size, "grid": list(pipe.grid),
-                    "num_images": len(entries), "wall_time_s": time.perf_counter() - t0,
-                    "num_forwards": sum(b["num_forwards"] for b in batches), "batches": batches, "images": entries}
-        with open(os.path.join(tmp, "manifest.json"), "w") as f:
-            json.dump(manifest, f, indent=1)
-        if os.path.exists(args.out):
-            shutil.rmtree(args.out)
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-    return manifest
+    return _write_all(args, lambda tmp: _label_batches(args, pipe, jobs, settings, options, tmp),
+                      {"decoder": args.decoder, **settings, "seed": args.seed, "batch_size": args.batch_size,
+                       "grid": list(pipe.grid)})
+
+
+def _label_batches(args, pipe, jobs, settings, options, tmp) -> dict:
+    from tqdm import tqdm
+    entries, batches = [], []
+    for start in tqdm(range(0, len(jobs), args.batch_size), desc=f"generate ({args.decoder})"):
+        chunk = jobs[start:start + args.batch_size]
+        seed = args.seed + start // args.batch_size
+        res = pipe([c for c, _ in chunk], decoder=args.decoder, seed=seed, **settings, **options)
+        batches.append({"seed": seed, "images": len(chunk), **res.stats.as_dict()})
+        for (c, i), img in zip(chunk, res.images):
+            name = f"{pipe.classes[c]}_{i:03d}.png"
+            img.save(os.path.join(tmp, name))
+            entries.append({"file": name, "label": pipe.classes[c], "label_id": c, "batch_seed": seed})
+    return {"decoder_options": res.settings["decoder_options"], "num_images": len(entries),
+            "num_forwards": sum(b["num_forwards"] for b in batches), "batches": batches, "images": entries}
 
 
 def run_hf(args) -> dict:

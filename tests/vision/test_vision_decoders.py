@@ -4,19 +4,11 @@ import pytest
 import torch
 from chisq import goodness_of_fit
 
+from tinymodels import tiny_prior
+
 import suite
 from suite import SamplingParams, logits_to_probs
 from suite.decoders.zipar import ZipAR
-
-
-def tiny_prior(codebook=16, classes=3, grid=(4, 4), seed=0, sharpen=4.0):
-    from vision.prior import ImagePrior, build_prior
-    torch.manual_seed(seed)
-    model = build_prior(codebook, classes, grid, hidden=32, layers=2, heads=4).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(sharpen)
-    meta = {"codebook_size": codebook, "classes": [f"c{i}" for i in range(classes)], "grid": list(grid)}
-    return ImagePrior(model, meta)
 
 
 @pytest.fixture(scope="module")

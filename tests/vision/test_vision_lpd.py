@@ -4,19 +4,11 @@ for that cell, so decoding sees exactly what training showed the queries."""
 import pytest
 import torch
 
+from tinymodels import tiny_prior
+
 import suite
 from suite.decoders.lpd import LPD, group_sizes, lpd_order
 from vision.position_queries import add_query_tokens, block_mask, query_loss
-
-
-def tiny_prior(codebook=16, classes=3, grid=(4, 4), seed=0, sharpen=4.0):
-    from vision.prior import ImagePrior, build_prior
-    torch.manual_seed(seed)
-    model = build_prior(codebook, classes, grid, hidden=32, layers=2, heads=4).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(sharpen)
-    meta = {"codebook_size": codebook, "classes": [f"c{i}" for i in range(classes)], "grid": list(grid)}
-    return ImagePrior(model, meta)
 
 
 @pytest.fixture(scope="module")
