@@ -104,6 +104,22 @@ def mask_token_of(adapter) -> int | None:
     return extra.get("mask_token_id")
 
 
+def with_mask_token(decoder, adapter):
+    """The decoder with its mask_token_id taken from the adapter config, unless it has one."""
+    if decoder.mask_token_id is not None:
+        return decoder
+    return dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
+
+
+def check_blocks(decoder) -> None:
+    """A block decoder needs block_size >= 1, and a mask token once blocks are wider than 1."""
+    if decoder.block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {decoder.block_size}; 1 is plain AR")
+    if decoder.mask_token_id is None and decoder.block_size > 1:
+        raise ValueError(f"{decoder.name} needs a mask token: pass mask_token_id= or use a model adapter "
+                         "whose config.extra has 'mask_token_id' (a model trained for block diffusion)")
+
+
 @dataclass(frozen=True)
 class BlockDiffusion:
     block_size: int = 8
@@ -116,18 +132,12 @@ class BlockDiffusion:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, adapter) -> "BlockDiffusion":
-        if self.mask_token_id is not None:
-            return self
-        return dataclasses.replace(self, mask_token_id=mask_token_of(adapter))
+        return with_mask_token(self, adapter)
 
     def start(self, state: DecodeState) -> None:
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}; 1 is plain AR")
         if self.threshold < 0:
             raise ValueError(f"threshold must be >= 0, got {self.threshold}")
-        if self.mask_token_id is None and self.block_size > 1:
-            raise ValueError("block_diffusion needs a mask token: pass mask_token_id= or use a model adapter "
-                             "whose config.extra has 'mask_token_id' (a model trained for block diffusion)")
+        check_blocks(self)
         state.scratch["filled"] = [{} for _ in range(state.batch)]   # position -> token, per row
 
     def propose(self, state: DecodeState) -> Draft:

@@ -18,7 +18,6 @@ forward); with no draft the forward is one AR step plus the noisy block.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,7 +25,7 @@ from typing import ClassVar
 from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs
-from .block_diffusion import block_draft, choose, keep_clean, mask_token_of, row_logits
+from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, with_mask_token
 
 
 @dataclass(frozen=True)
@@ -39,16 +38,10 @@ class S2D2:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, adapter) -> "S2D2":
-        if self.mask_token_id is not None:
-            return self
-        return dataclasses.replace(self, mask_token_id=mask_token_of(adapter))
+        return with_mask_token(self, adapter)
 
     def start(self, state: DecodeState) -> None:
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}; 1 is plain AR")
-        if self.mask_token_id is None and self.block_size > 1:
-            raise ValueError("s2d2 needs a mask token: pass mask_token_id= or use a model adapter whose "
-                             "config.extra has 'mask_token_id' (a model trained for block diffusion)")
+        check_blocks(self)
         state.scratch["drafts"] = [[] for _ in range(state.batch)]   # (token, confidence) per row
 
     def propose(self, state: DecodeState) -> Draft:
