@@ -23,25 +23,29 @@ def greedy_prefix(draft: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
 
 
 def speculative_accept(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: torch.Tensor,
-                       u_next: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                       u_next: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling over a batch. draft (B, N) drawn from q (B, N, V) (None: point masses),
     p (B, N+1, V) target probabilities, u (B, N) acceptance uniforms, u_next (B,) for the token
-    after the accepted prefix. Accept draft i while u_i * q_i(x_i) < p_i(x_i); at the first
-    rejection k sample norm(max(0, p_k - q_k)), or p_N when all pass."""
+    after the accepted prefix; lengths (B,) real drafts per row of a ragged batch (default N: row b
+    uses draft[b, :lengths[b]] and p[b, :lengths[b] + 1]). Accept draft i while
+    u_i * q_i(x_i) < p_i(x_i); at the first rejection k sample norm(max(0, p_k - q_k)), or p_len
+    when all pass."""
     b, n = draft.shape
+    lengths = torch.full((b,), n, dtype=torch.long, device=p.device) if lengths is None else lengths
+    inside = torch.arange(n, device=p.device) < lengths[:, None]
     p_x = p[:, :n].gather(2, draft[..., None]).squeeze(-1)
     q_x = torch.ones_like(p_x) if q is None else q.gather(2, draft[..., None]).squeeze(-1)
-    accepted = (u * q_x < p_x).long().cumprod(-1).sum(-1)                      # (B,)
+    accepted = ((u * q_x < p_x) & inside).long().cumprod(-1).sum(-1)           # (B,)
     rows = torch.arange(b, device=p.device)
     p_k = p[rows, accepted]                                                      # (B, V)
+    rejected = accepted < lengths                                                # else q_len = 0: sample p_len
     if q is None:
         q_k = torch.zeros_like(p_k)
-        rejected = accepted < n
         at = draft.gather(1, accepted.clamp(max=n - 1)[:, None]) if n else torch.zeros(b, 1, dtype=torch.long)
         q_k[rows[rejected], at[rejected, 0]] = 1.0
     else:
-        q_pad = torch.cat([q, q.new_zeros(b, 1, q.shape[-1])], 1)                # q_N = 0: sample p_N
-        q_k = q_pad[rows, accepted]
+        q_pad = torch.cat([q, q.new_zeros(b, 1, q.shape[-1])], 1)
+        q_k = q_pad[rows, accepted] * rejected[:, None]
     residual = (p_k - q_k).clamp(min=0.0)
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_k)
     return accepted, inverse_cdf(residual, u_next)

@@ -39,11 +39,12 @@ def greedy_prefix(draft: torch.Tensor, target: torch.Tensor):
 
 
 @triton.jit
-def _speculative_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, unext_ptr, accepted_ptr, next_ptr, N, V: tl.constexpr,
-                        HAS_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+def _speculative_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, unext_ptr, len_ptr, accepted_ptr, next_ptr, N,
+                        V: tl.constexpr, HAS_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     i = tl.arange(0, BLOCK_N)
-    inside = i < N
+    n_real = tl.load(len_ptr + row)
+    inside = i < n_real
     x = tl.load(draft_ptr + row * N + i, mask=inside, other=0)
     p_x = tl.load(p_ptr + (row * (N + 1) + i) * V + x, mask=inside, other=0.0)
     if HAS_Q:
@@ -51,15 +52,15 @@ def _speculative_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, unext_ptr, accepted_ptr,
     else:
         q_x = tl.full([BLOCK_N], 1.0, tl.float32)
     u = tl.load(u_ptr + row * N + i, mask=inside, other=0.0)
-    k = tl.min(tl.where(inside & (u * q_x >= p_x), i, N), axis=0)     # first rejection, or N
+    k = tl.min(tl.where(inside & (u * q_x >= p_x), i, n_real), axis=0)     # first rejection, or n_real
     rejected_token = tl.sum(tl.where(i == k, x, 0), axis=0)
     p_row = p_ptr + (row * (N + 1) + k) * V
-    # pass 1: mass of the residual norm(max(0, p_k - q_k)) (q_N = 0)
+    # pass 1: mass of the residual norm(max(0, p_k - q_k)) (q_len = 0)
     total = 0.0
     for start in range(0, V, BLOCK):
         v = start + tl.arange(0, BLOCK)
         p_k = tl.load(p_row + v, mask=v < V, other=0.0)
-        q_k = _q_row(q_ptr, row, k, N, V, v, rejected_token, HAS_Q)
+        q_k = _q_row(q_ptr, row, k, N, n_real, V, v, rejected_token, HAS_Q)
         total += tl.sum(tl.maximum(p_k - q_k, 0.0), axis=0)
     use_p = total <= 0.0
     if use_p:
@@ -74,7 +75,7 @@ def _speculative_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, unext_ptr, accepted_ptr,
     for start in range(0, V, BLOCK):
         v = start + tl.arange(0, BLOCK)
         p_k = tl.load(p_row + v, mask=v < V, other=0.0)
-        q_k = _q_row(q_ptr, row, k, N, V, v, rejected_token, HAS_Q)
+        q_k = _q_row(q_ptr, row, k, N, n_real, V, v, rejected_token, HAS_Q)
         w = tl.where(use_p, p_k, tl.maximum(p_k - q_k, 0.0))
         cdf = running + tl.cumsum(w, axis=0)
         hit = tl.min(tl.where((cdf > threshold) & (v < V), v, V), axis=0)
@@ -85,20 +86,22 @@ def _speculative_kernel(draft_ptr, q_ptr, p_ptr, u_ptr, unext_ptr, accepted_ptr,
 
 
 @triton.jit
-def _q_row(q_ptr, row, k, N, V: tl.constexpr, v, rejected_token, HAS_Q: tl.constexpr):
+def _q_row(q_ptr, row, k, N, n_real, V: tl.constexpr, v, rejected_token, HAS_Q: tl.constexpr):
     if HAS_Q:
-        return tl.load(q_ptr + (row * N + k) * V + v, mask=(v < V) & (k < N), other=0.0)
-    return tl.where((v == rejected_token) & (k < N), 1.0, 0.0)
+        return tl.load(q_ptr + (row * N + k) * V + v, mask=(v < V) & (k < n_real), other=0.0)
+    return tl.where((v == rejected_token) & (k < n_real), 1.0, 0.0)
 
 
-def speculative_accept(draft, q, p, u, u_next):
+def speculative_accept(draft, q, p, u, u_next, lengths=None):
     b, n = draft.shape
     v = p.shape[-1]
+    if lengths is None:
+        lengths = torch.full((b,), n, dtype=torch.long, device=p.device)
     accepted = torch.empty(b, dtype=torch.long, device=p.device)
     nxt = torch.empty(b, dtype=torch.long, device=p.device)
     q_arg = q.float().contiguous() if q is not None else p   # unused when HAS_Q is False
     _speculative_kernel[(b,)](draft.contiguous(), q_arg, p.float().contiguous(), u.float().contiguous(),
-                              u_next.float().contiguous(), accepted, nxt, n, v, HAS_Q=q is not None,
+                              u_next.float().contiguous(), lengths.contiguous(), accepted, nxt, n, v, HAS_Q=q is not None,
                               BLOCK_N=max(2, triton.next_power_of_2(max(n, 1))), BLOCK=min(BLOCK_V, triton.next_power_of_2(v)))
     return accepted, nxt
 

@@ -42,24 +42,61 @@ def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     return logits[b, start:start + len(meta.guesses[b]) + 1]
 
 
+def _chain_index(draft: Draft, width: int, length: int) -> torch.Tensor:
+    """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own)."""
+    meta: ChainMeta = draft.meta
+    index = torch.zeros(len(meta.guesses), width + 1, dtype=torch.long)
+    for b in range(len(meta.guesses)):
+        start = max(meta.num_pending[b] - 1 - draft.logits_from, 0)
+        index[b] = (start + torch.arange(width + 1)).clamp(max=length - 1)
+    return index
+
+
+def padded_guesses(draft: Draft) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's guesses as one (B, G) tensor, padded with -1 (never matches), and their lengths (B,)."""
+    meta: ChainMeta = draft.meta
+    width = max((len(g) for g in meta.guesses), default=0)
+    guesses = torch.full((len(meta.guesses), width), -1, dtype=torch.long)
+    for b, guess in enumerate(meta.guesses):
+        guesses[b, :len(guess)] = torch.tensor(guess, dtype=torch.long)
+    return guesses, torch.tensor([len(g) for g in meta.guesses], dtype=torch.long)
+
+
 def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
                           ) -> tuple[list[Verdict | None], list[list[int]]]:
     """Every row's guesses against the target's argmax chain in one batched `greedy_prefix`
     (one host sync for the whole batch). Returns the verdicts (None for done rows) and each
     row's argmax chain (G+1 tokens: what the target predicts after each draft slot)."""
-    meta: ChainMeta = draft.meta
-    width = max((len(g) for g in meta.guesses), default=0)
-    guesses = torch.full((state.batch, width), -1, dtype=torch.long)            # -1 never matches
-    index = torch.zeros(state.batch, width + 1, dtype=torch.long)
-    for b, guess in enumerate(meta.guesses):
-        guesses[b, :len(guess)] = torch.tensor(guess, dtype=torch.long)
-        start = max(meta.num_pending[b] - 1 - draft.logits_from, 0)
-        index[b] = (start + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1)
-    targets = logits.argmax(-1).gather(1, index.to(logits.device))              # (B, G+1)
+    guesses, _ = padded_guesses(draft)
+    index = _chain_index(draft, guesses.shape[1], logits.shape[1]).to(logits.device)
+    targets = logits.argmax(-1).gather(1, index)                                  # (B, G+1)
     accepted, following = kernels.op("greedy_prefix", logits.device.type)(guesses.to(logits.device), targets)
     accepted, following, targets = accepted.tolist(), following.tolist(), targets.tolist()
     verdicts = [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
-    return verdicts, [t[:len(g) + 1] for t, g in zip(targets, meta.guesses)]
+    return verdicts, [t[:len(g) + 1] for t, g in zip(targets, draft.meta.guesses)]
+
+
+def chain_probs(state: DecodeState, draft: Draft, logits: torch.Tensor) -> torch.Tensor:
+    """(B, G+1, V) target probabilities along every row's chain, G the widest row's guesses."""
+    width = max((len(g) for g in draft.meta.guesses), default=0)
+    index = _chain_index(draft, width, logits.shape[1]).to(logits.device)
+    chain = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    return logits_to_probs(chain, state.params)
+
+
+def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor,
+                               q: torch.Tensor | None = None) -> list[Verdict | None]:
+    """Every row's guesses verified by the speculative rule in one batched `speculative_accept`
+    (one host sync for the whole batch). p (B, G+1, V) from `chain_probs`; q (B, G, V) the
+    distributions the guesses were drawn from, None for point masses. None for done rows."""
+    guesses, lengths = padded_guesses(draft)
+    device = p.device
+    u = torch.rand(guesses.shape, generator=state.generator, device=device)
+    u_next = torch.rand(state.batch, generator=state.generator, device=device)
+    accepted, following = kernels.op("speculative_accept", device.type)(
+        guesses.clamp(min=0).to(device), q, p, u, u_next, lengths.to(device))
+    accepted, following = accepted.tolist(), following.tolist()
+    return [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
 
 
 def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:
@@ -85,11 +122,7 @@ def verify_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor, 
 def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor
                         ) -> tuple[Acceptance, list[Verdict | None]]:
     """Verify every active row's point-mass guesses; also returns each row's verdict (None if done)."""
-    committed, accepted, verdicts = [], [], []
-    for b in range(state.batch):
-        v = None if state.done[b] else verify_point_masses(state, draft, logits, b)
-        guess = draft.meta.guesses[b]
-        committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
-        accepted.append(0 if v is None else v.num_accepted)
-        verdicts.append(v)
+    verdicts = speculative_chain_verdicts(state, draft, chain_probs(state, draft, logits))
+    committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, draft.meta.guesses)]
+    accepted = [0 if v is None else v.num_accepted for v in verdicts]
     return chain_acceptance(draft, committed, accepted), verdicts

@@ -14,16 +14,23 @@ from typing import ClassVar
 
 import torch
 
-from ..acceptance import accept_speculative
+import kernels
+
 from ..loop import DecodeState
 from ..sampling import sample
 from .sjd import SJD, draft_q
 
 
-def coupled_redraw(x: int, q_x: torch.Tensor, p: torch.Tensor, generator) -> int:
-    """One draw from p, maximally coupled to the old draft x ~ q_x (a one-step speculative rule)."""
-    v = accept_speculative(torch.tensor([x]), q_x[None], torch.stack([p, p]), generator)
-    return x if v.num_accepted == 1 else v.next_token
+def coupled_redraws(old: list[int], q: torch.Tensor, p: torch.Tensor, generator) -> list[int]:
+    """One draw from each p[i], maximally coupled to the old draft old[i] ~ q[i]: a one-step
+    speculative rule per position, all positions in one batched `speculative_accept`."""
+    n = len(old)
+    target = p[:n, None].expand(-1, 2, -1)                                      # accept with p, redraw from p
+    u = torch.rand(n, 1, generator=generator, device=p.device)
+    u_next = torch.rand(n, generator=generator, device=p.device)
+    kept, redrawn = kernels.op("speculative_accept", p.device.type)(
+        torch.tensor(old, dtype=torch.long, device=p.device)[:, None], q[:, None], target, u, u_next)
+    return torch.where(kept == 1, torch.tensor(old, device=p.device), redrawn).tolist()
 
 
 @dataclass(frozen=True)
@@ -31,7 +38,6 @@ class MCSJD(SJD):
     name: ClassVar[str] = "mc_sjd"
 
     def redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
-        q = draft_q(old, old_q, p.shape[-1])
-        coupled = [coupled_redraw(x, q[i], p[i], state.generator) for i, x in enumerate(old)]
+        coupled = coupled_redraws(old, draft_q(old, old_q, p.shape[-1]).to(p.device), p, state.generator) if old else []
         fresh = sample(p[len(old):], state.generator).tolist() if len(p) > len(old) else []
         return coupled + fresh

@@ -14,10 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs, sample
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ..sampling import sample
+from ._chain import chain_acceptance, chain_draft, chain_probs, room_for_guesses, speculative_chain_verdicts
 from .jacobi import INIT_SCHEMES, init_guesses
 
 
@@ -60,19 +59,20 @@ class SJD:
         return sample(p, state.generator).tolist() if len(p) else []
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        guesses, qs = draft.meta.guesses, state.scratch["q"]
+        p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
+        q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
+        for b, guess in enumerate(guesses):
+            q[b, :len(guess)] = draft_q(guess, qs[b], p.shape[-1])
         committed, accepted = [], []
-        for b in range(state.batch):
-            guess, q = draft.meta.guesses[b], state.scratch["q"][b]
-            if state.done[b]:
+        for b, v in enumerate(speculative_chain_verdicts(state, draft, p, q)):
+            if v is None:
                 committed.append([]), accepted.append(0)
                 continue
-            p = logits_to_probs(chain_logits(draft, logits, b), state.params)   # (G+1, V)
-            v = accept_speculative(torch.tensor(guess, dtype=torch.long), draft_q(guess, q, p.shape[-1]),
-                                   p, state.generator)
-            k = v.num_accepted
+            k, guess = v.num_accepted, guesses[b]
             committed.append(guess[:k] + [v.next_token])
             accepted.append(k)
-            later = p[k + 1:]                    # targets of the positions after the committed token
-            state.scratch["guesses"][b] = self.redraw(guess[k + 1:], q[k + 1:], later, state)
+            later = p[b, k + 1:len(guess) + 1]        # targets of the positions after the committed token
+            state.scratch["guesses"][b] = self.redraw(guess[k + 1:], qs[b][k + 1:], later, state)
             state.scratch["q"][b] = list(later)
         return chain_acceptance(draft, committed, accepted)

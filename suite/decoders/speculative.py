@@ -3,7 +3,7 @@ layer-truncated self-speculation (Draft & Verify, Zhang et al. 2024): `draft="se
 with the target's own first N layers, sharing its embeddings and LM head.
 
 The draft model proposes `num_draft` tokens autoregressively from its own cache, each with the
-q it was sampled from; the target scores them in one forward; `accept_speculative` keeps a
+q it was sampled from; the target scores them in one forward; the speculative rule keeps a
 prefix (min(1, p/q)) and resamples the residual. Lossless; greedy equals `ar` token for token.
 """
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..acceptance import accept_speculative
 from ..adapters import HFCausalLM, as_adapter, layer_truncated_draft
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._chain import chain_acceptance, chain_draft, chain_logits, room_for_guesses
+from ._chain import chain_acceptance, chain_draft, chain_probs, room_for_guesses, speculative_chain_verdicts
 
 
 @dataclass(frozen=True)
@@ -76,17 +75,15 @@ class Speculative:
         return chain_draft(state, drafts)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed, accepted = [], []
-        for b in range(state.batch):
-            guess, q = draft.meta.guesses[b], state.scratch["q"][b]
-            if state.done[b]:
-                committed.append([]), accepted.append(0)
-                continue
-            p = logits_to_probs(chain_logits(draft, logits, b), state.params)
-            qm = torch.stack(q) if q else None
-            v = accept_speculative(torch.tensor(guess, dtype=torch.long), qm, p, state.generator)
-            committed.append(guess[:v.num_accepted] + [v.next_token])
-            accepted.append(v.num_accepted)
+        guesses = draft.meta.guesses
+        p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
+        q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
+        for b, qb in enumerate(state.scratch["q"]):
+            if qb and guesses[b]:
+                q[b, :len(qb)] = torch.stack(qb)
+        verdicts = speculative_chain_verdicts(state, draft, p, q)
+        committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, guesses)]
+        accepted = [0 if v is None else v.num_accepted for v in verdicts]
         self._rollback_draft(state, draft, accepted)
         return chain_acceptance(draft, committed, accepted)
 

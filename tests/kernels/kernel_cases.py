@@ -12,19 +12,21 @@ def cases(device: str, seed: int = 0):
         draft = torch.multinomial(q.reshape(-1, v), 1, generator=g).reshape(b, n) if n else torch.zeros(b, 0, dtype=torch.long)
         draft[0, :n // 2] = p[0, :n // 2].argmax(-1)        # some drafts that will pass
         u, u_next = torch.rand(b, n, generator=g), torch.rand(b, generator=g)
-        yield [t.to(device) for t in (draft, q, p, u, u_next)]
+        lengths = torch.randint(0, n + 1, (b,), generator=g)                # a ragged batch
+        yield [t.to(device) for t in (draft, q, p, u, u_next, lengths)]
 
 
 def compare(module) -> list[str]:
     """Differences between `module` (Triton ops) and the reference, as messages."""
     problems = []
     device = "cuda" if torch.cuda.is_available() and "cuda" in str(module.__name__ + "cuda") else "cpu"
-    for draft, q, p, u, u_next in cases(device):
-        for qq in (q, None):
-            got = module.speculative_accept(draft, qq, p, u, u_next)
-            want = reference.speculative_accept(draft, qq, p, u, u_next)
+    for draft, q, p, u, u_next, lengths in cases(device):
+        for qq, ll in [(q, None), (None, None), (q, lengths), (None, lengths)]:
+            got = module.speculative_accept(draft, qq, p, u, u_next, ll)
+            want = reference.speculative_accept(draft, qq, p, u, u_next, ll)
             if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(got, want)):
-                problems.append(f"speculative_accept q={'set' if qq is not None else 'None'} {tuple(p.shape)}: {got} != {want}")
+                problems.append(f"speculative_accept q={'set' if qq is not None else 'None'} lengths={ll} "
+                                f"{tuple(p.shape)}: {got} != {want}")
         target = p.argmax(-1)
         got, want = module.greedy_prefix(draft, target), reference.greedy_prefix(draft, target)
         if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(got, want)):

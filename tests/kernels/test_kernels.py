@@ -13,6 +13,8 @@ from kernels import reference
 from suite import accept_greedy_prefix
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))                      # kernel_cases: inputs shared with the subprocess and GPU runs
+from kernel_cases import cases, compare  # noqa: E402
 
 
 def test_greedy_prefix_matches_the_suite_rule():
@@ -36,6 +38,17 @@ def test_speculative_accept_preserves_the_target_law(point_mass):
                                                  torch.rand(rows, 1, generator=g), torch.rand(rows, generator=g))
     first = torch.where(accepted > 0, draft[:, 0], nxt)
     assert goodness_of_fit(first.tolist(), {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4}) > 1e-3
+
+
+@pytest.mark.parametrize("point_mass", [False, True])
+def test_a_ragged_batch_decides_each_row_as_its_own_unpadded_call(point_mass):
+    for draft, q, p, u, u_next, lengths in cases("cpu"):
+        qq = None if point_mass else q
+        accepted, nxt = reference.speculative_accept(draft, qq, p, u, u_next, lengths)
+        for b, n in enumerate(lengths.tolist()):
+            alone = reference.speculative_accept(draft[b:b + 1, :n], None if qq is None else qq[b:b + 1, :n],
+                                                 p[b:b + 1, :n + 1], u[b:b + 1, :n], u_next[b:b + 1])
+            assert (int(accepted[b]), int(nxt[b])) == (int(alone[0]), int(alone[1]))
 
 
 def test_sample_logits_follows_the_filtered_law():
@@ -76,7 +89,5 @@ def test_triton_kernels_equal_references_in_the_interpreter():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_triton_kernels_equal_references_on_gpu():
-    sys.path.insert(0, str(HERE))
-    from kernel_cases import compare
     from kernels import triton_ops
     assert compare(triton_ops) == []
