@@ -91,9 +91,10 @@ def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     assert par[0][3] == COORD0
     assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
     assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
-    # per box: the parallel forward (head), one verification forward (keeps x0 y0, corrects x1),
-    # then y1 and END one per forward; + the EOS head
-    assert hyb_fwd == 2 * 4 + 1 < ar_fwd
+    # the parallel forward (first head); per box one verification forward (keeps x0 y0, corrects
+    # x1; y1 and END stay queued as drafts), then one forward that accepts y1 END and scores the
+    # next block (box 2's head and slots; after box 2 the EOS head)
+    assert hyb_fwd == 1 + 2 * 2 < ar_fwd
 
 
 def test_hybrid_verification_accepting_a_whole_block():
@@ -102,7 +103,21 @@ def test_hybrid_verification_accepting_a_whole_block():
     ar, _, _ = run(model, "ar", rows=3)
     hyb, fwd, scratch = run(model, HybridBox(confidence_floor=1.5), rows=3)
     assert hyb == ar and scratch["fallback_reasons"] == {"confidence": 3}
-    assert fwd == 2 * 2 + 1                        # per box: parallel + verification; + the EOS head
+    # the parallel forward (first head), then per box one forward that verifies its drafts and
+    # scores the next block (box 2, then the EOS head) in the same pass
+    assert fwd == 1 + 2
+
+
+def test_hybrid_keeps_drafts_after_a_disagreement():
+    """x0 and y1 both wrong in every parallel block: the verification corrects x0 and keeps the
+    later drafts queued, the next one keeps x1 and corrects y1; output exactly ar's."""
+    model = BoxScript([TWO_BOXES], noisy=lambda t, j: COORD0 + 999 if j in (2, 5) else t)
+    ar, ar_fwd, _ = run(model, "ar")
+    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=0.0))
+    assert hyb == ar == [TWO_BOXES] and scratch["box_fallbacks"] == 2
+    # first head; per box: verify (corrects x0), verify (keeps y0 x1, corrects y1), verify END
+    # with the next block scored
+    assert fwd == 1 + 2 * 3 < ar_fwd
 
 
 def test_hybrid_catches_misplaced_structure_tokens():
