@@ -85,10 +85,14 @@ def swap_x1(target, j):
 def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     model = BoxScript([TWO_BOXES], noisy=swap_x1)
     ar, ar_fwd, _ = run(model, "ar")
-    par, _, _ = run(model, ParallelBox())
+    par, _, _ = run(model, ParallelBox(ordered=False))
     hyb, hyb_fwd, scratch = run(model, HybridBox())
     assert par != ar                               # the lossy decoder keeps the broken box
     assert par[0][3] == COORD0
+    ordered, _, _ = run(model, ParallelBox())      # default: the far corner is chosen again past x0
+    x0 = TWO_BOXES[1]
+    assert ordered[0][3] == x0 + 1 and ordered[0][9] == TWO_BOXES[7] + 1    # all later values tie in the script
+    assert ordered[0][:3] + ordered[0][4:9] + ordered[0][10:] == TWO_BOXES[:3] + TWO_BOXES[4:9] + TWO_BOXES[10:]
     assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
     assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
     # the parallel forward (first head); per box one verification forward (keeps x0 y0, corrects
