@@ -12,8 +12,9 @@ Otherwise only the head is committed and the rest of the block is re-decoded AR.
 parallel slots are not thrown away: they are drafts. Each following forward scores the drafts
 still ahead as a causal chain and keeps the prefix the AR model agrees with (suite's speculative
 rule with point-mass drafts: exact AR tokens, in distribution when sampling), plus AR's own token
-at the first disagreement; the drafts after a disagreement stay queued for the next forward (a
-coordinate that AR moves by one grid value rarely changes the later ones). So a re-decoded block
+at the first disagreement; the slots after a disagreement get new drafts from the same forward,
+AR's argmax at each chain slot (Jacobi-style: a coordinate that AR moves by one grid value rarely
+changes the later ones), verified by the next forward. So a re-decoded block
 is exactly what `ar` would emit after the same prefix, and every forward commits at least one
 token. The forward that verifies a block's last drafts also carries the next block's MASK slots,
 scored as in a parallel step: when the whole chain is accepted the next block comes out of the
@@ -134,7 +135,10 @@ class HybridBox:
         v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
         whole = v.num_accepted == len(chain)
         out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
-        state.scratch["verify"][b] = [] if whole else chain[v.num_accepted + 1:]
+        # the drafts after a disagreement become AR's own guesses from this forward (slot j's
+        # argmax given chain[:j]: one wrong value in the context rarely changes the later ones;
+        # Jacobi-style), a better draft than the parallel slots'; they are verified like any draft
+        state.scratch["verify"][b] = [] if whole else row[v.num_accepted + 1:len(chain)].argmax(-1).tolist()
         state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
         # the last committed token must stay uncached (the next forward predicts from its slot):
         # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward

@@ -112,16 +112,16 @@ def test_hybrid_verification_accepting_a_whole_block():
     assert fwd == 1 + 2
 
 
-def test_hybrid_keeps_drafts_after_a_disagreement():
-    """x0 and y1 both wrong in every parallel block: the verification corrects x0 and keeps the
-    later drafts queued, the next one keeps x1 and corrects y1; output exactly ar's."""
+def test_hybrid_redrafts_the_slots_after_a_disagreement():
+    """x0 and y1 both wrong in every parallel block: the verification corrects x0 and takes AR's
+    own guesses from the same forward as the drafts of y0 x1 y1 END (right in this script), so
+    the next forward accepts them all and scores the next block; output exactly ar's."""
     model = BoxScript([TWO_BOXES], noisy=lambda t, j: COORD0 + 999 if j in (2, 5) else t)
     ar, ar_fwd, _ = run(model, "ar")
     hyb, fwd, scratch = run(model, HybridBox(confidence_floor=0.0))
     assert hyb == ar == [TWO_BOXES] and scratch["box_fallbacks"] == 2
-    # first head; per box: verify (corrects x0), verify (keeps y0 x1, corrects y1), verify END
-    # with the next block scored
-    assert fwd == 1 + 2 * 3 < ar_fwd
+    # first head; per box: verify (corrects x0, redrafts), verify with the next block scored
+    assert fwd == 1 + 2 * 2 < ar_fwd
 
 
 def test_hybrid_catches_misplaced_structure_tokens():
