@@ -127,9 +127,9 @@ class HybridBox:
 
     def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int, bool]:
         """(tokens to commit, chain slots whose K/V stays, whole chain accepted): the verified
-        prefix of the queued drafts and AR's token at the first disagreement; the drafts after
-        it stay queued. No bonus token after a fully accepted chain (the next block's head comes
-        from the MASK-carrying forward, `accept`)."""
+        prefix of the queued drafts and AR's token at the first disagreement; the slots after it
+        are queued again with new drafts. No bonus token after a fully accepted chain (the next
+        block's head comes from the MASK-carrying forward, `accept`)."""
         chain = state.scratch["verify"][b]
         probs = logits_to_probs(row[:len(chain) + 1], state.params)     # slot i predicts chain[i]
         v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
