@@ -9,15 +9,19 @@ positive size and a unit angle vector), inside the image, and every slot's confi
 `confidence_floor` (coordinates: the probability mass within `coord_tolerance` grid values).
 
 Otherwise only the head is committed and the rest of the block is re-decoded AR. The failed
-parallel slots are not thrown away: the next forward scores them as a causal chain and keeps the
-prefix the AR model agrees with (suite's speculative rule with point-mass drafts: exact AR tokens,
-in distribution when sampling), plus AR's own token at the first disagreement; the slots still
-missing are decoded one per forward, after which parallel decoding resumes. So a re-decoded block
-is exactly what `ar` would emit after the same prefix; it costs the parallel forward, one
-verification forward and one forward per slot after the first disagreement. confidence_floor
-above 1 sends every block to AR: the output is then exactly `ar`'s (a test checks this);
-confidence_floor 0 keeps only the format and geometry checks. Blocks that pass are lossy as in
-`parallel_box`.
+parallel slots are not thrown away: they are drafts. Each following forward scores the drafts
+still ahead as a causal chain and keeps the prefix the AR model agrees with (suite's speculative
+rule with point-mass drafts: exact AR tokens, in distribution when sampling), plus AR's own token
+at the first disagreement; the slots after a disagreement get new drafts from the same forward,
+AR's argmax at each chain slot (Jacobi-style: a coordinate that AR moves by one grid value rarely
+changes the later ones), verified by the next forward. So a re-decoded block
+is exactly what `ar` would emit after the same prefix, and every forward commits at least one
+token. The forward that verifies a block's last drafts also carries the next block's MASK slots,
+scored as in a parallel step: when the whole chain is accepted the next block comes out of the
+same forward (its head from the chain's last slot, the exact AR distribution), otherwise they are
+discarded. confidence_floor above 1 sends every block to AR: the output is then exactly `ar`'s
+(a test checks this); confidence_floor 0 keeps only the format and geometry checks. Blocks that
+pass are lossy as in `parallel_box`.
 """
 from __future__ import annotations
 
@@ -56,16 +60,21 @@ class HybridBox:
         state.scratch["fallback_reasons"] = {}
 
     def propose(self, state: DecodeState) -> Draft:
-        """Per row: the failed slots as a causal chain (verify), nothing (AR step), or B-1 MASKs."""
+        """Per row: the queued drafts as a causal chain, plus the next block's B-1 MASKs when the
+        chain ends the block; else B-1 MASKs (a parallel step)."""
         ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
+        B = self.layout.block_size
         chains, noisy = [], []
         for b in range(state.batch):
-            chain = verify[b][:max(0, state.room(b) - 1)] if not state.done[b] else []
+            room = state.room(b) - 1 if not state.done[b] else 0
+            chain = verify[b][:max(0, room)] if not state.done[b] else []
             verify[b] = chain
-            parallel = not state.done[b] and not chain and ar_left[b] == 0
+            if state.done[b] or (chain and len(chain) < ar_left[b]) or (not chain and ar_left[b] > 0):
+                n = 0                                 # done, a chain inside the block, or a plain AR step
+            else:                                     # the chain (if any) ends the block: next block's MASKs
+                n = max(0, min(B - 1, room - len(chain)))
             chains.append(chain)
-            noisy.append([self.layout.mask_token_id] * (max(0, min(self.layout.block_size - 1, state.room(b) - 1))
-                                                        if parallel else 0))
+            noisy.append([self.layout.mask_token_id] * n)
         return block_draft(state, chains, noisy)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
@@ -78,20 +87,29 @@ class HybridBox:
                 continue
             row = row_logits(draft, logits, b)                          # (1 + chain + noisy, V)
             if verify[b]:
-                out, kept[b] = self._verify(state, b, row)
+                chain = verify[b]
+                out, kept[b], whole = self._verify(state, b, row)
+                if whole and ar_left[b] == 0 and draft.meta.num_noisy[b] > 0:
+                    # the block is complete and the next one was scored in the same forward
+                    kept[b] = len(chain)
+                    out = out + self._parallel(state, b, row[len(chain):])
                 committed.append(out)
                 continue
-            tokens, _ = choose(row, state)
-            head = int(tokens[0])
             if ar_left[b] > 0:                                          # re-decoding slot by slot
+                tokens, _ = choose(row[:1], state)
                 ar_left[b] -= 1
-                committed.append([head])
+                committed.append([int(tokens[0])])
                 continue
-            if head in state.eos_token_ids or tokens.shape[0] == 1:
-                committed.append([head])
-                continue
-            committed.append(self._check_block(state, b, row, tokens))
+            committed.append(self._parallel(state, b, row))
         return Acceptance(committed, keep_clean(draft, kept))
+
+    def _parallel(self, state: DecodeState, b: int, row: torch.Tensor) -> list[int]:
+        """A parallel step from (1 + noisy, V) logits: the end token alone, or a checked block."""
+        tokens, _ = choose(row, state)
+        head = int(tokens[0])
+        if head in state.eos_token_ids or tokens.shape[0] == 1:
+            return [head]
+        return self._check_block(state, b, row, tokens)
 
     def _check_block(self, state: DecodeState, b: int, row: torch.Tensor, tokens: torch.Tensor) -> list[int]:
         """Commit a valid parallel block whole; else commit its head and queue the rest for verification."""
@@ -107,16 +125,21 @@ class HybridBox:
         state.scratch["ar_left"][b] = self.layout.block_size - 1
         return [int(tokens[0])]
 
-    def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int]:
-        """(tokens to commit, chain slots whose K/V stays): the verified prefix of the queued slots
-        and AR's token at the first disagreement (no bonus after a fully accepted chain: that
-        would start the next block off its boundary)."""
+    def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int, bool]:
+        """(tokens to commit, chain slots whose K/V stays, whole chain accepted): the verified
+        prefix of the queued drafts and AR's token at the first disagreement; the slots after it
+        are queued again with new drafts. No bonus token after a fully accepted chain (the next
+        block's head comes from the MASK-carrying forward, `accept`)."""
         chain = state.scratch["verify"][b]
         probs = logits_to_probs(row[:len(chain) + 1], state.params)     # slot i predicts chain[i]
         v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
-        state.scratch["verify"][b] = []
-        out = chain[:v.num_accepted] + ([v.next_token] if v.num_accepted < len(chain) else [])
+        whole = v.num_accepted == len(chain)
+        out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
+        # the drafts after a disagreement become AR's own guesses from this forward (slot j's
+        # argmax given chain[:j]: one wrong value in the context rarely changes the later ones;
+        # Jacobi-style), a better draft than the parallel slots'; they are verified like any draft
+        state.scratch["verify"][b] = [] if whole else row[v.num_accepted + 1:len(chain)].argmax(-1).tolist()
         state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
         # the last committed token must stay uncached (the next forward predicts from its slot):
         # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward
-        return out, v.num_accepted if v.num_accepted < len(chain) else v.num_accepted - 1
+        return out, v.num_accepted if not whole else v.num_accepted - 1, whole

@@ -11,7 +11,9 @@ forward, fused with the next block's scoring. A head that ends the answer (an EO
 "no match") is committed alone.
 
 Lossy relative to `ar`: the later slots are predicted without seeing each other's values, so
-their joint can differ from AR's (e.g. x0 from one object, x1 from another when two match). The
+their joint can differ from AR's (e.g. x0 from one object, x1 from another when two match). With
+`ordered` (the default), an x0 y0 x1 y1 block whose x1 <= x0 (or y1 <= y0) gets that far corner
+chosen again among the values past the near one (`ordered_corners`), so it still names a box. The
 benchmark measures the cost (Acc@0.5 vs `ar`); `hybrid` (hybrid_box.py) validates and falls back.
 Forwards: one per block (+ one for the end token when it is not the head of a scored block),
 against B per block for `ar`. The block layout comes from the adapter config (`bind`).
@@ -110,9 +112,27 @@ def count_block(state: DecodeState, key: str) -> None:
     state.scratch[key] = state.scratch.get(key, 0) + 1
 
 
+def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, state: DecodeState) -> torch.Tensor:
+    """An x0 y0 x1 y1 block whose far corner is not past its near one (x1 <= x0 or y1 <= y0, the
+    parallel slots having picked values from different objects or none) gets that slot chosen
+    again among the values past the near corner: the most probable valid box, instead of a box
+    the pipeline would drop. row (B, V) logits and tokens (B,) of one full block."""
+    tokens = tokens.clone()
+    for near, far in ((1, 3), (2, 4)):
+        lo, hi = int(tokens[near]), int(tokens[far])
+        if not (layout.coord_lo <= lo < layout.coord_hi and layout.coord_lo <= hi <= layout.coord_hi) or hi > lo:
+            continue
+        logits = row[far].clone()
+        logits[:lo + 1] = float("-inf")
+        logits[layout.coord_hi + 1:] = float("-inf")
+        tokens[far] = choose(logits[None], state)[0][0]
+    return tokens
+
+
 @dataclass(frozen=True)
 class ParallelBox:
     layout: Any = None          # BoxLayout; default: from the adapter config (bind)
+    ordered: bool = True        # xyxy blocks: re-choose a far corner that is not past the near one
 
     name: ClassVar[str] = "parallel_box"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
@@ -134,11 +154,14 @@ class ParallelBox:
             if state.done[b]:
                 committed.append([])
                 continue
-            tokens, _ = choose(row_logits(draft, logits, b), state)     # (1 + noisy,)
+            row = row_logits(draft, logits, b)
+            tokens, _ = choose(row, state)                              # (1 + noisy,)
             head = int(tokens[0])
             if head in state.eos_token_ids or tokens.shape[0] == 1:
                 committed.append([head])
             else:
                 count_block(state, "box_blocks")
+                if self.ordered and self.layout.box_format == "xyxy" and tokens.shape[0] == self.layout.block_size:
+                    tokens = ordered_corners(row, tokens, self.layout, state)
                 committed.append(tokens.tolist())
         return Acceptance(committed, keep_clean(draft, [0] * state.batch))

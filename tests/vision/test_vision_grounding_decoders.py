@@ -85,15 +85,20 @@ def swap_x1(target, j):
 def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     model = BoxScript([TWO_BOXES], noisy=swap_x1)
     ar, ar_fwd, _ = run(model, "ar")
-    par, _, _ = run(model, ParallelBox())
+    par, _, _ = run(model, ParallelBox(ordered=False))
     hyb, hyb_fwd, scratch = run(model, HybridBox())
     assert par != ar                               # the lossy decoder keeps the broken box
     assert par[0][3] == COORD0
+    ordered, _, _ = run(model, ParallelBox())      # default: the far corner is chosen again past x0
+    x0 = TWO_BOXES[1]
+    assert ordered[0][3] == x0 + 1 and ordered[0][9] == TWO_BOXES[7] + 1    # all later values tie in the script
+    assert ordered[0][:3] + ordered[0][4:9] + ordered[0][10:] == TWO_BOXES[:3] + TWO_BOXES[4:9] + TWO_BOXES[10:]
     assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
     assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
-    # per box: the parallel forward (head), one verification forward (keeps x0 y0, corrects x1),
-    # then y1 and END one per forward; + the EOS head
-    assert hyb_fwd == 2 * 4 + 1 < ar_fwd
+    # the parallel forward (first head); per box one verification forward (keeps x0 y0, corrects
+    # x1; y1 and END stay queued as drafts), then one forward that accepts y1 END and scores the
+    # next block (box 2's head and slots; after box 2 the EOS head)
+    assert hyb_fwd == 1 + 2 * 2 < ar_fwd
 
 
 def test_hybrid_verification_accepting_a_whole_block():
@@ -102,7 +107,21 @@ def test_hybrid_verification_accepting_a_whole_block():
     ar, _, _ = run(model, "ar", rows=3)
     hyb, fwd, scratch = run(model, HybridBox(confidence_floor=1.5), rows=3)
     assert hyb == ar and scratch["fallback_reasons"] == {"confidence": 3}
-    assert fwd == 2 * 2 + 1                        # per box: parallel + verification; + the EOS head
+    # the parallel forward (first head), then per box one forward that verifies its drafts and
+    # scores the next block (box 2, then the EOS head) in the same pass
+    assert fwd == 1 + 2
+
+
+def test_hybrid_redrafts_the_slots_after_a_disagreement():
+    """x0 and y1 both wrong in every parallel block: the verification corrects x0 and takes AR's
+    own guesses from the same forward as the drafts of y0 x1 y1 END (right in this script), so
+    the next forward accepts them all and scores the next block; output exactly ar's."""
+    model = BoxScript([TWO_BOXES], noisy=lambda t, j: COORD0 + 999 if j in (2, 5) else t)
+    ar, ar_fwd, _ = run(model, "ar")
+    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=0.0))
+    assert hyb == ar == [TWO_BOXES] and scratch["box_fallbacks"] == 2
+    # first head; per box: verify (corrects x0, redrafts), verify with the next block scored
+    assert fwd == 1 + 2 * 2 < ar_fwd
 
 
 def test_hybrid_catches_misplaced_structure_tokens():
