@@ -4,9 +4,11 @@
     python -m speech.asr recordings/ --decoder ar      # every audio file of a folder (progress bar)
     python -m speech.asr clip.wav --json               # text and decode statistics as JSON lines
 
-Decoders: ctc (greedy CTC, one encoder pass), ar (the attention decoder, one token per forward),
-ctc_speculative (entropy-gated CTC hypothesis, else verified by the attention decoder in one
-forward, AR resume from the first rejection). Any sample rate is resampled to 16 kHz.
+Decoders: ctc (greedy CTC, one encoder pass), ctc_beam (CTC prefix beam search with the
+character n-gram LM of the training text, speech/ctc_lm.py; still no decoder forward), ar (the
+attention decoder, one token per forward), ctc_speculative (entropy-gated CTC hypothesis, else
+verified by the attention decoder in one forward, AR resume from the first rejection). Any sample
+rate is resampled to 16 kHz.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 
 from .data import SAMPLE_RATE, resample
 
-DECODERS = ("ctc", "ar", "ctc_speculative")
+DECODERS = ("ctc", "ctc_beam", "ar", "ctc_speculative")
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3"}
 MAX_SECONDS = 30.0
 
@@ -72,8 +74,9 @@ def check_audio(audio, sample_rate) -> np.ndarray:
 
 
 class ASR:
-    def __init__(self, model):
+    def __init__(self, model, lm=None):
         self.model = model.eval()
+        self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
 
     def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = "ctc_speculative",
                  max_entropy: float = 0.65, min_ratio: float = 0.1) -> ASRResult:
@@ -92,7 +95,11 @@ class ASR:
             mel = features.log_mel(torch.from_numpy(audio))[None]
             enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]]))
             hyp = ctc_greedy(log_probs[0], int(enc_len[0]))
-            if decoder == "ctc":
+            if decoder in ("ctc", "ctc_beam"):
+                if decoder == "ctc_beam":
+                    from .ctc_lm import prefix_beam_search
+                    alpha, beta = (self.lm.alpha, self.lm.beta) if self.lm is not None else (0.0, 0.0)
+                    hyp = prefix_beam_search(log_probs[0], int(enc_len[0]), self.lm, alpha, beta)
                 stats = DecodeStats(num_new_tokens=len(hyp))
                 text = ids_to_text(hyp)
             else:
@@ -130,9 +137,11 @@ def read_audio(path) -> tuple[np.ndarray, int]:
 
 
 def load_asr(folder=None) -> ASR:
-    """The embedded recogniser (speech/weights/asr), offline."""
-    from .asr_model import Recogniser
-    return ASR(Recogniser.load(folder))
+    """The embedded recogniser (speech/weights/asr), offline, with its character LM when present."""
+    from .asr_model import WEIGHTS, Recogniser
+    from .ctc_lm import CharNGramLM
+    lm_path = Path(folder or WEIGHTS / "asr") / "char_lm.json.gz"
+    return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None)
 
 
 def _files(target: Path) -> list[Path]:

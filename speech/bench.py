@@ -90,7 +90,7 @@ def _score(row, text, audio, asr, sphinx) -> None:
         row["sphinx"].append(sphinx(audio))
 
 
-def bench_asr(asr, items: list[dict], decoders=("ar", "ctc", "ctc_speculative")) -> list[dict]:
+def bench_asr(asr, items: list[dict], decoders=("ar", "ctc", "ctc_beam", "ctc_speculative")) -> list[dict]:
     from tqdm import tqdm
     rows = {d: {"hyps": [], "wall": 0.0, "forwards": 0} for d in decoders}
     seconds = 0.0

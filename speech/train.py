@@ -2,6 +2,8 @@
 
     python -m speech.train codec --minutes 6     # RVQ codec      -> speech/weights/codec/
     python -m speech.train asr --minutes 15      # CTC + attention recogniser -> speech/weights/asr/
+    python -m speech.train asr-lm                # character 6-gram LM of the training text for ctc_beam,
+                                                 # fusion weights tuned on `valid` -> speech/weights/asr/
     python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
     python -m speech.train tts-heads --minutes 20 --out /tmp/tts   # continue tts + local transformer
@@ -117,7 +119,7 @@ def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["data", "codec", "asr", "tts", "tts-flat", "tts-heads"])
+    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "tts", "tts-flat", "tts-heads"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
@@ -136,6 +138,9 @@ def main(argv=None) -> int:
     elif args.model == "asr":
         from .asr_train import train_asr
         metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out)
+    elif args.model == "asr-lm":
+        from .asr_train import train_char_lm
+        metrics = train_char_lm(out=args.out)
     elif args.model == "tts-heads":
         from .tts_train import train_tts_heads
         metrics = train_tts_heads(args.minutes or 20, args.seed, lr=args.lr or 5e-4, out=args.out)
