@@ -79,9 +79,11 @@ class ASR:
         self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
 
     def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = "ctc_speculative",
-                 max_entropy: float = 0.65, min_ratio: float = 0.1) -> ASRResult:
-        """ctc_speculative options: max_entropy (gate, nats; 0 = off) and min_ratio (relaxed
-        acceptance; 1 = strict). Both at 0 / 1 make ctc_speculative give exactly ar's text."""
+                 max_entropy: float = 0.65, min_ratio: float = 0.1, realign: bool = True) -> ASRResult:
+        """ctc_speculative options: max_entropy (gate, nats; 0 = off), min_ratio (relaxed
+        acceptance; 1 = strict) and realign (after a rejection, re-draft the rest of the CTC
+        hypothesis instead of plain AR; exact either way). max_entropy 0 and min_ratio 1 make
+        ctc_speculative give exactly ar's text."""
         from suite import DecodeState, DecodeStats, SamplingParams, decode
         from suite.decoders.ar import AR
         from suite.decoders.ctc_speculative import CTCSpeculative
@@ -112,7 +114,7 @@ class ASR:
                     dec = AR()
                 else:
                     state.scratch["ctc"] = [{"hypothesis": hyp, "entropy": ctc_frame_entropy(log_probs[0], frames)}]
-                    dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio)
+                    dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio, realign=realign)
                 result = decode(adapter, dec, state)
                 stats = result.stats
                 text = ids_to_text([t for t in result.new_tokens[0] if t != EOS])

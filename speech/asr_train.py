@@ -59,7 +59,8 @@ def speed_perturb(audio, factor: float):
 
 
 def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3,
-              speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0) -> dict:
+              speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0,
+              config: dict | None = None) -> dict:
     """Train (or --resume) for `minutes` of wall clock on the `train` split (Piper + flite + espeak-ng,
     speech/data.py) plus speed-perturbed copies of a quarter of it per factor and codec round trips
     of a twelfth; saves to `out` every `checkpoint_minutes` and at the end, with metrics on `valid`
@@ -67,6 +68,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     from .train import _cosine_lr, _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
+    data.wait_for_train_parts()
     items = data.load_split("train")
     with torch.no_grad():
         mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]
@@ -83,7 +85,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     batches = [order[i:i + 16] for i in range(0, len(order), 16)]
     out = Path(out) if out else WEIGHTS / "asr"
     source = out if (out / "model.safetensors").exists() else WEIGHTS / "asr"
-    model = Recogniser.load(source) if resume else Recogniser(ASRConfig())   # resume: continue a checkpoint
+    model = Recogniser.load(source) if resume else Recogniser(ASRConfig(**(config or {})))   # resume: continue
     previous = json.loads((source / "metrics.json").read_text()) if resume else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     budget, t0, step = minutes * 60, time.time(), 0

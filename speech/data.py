@@ -98,6 +98,7 @@ def _docstring_sentences(files, seen: set[str]) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=2)
 def sentence_splits(seed: int = 0) -> dict[str, list[str]]:
     """{'heldout', 'valid', 'train'} sentence lists, disjoint. `heldout` is the same 150 stdlib
     sentences as in the first data set; `train` is the rest of the stdlib plus package docstrings."""
@@ -153,8 +154,9 @@ def synthesize(text: str, voice: str, speed: int = 160, **params) -> np.ndarray:
                 raise ValueError(f"unknown speech engine {engine!r} in voice {voice!r} (flite, espeak, piper)")
             subprocess.run(cmd, check=True, capture_output=True)
             audio, sr = sf.read(wav, dtype="float32")
+    audio = resample(audio, sr)                # to 16 kHz first: then every shift is a small-ratio resampler
     shift = params.get("shift", 1.0)
-    return resample(audio, int(round(sr * shift)) if shift != 1.0 else sr)
+    return resample(audio, int(round(SAMPLE_RATE * shift))) if shift != 1.0 else audio
 
 
 @functools.lru_cache(maxsize=1)
@@ -231,15 +233,17 @@ def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0) -> dic
     return jobs
 
 
-def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int = 0, shards: int = 1) -> Path:
-    """Generate the splits once (train in `shards` parts, this process making part `shard`; the
+def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int = 0, shards: int = 1,
+          splits=("train", "heldout", "valid", "tts")) -> Path:
+    """Generate the missing `splits` (train in `shards` parts, this process making part `shard`; the
     small splits are made by shard 0); returns the cache folder."""
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
     folder = cache_dir()
     jobs = split_jobs(num_train, num_tts, seed)
-    for split, items in jobs.items():
+    for split in [s for s in ("train", "heldout", "valid", "tts") if s in splits]:   # train first
+        items = jobs[split]
         if split != "train" and shard != 0:
             continue
         path = folder / (f"train.part{shard}of{shards}.npz" if split == "train" else f"{split}.npz")
@@ -260,10 +264,22 @@ def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int 
 def save_split(path: Path, audio, texts, voices, phones) -> None:
     lengths = np.array([len(a) for a in audio])
     pcm = np.concatenate([np.clip(a, -1, 1) * 32767 for a in audio]).astype(np.int16)
-    tmp = path.with_suffix(".tmp.npz")
+    tmp = path.parent / f"tmp-{path.name}"      # not matched by the split globs until renamed
     np.savez(tmp, pcm=pcm, lengths=lengths, texts=np.array(texts), voices=np.array(voices),
              phonemes=np.array(phones))
     os.replace(tmp, path)
+
+
+def wait_for_train_parts(timeout_s: float = 3600) -> None:
+    """Block until every part of a sharded `train` split that is being built exists."""
+    import time
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        parts = sorted(cache_dir().glob("train.part*of*.npz"))
+        if not parts or len(parts) == int(parts[0].stem.rsplit("of", 1)[1]):
+            return
+        time.sleep(10)
+    raise TimeoutError("the train split parts did not all appear; run `python -m speech.data --shard K --shards N`")
 
 
 def load_split(split: str) -> list[dict]:
@@ -291,5 +307,6 @@ if __name__ == "__main__":
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--num-train", type=int, default=6000)
+    parser.add_argument("--splits", nargs="+", default=["train", "heldout", "valid", "tts"])
     args = parser.parse_args()
-    print(build(args.num_train, shard=args.shard, shards=args.shards))
+    print(build(args.num_train, shard=args.shard, shards=args.shards, splits=args.splits))

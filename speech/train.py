@@ -128,6 +128,8 @@ def main(argv=None) -> int:
                         help="peak learning rate (asr default 1.5e-3, tts 1e-3, tts-heads 5e-4)")
     parser.add_argument("--out", default=None, help="asr/tts-heads: output folder (default speech/weights/<model>); "
                         "run again with the same --out (and asr --resume) to continue its checkpoint")
+    parser.add_argument("--asr-config", default=None, help='asr: JSON overrides of ASRConfig for a fresh model, '
+                        'e.g. \'{"d_model": 192, "enc_layers": 5}\'')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model == "data":
@@ -137,7 +139,8 @@ def main(argv=None) -> int:
         metrics = train_codec(args.minutes or 6, args.seed)
     elif args.model == "asr":
         from .asr_train import train_asr
-        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out)
+        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
+                            config=json.loads(args.asr_config) if args.asr_config else None)
     elif args.model == "asr-lm":
         from .asr_train import train_char_lm
         metrics = train_char_lm(out=args.out)
