@@ -68,7 +68,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     from .train import _cosine_lr, _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    data.wait_for_train_parts()
+    data.complete_train_parts()
     items = data.load_split("train")
     with torch.no_grad():
         mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]

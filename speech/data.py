@@ -270,16 +270,13 @@ def save_split(path: Path, audio, texts, voices, phones) -> None:
     os.replace(tmp, path)
 
 
-def wait_for_train_parts(timeout_s: float = 3600) -> None:
-    """Block until every part of a sharded `train` split that is being built exists."""
-    import time
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        parts = sorted(cache_dir().glob("train.part*of*.npz"))
-        if not parts or len(parts) == int(parts[0].stem.rsplit("of", 1)[1]):
-            return
-        time.sleep(10)
-    raise TimeoutError("the train split parts did not all appear; run `python -m speech.data --shard K --shards N`")
+def complete_train_parts() -> None:
+    """If a sharded `train` split is partly built, build its missing parts here."""
+    parts = sorted(cache_dir().glob("train.part*of*.npz"))
+    if parts:
+        shards = int(parts[0].stem.rsplit("of", 1)[1])
+        for k in range(shards):
+            build(shard=k, shards=shards, splits=("train",))
 
 
 def load_split(split: str) -> list[dict]:
