@@ -73,17 +73,27 @@ def check_audio(audio, sample_rate) -> np.ndarray:
     return audio
 
 
+SPECULATIVE_DEFAULTS = {"max_entropy": 0.65, "min_ratio": 0.1, "realign": True}
+
+
 class ASR:
-    def __init__(self, model, lm=None):
+    def __init__(self, model, lm=None, speculative: dict | None = None):
         self.model = model.eval()
         self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
+        # ctc_speculative's gate (tuned on the valid split: weights/asr/decoding.json)
+        self.speculative = {**SPECULATIVE_DEFAULTS, **(speculative or {})}
 
     def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = "ctc_speculative",
-                 max_entropy: float = 0.65, min_ratio: float = 0.1, realign: bool = True) -> ASRResult:
-        """ctc_speculative options: max_entropy (gate, nats; 0 = off), min_ratio (relaxed
-        acceptance; 1 = strict) and realign (after a rejection, re-draft the rest of the CTC
-        hypothesis instead of plain AR; exact either way). max_entropy 0 and min_ratio 1 make
-        ctc_speculative give exactly ar's text."""
+                 max_entropy: float | None = None, min_ratio: float | None = None,
+                 realign: bool | None = None) -> ASRResult:
+        """ctc_speculative options (None: the shipped values, `self.speculative`): max_entropy
+        (gate, nats; 0 = off), min_ratio (relaxed acceptance; 1 = strict) and realign (after a
+        rejection, re-draft the rest of the CTC hypothesis instead of plain AR; exact either way).
+        max_entropy 0 and min_ratio 1 make ctc_speculative give exactly ar's text."""
+        opts = self.speculative
+        max_entropy = opts["max_entropy"] if max_entropy is None else max_entropy
+        min_ratio = opts["min_ratio"] if min_ratio is None else min_ratio
+        realign = opts["realign"] if realign is None else realign
         from suite import DecodeState, DecodeStats, SamplingParams, decode
         from suite.decoders.ar import AR
         from suite.decoders.ctc_speculative import CTCSpeculative
@@ -142,8 +152,10 @@ def load_asr(folder=None) -> ASR:
     """The embedded recogniser (speech/weights/asr), offline, with its character LM when present."""
     from .asr_model import WEIGHTS, Recogniser
     from .ctc_lm import CharNGramLM
-    lm_path = Path(folder or WEIGHTS / "asr") / "char_lm.json.gz"
-    return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None)
+    folder = Path(folder or WEIGHTS / "asr")
+    lm_path, gate = folder / "char_lm.json.gz", folder / "decoding.json"
+    return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None,
+               json.loads(gate.read_text()) if gate.exists() else None)
 
 
 def _files(target: Path) -> list[Path]:

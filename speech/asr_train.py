@@ -209,3 +209,39 @@ def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 
     lm.save(out / "char_lm.json.gz")
     return {"sentences": len(sentences), "order": order, "contexts": len(lm.counts), "alpha": lm.alpha,
             "beta": lm.beta, "valid_greedy_cer": greedy, "valid_beam_cer": scores[(lm.alpha, lm.beta)]}
+
+
+def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
+    """Pick ctc_speculative's gate on the `valid` split (never `heldout`): among max_entropy x
+    min_ratio settings (realign on) whose CER is at most `cer_slack` x ar's, the one with the fewest
+    decoder forwards; saved as decoding.json beside the weights (load_asr reads it)."""
+    from .asr import load_asr
+    out = Path(out) if out else WEIGHTS / "asr"
+    asr = load_asr(out)
+    items = data.load_split("valid")
+    refs = [it["text"] for it in items]
+
+    def run(decoder, **kw):
+        hyps, forwards, wall = [], 0, 0.0
+        for it in items:
+            res = asr(it["audio"], 16000, decoder=decoder, **kw)
+            hyps.append(res.text)
+            forwards += res.stats.num_forwards
+            wall += res.stats.wall_time_s
+        return {"cer": cer(refs, hyps), "forwards": forwards, "wall_s": round(wall, 2)}
+
+    ar = run("ar")
+    print(f"asr-gate: ar {ar}", file=sys.stderr)
+    rows = []
+    for max_entropy in (0.0, 0.3, 0.5, 0.65, 0.8, 1.0, 1.3):
+        for min_ratio in (1.0, 0.3, 0.1):
+            row = {"max_entropy": max_entropy, "min_ratio": min_ratio, "realign": True,
+                   **run("ctc_speculative", max_entropy=max_entropy, min_ratio=min_ratio, realign=True)}
+            rows.append(row)
+            print(f"asr-gate: {row}", file=sys.stderr)
+    ok = [r for r in rows if r["cer"] <= cer_slack * ar["cer"]] or sorted(rows, key=lambda r: r["cer"])[:1]
+    best = min(ok, key=lambda r: (r["forwards"], r["cer"]))
+    choice = {k: best[k] for k in ("max_entropy", "min_ratio", "realign")}
+    from .codec import _write_json
+    _write_json(out / "decoding.json", choice)
+    return {"ar_valid": ar, "chosen": best, "grid": rows}

@@ -4,6 +4,7 @@
     python -m speech.train asr --minutes 15      # CTC + attention recogniser -> speech/weights/asr/
     python -m speech.train asr-lm                # character 6-gram LM of the training text for ctc_beam,
                                                  # fusion weights tuned on `valid` -> speech/weights/asr/
+    python -m speech.train asr-gate              # ctc_speculative's gate tuned on `valid` -> decoding.json
     python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
     python -m speech.train tts-heads --minutes 20 --out /tmp/tts   # continue tts + local transformer
@@ -119,7 +120,7 @@ def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "tts", "tts-flat", "tts-heads"])
+    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat", "tts-heads"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
@@ -144,6 +145,9 @@ def main(argv=None) -> int:
     elif args.model == "asr-lm":
         from .asr_train import train_char_lm
         metrics = train_char_lm(out=args.out)
+    elif args.model == "asr-gate":
+        from .asr_train import tune_gate
+        metrics = tune_gate(out=args.out)
     elif args.model == "tts-heads":
         from .tts_train import train_tts_heads
         metrics = train_tts_heads(args.minutes or 20, args.seed, lr=args.lr or 5e-4, out=args.out)
