@@ -233,8 +233,8 @@ def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
     ar = run("ar")
     print(f"asr-gate: ar {ar}", file=sys.stderr)
     rows = []
-    for max_entropy in (0.0, 0.3, 0.5, 0.65, 0.8, 1.0, 1.3):
-        for min_ratio in (1.0, 0.3, 0.1):
+    for max_entropy in (0.0, 0.5, 0.8, 1.2):
+        for min_ratio in (1.0, 0.1):
             row = {"max_entropy": max_entropy, "min_ratio": min_ratio, "realign": True,
                    **run("ctc_speculative", max_entropy=max_entropy, min_ratio=min_ratio, realign=True)}
             rows.append(row)
