@@ -213,8 +213,9 @@ def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 
 
 def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
     """Pick ctc_speculative's gate on the `valid` split (never `heldout`): among max_entropy x
-    min_ratio settings (realign on) whose CER is at most `cer_slack` x ar's, the one with the fewest
-    decoder forwards; saved as decoding.json beside the weights (load_asr reads it)."""
+    min_ratio settings (realign on) whose CER is at most `cer_slack` x ar's and that still send
+    some utterances to the decoder, the one with the fewest decoder forwards; saved as
+    decoding.json beside the weights (load_asr reads it)."""
     from .asr import load_asr
     out = Path(out) if out else WEIGHTS / "asr"
     asr = load_asr(out)
@@ -239,7 +240,9 @@ def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
                    **run("ctc_speculative", max_entropy=max_entropy, min_ratio=min_ratio, realign=True)}
             rows.append(row)
             print(f"asr-gate: {row}", file=sys.stderr)
-    ok = [r for r in rows if r["cer"] <= cer_slack * ar["cer"]] or sorted(rows, key=lambda r: r["cer"])[:1]
+    # a gate so loose that no utterance reaches the decoder is plain `ctc`, not speculative decoding
+    ok = [r for r in rows if r["cer"] <= cer_slack * ar["cer"] and r["forwards"] > 0] \
+        or sorted(rows, key=lambda r: r["cer"])[:1]
     best = min(ok, key=lambda r: (r["forwards"], r["cer"]))
     choice = {k: best[k] for k in ("max_entropy", "min_ratio", "realign")}
     from .codec import _write_json
