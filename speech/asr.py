@@ -4,9 +4,11 @@
     python -m speech.asr recordings/ --decoder ar      # every audio file of a folder (progress bar)
     python -m speech.asr clip.wav --json               # text and decode statistics as JSON lines
 
-Decoders: ctc (greedy CTC, one encoder pass), ar (the attention decoder, one token per forward),
-ctc_speculative (entropy-gated CTC hypothesis, else verified by the attention decoder in one
-forward, AR resume from the first rejection). Any sample rate is resampled to 16 kHz.
+Decoders: ctc (greedy CTC, one encoder pass), ctc_beam (CTC prefix beam search with the
+character n-gram LM of the training text, speech/ctc_lm.py; still no decoder forward), ar (the
+attention decoder, one token per forward), ctc_speculative (entropy-gated CTC hypothesis, else
+verified by the attention decoder in one forward, AR resume from the first rejection). Any sample
+rate is resampled to 16 kHz.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 
 from .data import SAMPLE_RATE, resample
 
-DECODERS = ("ctc", "ar", "ctc_speculative")
+DECODERS = ("ctc", "ctc_beam", "ar", "ctc_speculative")
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3"}
 MAX_SECONDS = 30.0
 
@@ -71,14 +73,27 @@ def check_audio(audio, sample_rate) -> np.ndarray:
     return audio
 
 
+SPECULATIVE_DEFAULTS = {"max_entropy": 0.65, "min_ratio": 0.1, "realign": True}
+
+
 class ASR:
-    def __init__(self, model):
+    def __init__(self, model, lm=None, speculative: dict | None = None):
         self.model = model.eval()
+        self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
+        # ctc_speculative's gate (tuned on the valid split: weights/asr/decoding.json)
+        self.speculative = {**SPECULATIVE_DEFAULTS, **(speculative or {})}
 
     def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = "ctc_speculative",
-                 max_entropy: float = 0.65, min_ratio: float = 0.1) -> ASRResult:
-        """ctc_speculative options: max_entropy (gate, nats; 0 = off) and min_ratio (relaxed
-        acceptance; 1 = strict). Both at 0 / 1 make ctc_speculative give exactly ar's text."""
+                 max_entropy: float | None = None, min_ratio: float | None = None,
+                 realign: bool | None = None) -> ASRResult:
+        """ctc_speculative options (None: the shipped values, `self.speculative`): max_entropy
+        (gate, nats; 0 = off), min_ratio (relaxed acceptance; 1 = strict) and realign (after a
+        rejection, re-draft the rest of the CTC hypothesis instead of plain AR; exact either way).
+        max_entropy 0 and min_ratio 1 make ctc_speculative give exactly ar's text."""
+        opts = self.speculative
+        max_entropy = opts["max_entropy"] if max_entropy is None else max_entropy
+        min_ratio = opts["min_ratio"] if min_ratio is None else min_ratio
+        realign = opts["realign"] if realign is None else realign
         from suite import DecodeState, DecodeStats, SamplingParams, decode
         from suite.decoders.ar import AR
         from suite.decoders.ctc_speculative import CTCSpeculative
@@ -92,7 +107,11 @@ class ASR:
             mel = features.log_mel(torch.from_numpy(audio))[None]
             enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]]))
             hyp = ctc_greedy(log_probs[0], int(enc_len[0]))
-            if decoder == "ctc":
+            if decoder in ("ctc", "ctc_beam"):
+                if decoder == "ctc_beam":
+                    from .ctc_lm import prefix_beam_search
+                    alpha, beta = (self.lm.alpha, self.lm.beta) if self.lm is not None else (0.0, 0.0)
+                    hyp = prefix_beam_search(log_probs[0], int(enc_len[0]), self.lm, alpha, beta)
                 stats = DecodeStats(num_new_tokens=len(hyp))
                 text = ids_to_text(hyp)
             else:
@@ -105,7 +124,7 @@ class ASR:
                     dec = AR()
                 else:
                     state.scratch["ctc"] = [{"hypothesis": hyp, "entropy": ctc_frame_entropy(log_probs[0], frames)}]
-                    dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio)
+                    dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio, realign=realign)
                 result = decode(adapter, dec, state)
                 stats = result.stats
                 text = ids_to_text([t for t in result.new_tokens[0] if t != EOS])
@@ -130,9 +149,13 @@ def read_audio(path) -> tuple[np.ndarray, int]:
 
 
 def load_asr(folder=None) -> ASR:
-    """The embedded recogniser (speech/weights/asr), offline."""
-    from .asr_model import Recogniser
-    return ASR(Recogniser.load(folder))
+    """The embedded recogniser (speech/weights/asr), offline, with its character LM when present."""
+    from .asr_model import WEIGHTS, Recogniser
+    from .ctc_lm import CharNGramLM
+    folder = Path(folder or WEIGHTS / "asr")
+    lm_path, gate = folder / "char_lm.json.gz", folder / "decoding.json"
+    return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None,
+               json.loads(gate.read_text()) if gate.exists() else None)
 
 
 def _files(target: Path) -> list[Path]:

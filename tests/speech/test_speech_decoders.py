@@ -173,6 +173,42 @@ def test_ctc_speculative_without_gate_equals_ar(draft_kind):
         assert forwards <= ar_forwards
 
 
+@pytest.mark.parametrize("edit", ["substitute", "insert", "delete", "two_substitutions"])
+def test_ctc_speculative_realign_equals_ar_and_recovers_after_one_error(edit):
+    """realign=True re-drafts the rest of the CTC hypothesis after a rejection: still ar's text,
+    and a single substituted or inserted character costs one extra forward (not AR to the end)."""
+    from suite import HFCausalLM
+    adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
+
+    def run(decoder, scratch=None):
+        state = DecodeState(tokens=[[1, 2, 3, 4]], cache=adapter.new_cache(1), params=SamplingParams(),
+                            max_new_tokens=12, eos_token_ids=frozenset({11}))
+        state.scratch.update(scratch or {})
+        return decode(adapter, decoder, state).new_tokens[0], state.stats.num_forwards
+
+    ar_out, ar_forwards = run(AR())
+    truth = [t for t in ar_out if t != 11]
+    assert len(truth) >= 8
+    hyp, i = list(truth), len(truth) // 2
+    wrong = next(t for t in range(11) if t not in (truth[i], truth[i + 1]))
+    if edit == "substitute":
+        hyp[i] = wrong
+    elif edit == "insert":
+        hyp.insert(i, wrong)
+    elif edit == "delete":
+        del hyp[i]
+    else:
+        hyp[i], hyp[i + 3] = wrong, next(t for t in range(11) if t not in (truth[i + 3], truth[i + 4]))
+    ctc = {"ctc": [{"hypothesis": hyp, "entropy": torch.ones(5)}]}
+    out, forwards = run(CTCSpeculative(max_entropy=0.0, realign=True), ctc)
+    plain, plain_forwards = run(CTCSpeculative(max_entropy=0.0), ctc)
+    assert out == plain == ar_out
+    expected = {"substitute": 2, "insert": 2, "two_substitutions": 3}.get(edit)
+    if expected:
+        assert forwards == expected < plain_forwards
+    assert forwards <= plain_forwards
+
+
 def test_ctc_speculative_gate_accepts_confident_hypothesis_without_forwards():
     from suite import HFCausalLM
     adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)

@@ -1,0 +1,52 @@
+"""The generated data's recipe: disjoint sentence splits, a held-out voice never drawn for training,
+and varied voices from all three engines (Piper, flite, espeak-ng)."""
+from __future__ import annotations
+
+import collections
+import random
+
+import numpy as np
+import pytest
+
+from speech import data
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return data.sentence_splits()
+
+
+def test_sentence_splits_are_disjoint_and_heldout_is_unchanged(splits):
+    held, valid, train = set(splits["heldout"]), set(splits["valid"]), set(splits["train"])
+    assert len(held) == data.NUM_HELDOUT and len(valid) == data.NUM_VALID and len(train) > 10000
+    assert not held & train and not valid & train and not held & valid
+    # the held-out sentences are the ones every earlier bench used
+    assert splits["heldout"] == data.stdlib_sentences(2550)[2400:]
+    assert all(set(s) <= set(data.ALPHABET) for s in splits["train"][:2000])
+
+
+def test_training_voices_are_varied_and_never_the_heldout_voice():
+    draws = [data.draw_voice(random.Random(f"0-train-{i}")) for i in range(3000)]
+    engines = collections.Counter(v.split(":")[0] for v, _, _ in draws)
+    assert set(engines) == {"piper", "flite", "espeak"} and min(engines.values()) > 300
+    assert all(v != data.HELDOUT_VOICE for v, _, _ in draws)
+    assert len({v for v, _, _ in draws if v.startswith("espeak")}) >= 20
+    scales = [p["length_scale"] for v, _, p in draws if v == "piper:joe"]
+    assert min(scales) < 0.85 and max(scales) > 1.25
+    # deterministic per (seed, split, index)
+    assert data.draw_voice(random.Random("0-train-7")) == draws[7]
+
+
+@pytest.mark.parametrize("voice, params", [("flite:awb", {"stretch": 1.2, "f0": 150.0}),
+                                           ("espeak:en-us+m3", {"pitch": 30}),
+                                           ("piper:joe", {"length_scale": 1.1, "noise_scale": 0.5, "shift": 1.1})])
+def test_synthesize_each_engine_at_16k(voice, params):
+    audio = data.synthesize("return the value", voice, **params)
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert 0.4 < len(audio) / data.SAMPLE_RATE < 3.0 and np.abs(audio).max() > 0.05
+
+
+def test_flite_stretch_slows_speech_down():
+    plain = data.synthesize("return the value of the attribute", "flite:awb")
+    slow = data.synthesize("return the value of the attribute", "flite:awb", stretch=1.3)
+    assert len(slow) > 1.15 * len(plain)
