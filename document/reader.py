@@ -23,7 +23,7 @@ PDF_SUFFIXES = {".pdf"}
 MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
 MIN_SIDE = 8
 DPI = 200                # PDF rendering resolution (150 reads 10-point text worse: python -m document.bench)
-PIECE_WIDTH = 0.6        # long lines are cut into pieces at most this fraction of the model's width
+PIECE_WIDTH = 0.8        # long lines are cut into pieces at most this fraction of the model's width (chosen on validation lines)
 DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
 
 
@@ -206,7 +206,7 @@ def _runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
     """Cut a line box into pieces of at most PIECE_WIDTH of what the model reads (WIDTH/HEIGHT per
-    unit of text height, about 20 characters of prose), without overlap. A piece too wide is cut
+    unit of text height, about 27 characters of prose), without overlap. A piece too wide is cut
     in two at its widest gap between ink runs (a word space; among gaps nearly as wide, the one
     nearest its middle), recursively; a word wider than the model with no gap is cut at the
     emptiest ink column near its middle. Each piece keeps a margin of up to 0.15 text heights,
