@@ -29,6 +29,7 @@ from . import data
 DECODERS = [("ar", "ar", {}),
             ("block_diffusion B=4 t=0.9 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.9, "prefix_only": True}),
             ("block_diffusion B=4 t=0.8 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.8, "prefix_only": True}),
+            ("block_diffusion B=8 t=0.95 prefix", "block_diffusion", {"block_size": 8, "threshold": 0.95, "prefix_only": True}),
             ("block_diffusion B=8 t=0.95", "block_diffusion", {"block_size": 8, "threshold": 0.95}),
             ("block_diffusion B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
             ("s2d2 B=8", "s2d2", {"block_size": 8}),
