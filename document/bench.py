@@ -29,6 +29,7 @@ from . import data
 DECODERS = [("ar", "ar", {}),
             ("block_diffusion B=4 t=0.9 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.9, "prefix_only": True}),
             ("block_diffusion B=4 t=0.8 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.8, "prefix_only": True}),
+            ("block_diffusion B=8 t=0.95 prefix", "block_diffusion", {"block_size": 8, "threshold": 0.95, "prefix_only": True}),
             ("block_diffusion B=8 t=0.95", "block_diffusion", {"block_size": 8, "threshold": 0.95}),
             ("block_diffusion B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
             ("s2d2 B=8", "s2d2", {"block_size": 8}),
@@ -85,10 +86,11 @@ def rapidocr_lines(images, threads: int = 1) -> tuple[list[str], float]:
     return texts, time.perf_counter() - t0
 
 
-def pdf_lines(max_pages: int, dpi: int = 200):
-    """(crops, refs, source) of text lines of PDF pages on this machine, ground truth from the PDF
-    text layer inside each detected line box; lines whose text has characters outside our charset
-    or that are wider than 2.5 model widths are left out (counted)."""
+def pdf_lines(max_pages: int, dpi: int = 200, first_page: int = 0):
+    """(crops, refs, skipped, source) of text lines of PDF pages on this machine (max_pages in all,
+    spread over the PDFs, from page first_page + 1 of each), ground truth from the PDF text layer
+    inside each detected line box; lines whose text has characters outside our charset are left
+    out (counted). The bench reads the first pages; validation (choosing weights) reads later ones."""
     import pypdfium2 as pdfium
     from .reader import line_crops
     crops, refs, skipped, used = [], [], 0, []
@@ -96,14 +98,14 @@ def pdf_lines(max_pages: int, dpi: int = 200):
     per_pdf = max(1, max_pages // max(len(pdfs), 1))
     for path in pdfs:
         doc = pdfium.PdfDocument(path)
-        for i in range(min(per_pdf, len(doc))):
+        for i in range(first_page, min(first_page + per_pdf, len(doc))):
             page = doc[i]
             scale = dpi / 72
             img = page.render(scale=scale).to_pil().convert("RGB")
             chars = page_chars(page, scale)
             used.append(f"{Path(path).name} p{i + 1}")
             for box, crop in line_crops(img, "rapidocr"):
-                ref = text_in_box(chars, box)
+                ref = ascii_truth(text_in_box(chars, box))
                 if not ref or any(c not in data.CHARSET for c in ref):
                     skipped += 1
                     continue
@@ -122,6 +124,17 @@ def page_chars(page, scale: float) -> list[tuple[str, float, float]]:
         left, bottom, right, top = tp.get_charbox(i)
         out.append((tp.get_text_range(i, 1), (left + right) / 2 * scale, (h_pt - (bottom + top) / 2) * scale))
     return out
+
+
+# typographic characters of the text layer written as the ASCII a reader of our charset outputs
+# (curly quotes, dashes, the hyphen pdfium marks at a line break, ligatures)
+ASCII_TRUTH = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "--",
+               "\ufffe": "-", "\u00ad": "-", "\u2212": "-", "\ufb01": "fi", "\ufb02": "fl", "\ufb00": "ff",
+               "\ufb03": "ffi", "\ufb04": "ffl", "\u00a0": " "}
+
+
+def ascii_truth(text: str) -> str:
+    return "".join(ASCII_TRUTH.get(c, c) for c in text)
 
 
 def text_in_box(chars, box) -> str:

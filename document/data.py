@@ -143,14 +143,54 @@ def font_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
+# Computer Modern (the TeX fonts most PDFs are set in: roman, sans, typewriter) from the KaTeX
+# fonts that gradio (requirements/core.txt) ships; used for training only, so the held-out set
+# (`heldout_set`) renders exactly as before. Fonts lacking a glyph of a text are not used for it.
+EXTRA_FONT_GLOBS = ("KaTeX_Main-*.ttf", "KaTeX_SansSerif-*.ttf", "KaTeX_Typewriter-*.ttf")
+
+
+@lru_cache(maxsize=1)
+def extra_font_paths() -> tuple[str, ...]:
+    import importlib.util
+    spec = importlib.util.find_spec("gradio")
+    if spec is None or not spec.origin:
+        return ()
+    assets = os.path.join(os.path.dirname(spec.origin), "templates", "frontend", "assets")
+    return tuple(sorted(p for g in EXTRA_FONT_GLOBS for p in glob.glob(os.path.join(assets, g))))
+
+
+@lru_cache(maxsize=1)
+def training_font_paths() -> tuple[str, ...]:
+    return font_paths() + extra_font_paths()
+
+
+@lru_cache(maxsize=None)
+def missing_glyphs(path: str) -> frozenset:
+    """Printable characters the font has no glyph for (renders as blank or as the .notdef box)."""
+    font = _font(path, 24)
+    notdef = np.asarray(font.getmask("\uffff"))
+    out = set()
+    for c in CHARSET[1:]:
+        m = np.asarray(font.getmask(c))
+        if m.size == 0 or m.max() == 0 or (m.shape == notdef.shape and (m == notdef).all()):
+            out.add(c)
+    return frozenset(out)
+
+
 @lru_cache(maxsize=256)
 def _font(path: str, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(path, size)
 
 
-def render_line(text: str, rng: random.Random, clean_style: bool = False) -> Image.Image:
-    """Render one text line as a grayscale PIL image cropped around the text (random margins)."""
-    font = _font(rng.choice(font_paths()), 28 if clean_style else rng.randrange(18, 44))
+def render_line(text: str, rng: random.Random, clean_style: bool = False,
+                fonts: tuple[str, ...] | None = None) -> Image.Image:
+    """Render one text line as a grayscale PIL image cropped around the text (random margins), in
+    a font of `fonts` (default: the system fonts) that has every glyph of the text."""
+    fonts = fonts or font_paths()
+    path = rng.choice(fonts)
+    while missing_glyphs(path) & set(text):
+        path = rng.choice(fonts)
+    font = _font(path, 28 if clean_style else rng.randrange(18, 44))
     bg = 255 if clean_style else rng.randrange(170, 256)
     fg = 0 if clean_style else rng.randrange(0, max(1, bg - 110))
     left, top, right, bottom = font.getbbox(text)
@@ -199,6 +239,29 @@ def _ink_band(rows: np.ndarray, min_gap: int) -> tuple[int, int] | None:
     return int(starts[k]), int(ends[k])
 
 
+def _underscore_rows(ink: np.ndarray, y0: int, y1: int) -> int:
+    """The band's new end: a thin run of ink rows just below the band [y0, y1) that holds a solid
+    horizontal stroke (an underscore under a line without descenders) joins the band; anything
+    else below (the tops of the next line) stays out."""
+    bh = y1 - y0
+    stop = min(ink.shape[0], y1 + max(2, int(0.25 * bh)) + 1)
+    rows = np.nonzero(ink[y1:stop].any(1))[0]
+    if rows.size == 0:
+        return y1
+    a = y1 + int(rows[0])
+    b = a
+    while b < ink.shape[0] and ink[b].any() and b - a <= max(1, int(0.2 * bh)):
+        b += 1
+    if b - a > max(1, int(0.2 * bh)) or (b < ink.shape[0] and ink[b].any()):
+        return y1                                        # too thick for a stroke: not an underscore
+    run = 0
+    for c in ink[a:b].any(0):                            # longest horizontal run of ink columns
+        run = run + 1 if c else 0
+        if run >= 0.3 * bh:
+            return b
+    return y1
+
+
 def tight_box(arr: np.ndarray) -> tuple[int, int, int, int]:
     """(x0, y0, x1, y1) of a line's text in a contrast-normalised crop (text dark, 0..1): the main
     band of ink rows (fragments of neighbouring lines dropped) and its ink columns, plus
@@ -211,6 +274,7 @@ def tight_box(arr: np.ndarray) -> tuple[int, int, int, int]:
     if band is None:
         return 0, 0, w, h
     y0, y1 = band
+    y1 = _underscore_rows(ink, y0, y1)
     cols = np.nonzero(ink[y0:y1].sum(0) >= 1)[0]
     m = int(round(TIGHT_MARGIN * (y1 - y0))) + 1
     return max(0, int(cols[0]) - m), max(0, y0 - m), min(w, int(cols[-1]) + 1 + m), min(h, y1 + m)
@@ -264,12 +328,15 @@ class LineSample:
     image: Image.Image
 
 
-def make_samples(n: int, seed: int, split: str = "train", clean_style: bool = False) -> list[LineSample]:
+def make_samples(n: int, seed: int, split: str = "train", clean_style: bool = False,
+                 fonts: tuple[str, ...] | None = None) -> list[LineSample]:
+    """n lines of the split; `fonts` defaults to the system fonts (`document.train` passes
+    `training_font_paths()`)."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         text = sample_text(rng, split)
-        out.append(LineSample(text, render_line(text, rng, clean_style)))
+        out.append(LineSample(text, render_line(text, rng, clean_style, fonts)))
     return out
 
 

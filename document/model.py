@@ -177,7 +177,7 @@ class OCRAdapter:
     # the line-reader interface document.ocr.OCR uses (document/ved.py has the same for
     # transformers VisionEncoderDecoder checkpoints)
     start_token_id = BOS
-    split_lines = True       # lines of more than ~20 characters are read in pieces (OCR.pieces)
+    split_lines = True       # lines of more than ~27 characters are read in pieces (OCR.pieces)
 
     def pixels(self, images) -> torch.Tensor:
         """PIL line images -> (B, 1, H, W) model input in [0, 1]."""

@@ -23,7 +23,7 @@ PDF_SUFFIXES = {".pdf"}
 MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
 MIN_SIDE = 8
 DPI = 200                # PDF rendering resolution (150 reads 10-point text worse: python -m document.bench)
-PIECE_WIDTH = 0.6        # long lines are cut into pieces at most this fraction of the model's width
+PIECE_WIDTH = 0.8        # long lines are cut into pieces at most this fraction of the model's width (chosen on validation lines)
 DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
 
 
@@ -205,10 +205,12 @@ def _runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
 
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
-    """Cut a line box at word gaps into pieces of at most PIECE_WIDTH of what the model reads
-    (WIDTH/HEIGHT per unit of text height, about 20 characters of prose); a longer word stays whole
-    up to the model's full width and is cut hard (no overlap) beyond it. Each piece keeps a margin
-    of up to 0.15 text heights, never reaching into the next word."""
+    """Cut a line box into pieces of at most PIECE_WIDTH of what the model reads (WIDTH/HEIGHT per
+    unit of text height, about 27 characters of prose), without overlap. A piece too wide is cut
+    in two at its widest gap between ink runs (a word space; among gaps nearly as wide, the one
+    nearest its middle), recursively; a word wider than the model with no gap is cut at the
+    emptiest ink column near its middle. Each piece keeps a margin of up to 0.15 text heights,
+    never reaching into the next word."""
     x0, y0, x1, y1 = box
     if x1 - x0 < 2 or y1 - y0 < 2:
         return [box]
@@ -218,22 +220,31 @@ def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[i
     hard_w = int(0.95 * data.WIDTH / data.HEIGHT * h)
     if x1 - x0 <= max_w:
         return [box]
-    cols = _ink(gray[y0 + ty0:y0 + ty1, x0:x1]).any(0)       # the text band only: no neighbours
-    words = [(x0 + a, x0 + b) for a, b in _runs(cols, min_gap=max(2, int(0.22 * h)))]
-    if not words:
+    band = _ink(gray[y0 + ty0:y0 + ty1, x0:x1])              # the text band only: no neighbours
+    cols, weight = band.any(0), band.sum(0)
+    runs = _runs(cols, min_gap=1)
+    if not runs:
         return [box]
-    groups, start, end = [], words[0][0], words[0][1]
-    for a, b in words[1:]:
-        if b - start > max_w:
-            groups.append((start, end))
-            start = a
-        end = b
-    groups.append((start, end))
-    spans = []
-    for a, b in groups:
-        n = -(-(b - a) // hard_w)                            # hard cuts only for a word wider than the model
-        edges = [a + (b - a) * k // n for k in range(n + 1)]
-        spans += list(zip(edges[:-1], edges[1:]))
+    min_word_gap = max(2, int(0.22 * h))
+    gaps = [(b, c) for (_, b), (c, _) in zip(runs, runs[1:])]     # [end of ink, start of next ink)
+
+    def cut(a: int, b: int) -> list[tuple[int, int]]:
+        if b - a <= max_w:
+            return [(a, b)]
+        inner = [(g0, g1) for g0, g1 in gaps if a < g0 and g1 < b]
+        widest = max((g1 - g0 for g0, g1 in inner), default=0)
+        if widest >= min_word_gap or (inner and b - a > hard_w):
+            mid = (a + b) / 2
+            g0, g1 = min(((g0, g1) for g0, g1 in inner if g1 - g0 >= 0.8 * widest),
+                         key=lambda g: abs((g[0] + g[1]) / 2 - mid))
+            return cut(a, g0) + cut(g1, b)
+        if b - a <= hard_w:
+            return [(a, b)]                                  # one word: the model reads it whole
+        lo, hi = a + (b - a) // 3, b - (b - a) // 3          # no gap at all: the emptiest column near the middle
+        x = lo + int(np.argmin(weight[lo:hi]))
+        return cut(a, x) + cut(x, b)
+
+    spans = [(x0 + a, x0 + b) for a, b in cut(runs[0][0], runs[-1][1])]
     out, m = [], 0.15 * h
     for i, (a, b) in enumerate(spans):
         left = a if i and spans[i - 1][1] == a else int(a - min(m, (a - (spans[i - 1][1] if i else x0)) / 2))

@@ -31,10 +31,10 @@ CTC_WEIGHT = 0.5
 
 
 def encode_batch(model: OCRModel, texts: list[str]) -> torch.Tensor:
-    """(B, L) token ids [BOS, chars, EOS, PAD...], L = model.max_length."""
-    ids = torch.full((len(texts), model.max_length), PAD, dtype=torch.long)
-    for b, t in enumerate(texts):
-        row = model.tokenizer.encode(t)[:model.max_length]
+    """(B, L) token ids [BOS, chars, EOS, PAD...], L = the longest row (at most model.max_length)."""
+    rows = [model.tokenizer.encode(t)[:model.max_length] for t in texts]
+    ids = torch.full((len(texts), max(len(r) for r in rows)), PAD, dtype=torch.long)    # trimmed to the longest row
+    for b, row in enumerate(rows):
         ids[b, :len(row)] = torch.tensor(row)
     return ids
 
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31))
+        batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31), fonts=data.training_font_paths())
         model.train()
         causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
         opt.zero_grad()

@@ -208,3 +208,45 @@ def test_pdf_ground_truth_takes_characters_centred_in_the_box():
     from document.bench import text_in_box
     chars = [("g", 5, 8), ("y", 12, 9), ("\n", 0, 0), ("H", 5, 25), ("i", 12, 25), (" ", 16, 26), ("!", 20, 25)]
     assert text_in_box(chars, (0, 10, 30, 40)) == "Hi !"      # the descenders of the line above (centres 8, 9) are out
+
+
+def test_pieces_are_cut_at_the_widest_gaps_not_inside_numbers():
+    """A monospaced line with wide gaps around '.', '-' and '%' is cut only at its word spaces."""
+    from document.reader import PIECE_WIDTH, _runs, line_pieces, split_line
+    font = data._font(next(p for p in data.font_paths() if p.endswith("DejaVuSansMono.ttf")), 28)
+    words = ["$264.01", "+762320", "-33.91%", "1961-08-26", "7,806.63"]
+    img = Image.new("L", (900, 50), 255)
+    ImageDraw.Draw(img).text((10, 8), " ".join(words), font=font, fill=0)
+    gray = np.asarray(img, dtype=np.float32)
+    boxes = split_line(gray, (0, 0, img.width, img.height))
+    assert len(boxes) >= 2 and PIECE_WIDTH < 1
+    runs = _runs((gray < 128).any(0), min_gap=1)
+    gaps = sorted(((c - b, b, c) for (_, b), (c, _) in zip(runs, runs[1:])), reverse=True)
+    spaces = gaps[:len(words) - 1]               # the word spaces: wider than any gap inside a word
+    assert spaces[-1][0] > gaps[len(words) - 1][0]
+    for left, right in zip(boxes, boxes[1:]):
+        assert any(a <= left[2] <= b and a <= right[0] <= b for _, a, b in spaces)
+    assert len(line_pieces(img)) == len(boxes)
+
+
+def test_tight_box_keeps_an_underscore_but_not_the_next_line():
+    """An underscore under a line without descenders is part of the line; the tops of the next
+    line below it are not."""
+    font = data._font(next(p for p in data.font_paths() if p.endswith("DejaVuSans.ttf")), 28)
+    img = Image.new("L", (400, 40), 255)                # a tight detector box
+    ImageDraw.Draw(img).text((10, 2), "co_filename name", font=font, fill=0)
+    arr = np.asarray(img, dtype=np.float32) / 255
+    rows = np.nonzero((arr < 0.5).any(1))[0]
+    x0, y0, x1, y1 = data.tight_box(arr)
+    assert y1 > rows.max()                       # the underscore (the lowest ink) is inside
+    two = Image.new("L", (400, 90), 255)
+    ImageDraw.Draw(two).text((10, 5), "co filename name", font=font, fill=0)
+    ImageDraw.Draw(two).text((10, 5 + 34), "THE NEXT LINE", font=font, fill=0)
+    arr2 = np.asarray(two, dtype=np.float32) / 255
+    top_of_next = 5 + 34 + font.getbbox("T")[1]
+    assert data.tight_box(arr2)[3] <= top_of_next
+
+
+def test_pdf_ground_truth_is_written_in_ascii():
+    from document.bench import ascii_truth
+    assert ascii_truth("\u201cGNU\u201d user\u2019s 2001\u2013 manip\ufffe") == '"GNU" user\'s 2001- manip-'
