@@ -21,16 +21,21 @@ from ..sampling import sample
 from .sjd import SJD, draft_q
 
 
-def coupled_redraws(old: list[int], q: torch.Tensor, p: torch.Tensor, generator) -> list[int]:
-    """One draw from each p[i], maximally coupled to the old draft old[i] ~ q[i]: a one-step
-    speculative rule per position, all positions in one batched `speculative_accept`."""
+def coupled_redraws(old: list[int], old_q: list, p: torch.Tensor, generator) -> list[int]:
+    """New drafts for the positions whose new targets are p (M, V): position i < len(old) is one
+    draw from p[i] maximally coupled to its old draft old[i] ~ old_q[i] (a one-step speculative
+    rule, all positions in one batched `speculative_accept`); later positions are fresh samples."""
     n = len(old)
-    target = p[:n, None].expand(-1, 2, -1)                                      # accept with p, redraw from p
+    fresh = sample(p[n:], generator).tolist() if len(p) > n else []
+    if not n:
+        return fresh
+    old_t = torch.tensor(old, dtype=torch.long, device=p.device)
+    q = draft_q(old, old_q, p.shape[-1]).to(p.device)
     u = torch.rand(n, 1, generator=generator, device=p.device)
     u_next = torch.rand(n, generator=generator, device=p.device)
     kept, redrawn = kernels.op("speculative_accept", p.device.type)(
-        torch.tensor(old, dtype=torch.long, device=p.device)[:, None], q[:, None], target, u, u_next)
-    return torch.where(kept == 1, torch.tensor(old, device=p.device), redrawn).tolist()
+        old_t[:, None], q[:, None], p[:n, None].expand(-1, 2, -1), u, u_next)   # accept with p, redraw from p
+    return torch.where(kept == 1, old_t, redrawn).tolist() + fresh
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,4 @@ class MCSJD(SJD):
     name: ClassVar[str] = "mc_sjd"
 
     def redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
-        coupled = coupled_redraws(old, draft_q(old, old_q, p.shape[-1]).to(p.device), p, state.generator) if old else []
-        fresh = sample(p[len(old):], state.generator).tolist() if len(p) > len(old) else []
-        return coupled + fresh
+        return coupled_redraws(old, old_q, p, state.generator)

@@ -22,7 +22,7 @@ import torch
 from ..acceptance import accept_speculative
 from ..loop import DecodeState
 from ..sampling import sample
-from .mc_sjd import coupled_redraw
+from .mc_sjd import coupled_redraws
 from .sjd import draft_q
 from .zipar import RasterCanvas, RowChain, ZipAR
 
@@ -66,10 +66,6 @@ class ZipARSJD(ZipAR):
         return guesses[:k] + [v.next_token], k
 
     def _redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
-        if not len(p):
-            return []
         if not self.coupled:
-            return sample(p, state.generator).tolist()
-        q = draft_q(old, old_q, p.shape[-1])
-        coupled = [coupled_redraw(x, q[i], p[i], state.generator) for i, x in enumerate(old)]
-        return coupled + (sample(p[len(old):], state.generator).tolist() if len(p) > len(old) else [])
+            return sample(p, state.generator).tolist() if len(p) else []
+        return coupled_redraws(old, old_q, p, state.generator)
