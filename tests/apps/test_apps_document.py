@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.document import example_page
+from apps.document import UI_DEFAULTS, example_page
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def test_document_tab_reads_a_page_like_the_library(open_app, require_tab, ocr, 
     page_file = example_page()
     assert page_file, "scikit-image's page.png is the example page (scikit-image is in requirements)"
     from document.reader import read
-    want = read(page_file, ocr=ocr, decoder="block_diffusion", block_size=4, threshold=0.9, prefix_only=True)
+    want = read(page_file, ocr=ocr, decoder="block_diffusion", **UI_DEFAULTS["block_diffusion"])
 
     page = open_app()
     page.get_by_role("tab", name="Document").click()
