@@ -106,12 +106,13 @@ class ASR:
         with torch.no_grad():
             mel = features.log_mel(torch.from_numpy(audio))[None]
             enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]]))
-            hyp = ctc_greedy(log_probs[0], int(enc_len[0]))
+            if decoder == "ctc_beam":
+                from .ctc_lm import prefix_beam_search
+                alpha, beta = (self.lm.alpha, self.lm.beta) if self.lm is not None else (0.0, 0.0)
+                hyp = prefix_beam_search(log_probs[0], int(enc_len[0]), self.lm, alpha, beta)
+            else:
+                hyp = ctc_greedy(log_probs[0], int(enc_len[0]))
             if decoder in ("ctc", "ctc_beam"):
-                if decoder == "ctc_beam":
-                    from .ctc_lm import prefix_beam_search
-                    alpha, beta = (self.lm.alpha, self.lm.beta) if self.lm is not None else (0.0, 0.0)
-                    hyp = prefix_beam_search(log_probs[0], int(enc_len[0]), self.lm, alpha, beta)
                 stats = DecodeStats(num_new_tokens=len(hyp))
                 text = ids_to_text(hyp)
             else:

@@ -168,14 +168,20 @@ def heldout_ctc_cer(model: Recogniser, limit: int | None = None) -> float:
 def split_ctc_cer(model: Recogniser, split: str, limit: int | None = None) -> float:
     """Greedy CTC CER of `model` on a data split (batched by 16)."""
     items = data.load_split(split)[:limit]
-    refs, hyps = [], []
+    hyps = [ids_to_text(ctc_greedy(lp, len(lp))) for lp in ctc_posteriors(model, items)]
+    return cer([it["text"] for it in items], hyps)
+
+
+@torch.no_grad()
+def ctc_posteriors(model: Recogniser, items: list[dict]) -> list[torch.Tensor]:
+    """Each utterance's CTC log-probs (F', 29), cut to its encoder length; encoded 16 at a time."""
+    out = []
     for i in range(0, len(items), 16):
         chunk = items[i:i + 16]
         mel, lengths = batch_features([features.log_mel(torch.from_numpy(it["audio"])) for it in chunk])
         _, log_probs, enc_len = model.encode(mel, lengths)
-        hyps += [ids_to_text(ctc_greedy(log_probs[b], int(enc_len[b]))) for b in range(len(chunk))]
-        refs += [it["text"] for it in chunk]
-    return cer(refs, hyps)
+        out += [log_probs[b, :int(enc_len[b])] for b in range(len(chunk))]
+    return out
 
 
 def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 1.0), (0.5, 0.5), (0.5, 1.0),
@@ -189,15 +195,9 @@ def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 
     lm = CharNGramLM.train(sentences, order=order)
     model = Recogniser.load(out if (out / "model.safetensors").exists() else None)
     items = data.load_split("valid")
-    with torch.no_grad():
-        posteriors = []
-        for i in range(0, len(items), 16):
-            chunk = items[i:i + 16]
-            mel, lengths = batch_features([features.log_mel(torch.from_numpy(it["audio"])) for it in chunk])
-            _, log_probs, enc_len = model.encode(mel, lengths)
-            posteriors += [log_probs[b, :int(enc_len[b])].numpy() for b in range(len(chunk))]
+    posteriors = ctc_posteriors(model, items)
     refs = [it["text"] for it in items]
-    greedy = cer(refs, [ids_to_text(ctc_greedy(torch.from_numpy(lp), len(lp))) for lp in posteriors])
+    greedy = cer(refs, [ids_to_text(ctc_greedy(lp, len(lp))) for lp in posteriors])
     scores = {}
     for alpha, beta in grid:
         hyps = [ids_to_text(prefix_beam_search(lp, len(lp), lm, alpha, beta)) for lp in posteriors]
