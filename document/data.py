@@ -187,6 +187,8 @@ def render_line(text: str, rng: random.Random, clean_style: bool = False,
     """Render one text line as a grayscale PIL image cropped around the text (random margins), in
     a font of `fonts` (default: the system fonts) that has every glyph of the text."""
     fonts = fonts or font_paths()
+    if all(missing_glyphs(f) & set(text) for f in fonts):
+        raise ValueError(f"no font of {len(fonts)} has every glyph of {text!r}; install one that does")
     path = rng.choice(fonts)
     while missing_glyphs(path) & set(text):
         path = rng.choice(fonts)
