@@ -301,7 +301,7 @@ def _normalise(arr: np.ndarray) -> np.ndarray:
     """Text dark on light, contrast stretched to [0, 1]."""
     if np.median(arr) < 0.5:          # light text on dark background: invert
         arr = 1.0 - arr
-    lo, hi = np.percentile(arr, 2), np.percentile(arr, 98)
+    lo, hi = np.percentile(arr, [2, 98])
     return np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
 
 

@@ -115,29 +115,33 @@ class OCR:
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
         dec = suite.make_decoder(decoder, **options) if isinstance(decoder, str) else decoder
-        stats, texts, confs, tokens = OCRStats(), [], [], []
+        stats = OCRStats()
         t0 = time.perf_counter()
         pieces, owner = self.pieces(images)
+        texts, confs, tokens = [""] * len(pieces), [0.0] * len(pieces), [[] for _ in pieces]
         size = batch_size or self.batch_size
         eos = self.adapter.config.eos_token_ids
+        # batches of similar widths finish together: a batch forward advances every row, so a row
+        # that ended early would otherwise wait (and compute) for the longest line of its batch
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i].width / pieces[i].height)
         for lo in range(0, len(pieces), size):
-            chunk = pieces[lo:lo + size]
-            bound = self.adapter.for_images(self.adapter.pixels(chunk))
+            rows = order[lo:lo + size]
+            bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
             d = dec.bind(bound) if hasattr(dec, "bind") else dec
-            state = DecodeState(tokens=[[bound.start_token_id] for _ in chunk], cache=bound.new_cache(len(chunk)),
+            state = DecodeState(tokens=[[bound.start_token_id] for _ in rows], cache=bound.new_cache(len(rows)),
                                 params=SamplingParams(), max_new_tokens=self.max_length - 1,
                                 eos_token_ids=eos, max_length=self.max_length)
             if prior_texts is not None:
-                state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[o]) for o in owner[lo:lo + size]]
+                state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[owner[i]]) for i in rows]
             result = suite.decode(bound, d, state)
-            stats.add(result.stats, len(chunk))
-            tokens.extend(result.new_tokens)
-            texts.extend(bound.decode_text([t for t in new if t not in eos]) for new in result.new_tokens)
-            if score:
-                confs.extend(confidence(bound, result.new_tokens))
+            stats.add(result.stats, len(rows))
+            row_confs = confidence(bound, result.new_tokens) if score else [0.0] * len(rows)
+            for i, new, conf in zip(rows, result.new_tokens, row_confs):
+                tokens[i], confs[i] = new, conf
+                texts[i] = bound.decode_text([t for t in new if t not in eos])
         stats.num_lines = len(images)
         stats.wall_time_s = time.perf_counter() - t0
-        return join_pieces(OCRResult(texts, stats, confs, tokens), owner, len(images))
+        return join_pieces(OCRResult(texts, stats, confs if score else [], tokens), owner, len(images))
 
 
 def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
@@ -188,4 +192,6 @@ def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int 
     if cfg.is_file() and json.loads(cfg.read_text()).get("model_type") == "vision-encoder-decoder":
         from .ved import VEDAdapter
         return OCR(VEDAdapter.load(folder), batch_size=batch_size)
-    return OCR(OCRModel.load(folder), batch_size=batch_size)
+    model = OCRModel.load(folder)
+    model.encoder.fold_batch_norms()          # reading only: no BatchNorm pass at run time
+    return OCR(model, batch_size=batch_size)

@@ -38,16 +38,18 @@ class Draft:
                   masks: list[torch.Tensor | None] | None = None, meta: Any = None,
                   logits_from: int = 0) -> "Draft":
         """Pad per-row drafts to one (B, N) block; a row's mask defaults to causal."""
-        batch, n = len(tokens), max(1, max(len(t) for t in tokens))
-        tok = torch.zeros(batch, n, dtype=torch.long)
-        pos = torch.zeros(batch, n, dtype=torch.long)
-        valid = torch.zeros(batch, n, dtype=torch.bool)
-        mask = torch.eye(n, dtype=torch.bool).repeat(batch, 1, 1)  # padding sees itself only
-        for b, (t, p) in enumerate(zip(tokens, positions)):
-            m = len(t)
-            tok[b, :m], pos[b, :m], valid[b, :m] = torch.tensor(t, dtype=torch.long), torch.tensor(p), True
-            row_mask = masks[b] if masks is not None and masks[b] is not None else None
-            mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril() if row_mask is None else row_mask
+        n = max(1, max(len(t) for t in tokens))
+        tok = torch.tensor([list(t) + [0] * (n - len(t)) for t in tokens], dtype=torch.long)
+        pos = torch.tensor([list(p) + [0] * (n - len(p)) for p in positions], dtype=torch.long)
+        lengths = torch.tensor([len(t) for t in tokens])
+        slot = torch.arange(n)
+        valid = slot[None] < lengths[:, None]                                   # (B, N)
+        causal = slot[None, :] <= slot[:, None]                                 # (N, N)
+        # real slots see the real slots before them; padding sees itself only
+        mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool)[None]
+        for b, row_mask in enumerate(masks or []):
+            if row_mask is not None:
+                mask[b, :len(tokens[b]), :len(tokens[b])] = row_mask
         return Draft(tok, pos, mask, valid, meta, logits_from)
 
 

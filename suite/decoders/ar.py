@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
+
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
 from ._chain import chain_acceptance, chain_draft, chain_logits
@@ -21,11 +23,12 @@ class AR:
         return chain_draft(state, [[] for _ in range(state.batch)])
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
-            p = logits_to_probs(chain_logits(draft, logits, b)[-1], state.params)
-            committed.append([int(sample(p, state.generator))])
+        """One token per live row, all rows in one sampling call (the same uniforms, in row
+        order, as one call per row)."""
+        live = [b for b in range(state.batch) if not state.done[b]]
+        committed = [[] for _ in range(state.batch)]
+        if live:
+            last = torch.stack([chain_logits(draft, logits, b)[-1] for b in live])      # (R, V)
+            for b, token in zip(live, sample(logits_to_probs(last, state.params), state.generator).tolist()):
+                committed[b] = [token]
         return chain_acceptance(draft, committed, [0] * state.batch)
