@@ -299,7 +299,7 @@ def flatten(g: Image.Image) -> Image.Image:
 
 def _normalise(arr: np.ndarray) -> np.ndarray:
     """Text dark on light, contrast stretched to [0, 1]."""
-    if np.median(arr) < 0.5:          # light text on dark background: invert
+    if 2 * np.count_nonzero(arr < 0.5) > arr.size:     # mostly dark: light text on dark, invert
         arr = 1.0 - arr
     lo, hi = np.percentile(arr, [2, 98])
     return np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
