@@ -2,7 +2,8 @@
 transformers Llama attention decoder that reads the encoder frames as its prefix (a decoder-only
 "audio prompt" recogniser), trained jointly (hybrid CTC/attention, Watanabe et al. 2017).
 
-Features: log-mel (80, 100 Hz), per-utterance normalised -> encoder at 33 Hz.
+Features: log-mel (80, 100 Hz), per-utterance normalised -> encoder at 33 Hz (with `conv_kernel`,
+each transformer layer is followed by a conformer convolution module, Gulati et al. 2020).
 Characters: ALPHABET (space, apostrophe, a-z). CTC ids: 0 blank, 1.. characters.
 Decoder ids: 0 pad, 1.. characters, then BOS, EOS, AUDIO (a slot filled with an encoder frame).
 """
@@ -32,6 +33,7 @@ class ASRConfig:
     dec_layers: int = 2
     dec_hidden: int = 144
     stride: int = 3           # mel frames per encoder frame (100 Hz -> 33 Hz)
+    conv_kernel: int = 0      # > 0: a conformer conv module (this depthwise kernel) after each layer
     alphabet: str = ALPHABET
 
 
@@ -56,6 +58,26 @@ def normalise_features(mel: torch.Tensor, lengths: torch.Tensor | None = None) -
     return (mel - mean) / (std + 1e-3)
 
 
+class ConvModule(nn.Module):
+    """Conformer convolution module (Gulati et al. 2020): pointwise conv + GLU, depthwise conv,
+    norm, SiLU, pointwise conv; padded frames are zeroed so they never leak into real ones."""
+
+    def __init__(self, d: int, kernel: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.pw_in = nn.Linear(d, 2 * d)
+        self.depthwise = nn.Conv1d(d, d, kernel, padding=kernel // 2, groups=d)
+        self.mid_norm = nn.LayerNorm(d)
+        self.pw_out = nn.Linear(d, d)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """x (B, F', D), pad (B, F') True on padding -> x plus the module's output."""
+        h = nn.functional.glu(self.pw_in(self.norm(x)), dim=-1).masked_fill(pad[..., None], 0.0)
+        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)
+        return x + self.dropout(self.pw_out(nn.functional.silu(self.mid_norm(h))))
+
+
 class Encoder(nn.Module):
     def __init__(self, c: ASRConfig):
         super().__init__()
@@ -66,6 +88,7 @@ class Encoder(nn.Module):
         self.pos_conv = nn.Conv1d(d, d, 15, padding=7, groups=d)
         layer = nn.TransformerEncoderLayer(d, c.heads, 3 * d, dropout=0.1, batch_first=True, norm_first=True)
         self.layers = nn.TransformerEncoder(layer, c.enc_layers, enable_nested_tensor=False)
+        self.convs = nn.ModuleList(ConvModule(d, c.conv_kernel) for _ in range(c.enc_layers if c.conv_kernel else 0))
         self.norm = nn.LayerNorm(d)
 
     def forward(self, mel: torch.Tensor, lengths: torch.Tensor):
@@ -74,7 +97,11 @@ class Encoder(nn.Module):
         x = (x + self.pos_conv(x)).transpose(1, 2)
         out_len = (lengths + self.stride - 1) // self.stride
         pad = torch.arange(x.shape[1])[None] >= out_len[:, None]
-        return self.norm(self.layers(x, src_key_padding_mask=pad)), out_len
+        if not self.convs:
+            return self.norm(self.layers(x, src_key_padding_mask=pad)), out_len
+        for layer, conv in zip(self.layers.layers, self.convs):
+            x = conv(layer(x, src_key_padding_mask=pad), pad)
+        return self.norm(x), out_len
 
 
 class Recogniser(nn.Module):

@@ -3,6 +3,7 @@
     python -m speech.bench                       # TTS (8 held-out sentences) + ASR (held-out voice)
     python -m speech.bench --tts 4 --asr 40      # smaller
     python -m speech.bench --json bench.json     # also write the numbers
+    python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
 local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
@@ -136,10 +137,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--asr-weights", default=None,
+                        help="recogniser folder to bench (default speech/weights/asr), e.g. a new training run")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import speech
-    asr = speech.load_asr()
+    asr = speech.load_asr(args.asr_weights)
     results = {"threads": args.threads}
     print(f"# speech bench ({args.threads} thread(s), {time.strftime('%Y-%m-%d %H:%M')})\n")
     if args.asr:

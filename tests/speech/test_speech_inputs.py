@@ -83,3 +83,15 @@ def test_speed_perturbation_scales_duration():
     audio = _tone(1.0)
     assert abs(len(speed_perturb(audio, 1.1)) - 16000 / 1.1) < 2 and len(speed_perturb(audio, 0.9)) > 17700
     assert speed_perturb(audio, 1.0) is audio
+
+
+def test_conformer_conv_module_ignores_batch_padding():
+    import torch
+    from speech.asr_model import ConvModule
+    torch.manual_seed(0)
+    conv = ConvModule(16, 15).eval()
+    x = torch.randn(1, 12, 16)
+    padded = torch.cat([x, torch.randn(1, 8, 16) * 100], 1)
+    pad = torch.arange(20)[None] >= 12
+    assert torch.allclose(conv(padded, pad)[:, :12], conv(x, torch.zeros(1, 12, dtype=torch.bool)), atol=1e-5)
+
