@@ -42,6 +42,13 @@ def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     return logits[b, start:start + len(meta.guesses[b]) + 1]
 
 
+def last_chain_logits(draft: Draft, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """(R, V) logits of the last chain slot of each row in `rows` (what follows its last guess)."""
+    meta: ChainMeta = draft.meta
+    slots = [meta.num_pending[b] - 1 - draft.logits_from + len(meta.guesses[b]) for b in rows]
+    return logits[torch.tensor(rows), torch.tensor(slots)]
+
+
 def _chain_index(draft: Draft, width: int, length: int) -> torch.Tensor:
     """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own)."""
     meta: ChainMeta = draft.meta
@@ -101,10 +108,9 @@ def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor
 
 def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:
     """Keep the K/V of each row's pending tokens and of its first accepted[b] guesses."""
-    meta: ChainMeta = draft.meta
-    keep = torch.zeros_like(draft.valid)
-    for b, n in enumerate(meta.num_pending):
-        keep[b, :n + accepted[b]] = n > 0
+    pending = torch.tensor(draft.meta.num_pending)
+    kept = (pending + torch.tensor(accepted))[:, None]
+    keep = (torch.arange(draft.valid.shape[1])[None] < kept) & (pending > 0)[:, None]
     return Acceptance(committed, keep)
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._chain import chain_acceptance, chain_draft, chain_logits
+from ._chain import chain_acceptance, chain_draft, last_chain_logits
 
 
 @dataclass(frozen=True)
@@ -28,7 +26,7 @@ class AR:
         live = [b for b in range(state.batch) if not state.done[b]]
         committed = [[] for _ in range(state.batch)]
         if live:
-            last = torch.stack([chain_logits(draft, logits, b)[-1] for b in live])      # (R, V)
+            last = last_chain_logits(draft, logits, live)                                 # (R, V)
             for b, token in zip(live, sample(logits_to_probs(last, state.params), state.generator).tolist()):
                 committed[b] = [token]
         return chain_acceptance(draft, committed, [0] * state.batch)
