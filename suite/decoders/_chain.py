@@ -35,27 +35,28 @@ def chain_draft(state: DecodeState, guesses: list[list[int]]) -> Draft:
     return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses), logits_from=min(active, default=0))
 
 
+def _chain_start(draft: Draft, b: int) -> int:
+    """Row b's logit slot of its last pending token (the one that predicts guess 0)."""
+    return draft.meta.num_pending[b] - 1 - draft.logits_from
+
+
 def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     """(G+1, V) logits of row b: the last pending token predicts guess 0, guess i predicts i+1."""
-    meta: ChainMeta = draft.meta
-    start = meta.num_pending[b] - 1 - draft.logits_from
-    return logits[b, start:start + len(meta.guesses[b]) + 1]
+    start = _chain_start(draft, b)
+    return logits[b, start:start + len(draft.meta.guesses[b]) + 1]
 
 
 def last_chain_logits(draft: Draft, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """(R, V) logits of the last chain slot of each row in `rows` (what follows its last guess)."""
-    meta: ChainMeta = draft.meta
-    slots = [meta.num_pending[b] - 1 - draft.logits_from + len(meta.guesses[b]) for b in rows]
+    slots = [_chain_start(draft, b) + len(draft.meta.guesses[b]) for b in rows]
     return logits[torch.tensor(rows), torch.tensor(slots)]
 
 
 def _chain_index(draft: Draft, width: int, length: int) -> torch.Tensor:
     """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own)."""
-    meta: ChainMeta = draft.meta
-    index = torch.zeros(len(meta.guesses), width + 1, dtype=torch.long)
-    for b in range(len(meta.guesses)):
-        start = max(meta.num_pending[b] - 1 - draft.logits_from, 0)
-        index[b] = (start + torch.arange(width + 1)).clamp(max=length - 1)
+    index = torch.zeros(len(draft.meta.guesses), width + 1, dtype=torch.long)
+    for b in range(len(draft.meta.guesses)):
+        index[b] = (max(_chain_start(draft, b), 0) + torch.arange(width + 1)).clamp(max=length - 1)
     return index
 
 
@@ -89,6 +90,16 @@ def chain_probs(state: DecodeState, draft: Draft, logits: torch.Tensor) -> torch
     index = _chain_index(draft, width, logits.shape[1]).to(logits.device)
     chain = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
     return logits_to_probs(chain, state.params)
+
+
+def padded_draft_q(p: torch.Tensor, rows: list[torch.Tensor | None]) -> torch.Tensor:
+    """(B, G, V) draft distributions for `speculative_chain_verdicts`, G = p's chain width - 1:
+    row b's (G_b, V) distributions first, zeros after (and for None rows)."""
+    q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
+    for b, row in enumerate(rows):
+        if row is not None and len(row):
+            q[b, :len(row)] = row
+    return q
 
 
 def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor,

@@ -67,7 +67,7 @@ class HybridBox:
         chains, noisy = [], []
         for b in range(state.batch):
             room = state.room(b) - 1 if not state.done[b] else 0
-            chain = verify[b][:max(0, room)] if not state.done[b] else []
+            chain = verify[b][:max(0, room)]                 # done rows have no room: no chain
             verify[b] = chain
             if state.done[b] or (chain and len(chain) < ar_left[b]) or (not chain and ar_left[b] > 0):
                 n = 0                                 # done, a chain inside the block, or a plain AR step

@@ -16,7 +16,8 @@ import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import sample
-from ._chain import chain_acceptance, chain_draft, chain_probs, room_for_guesses, speculative_chain_verdicts
+from ._chain import (chain_acceptance, chain_draft, chain_probs, padded_draft_q, room_for_guesses,
+                     speculative_chain_verdicts)
 from .jacobi import INIT_SCHEMES, init_guesses
 
 
@@ -61,9 +62,7 @@ class SJD:
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         guesses, qs = draft.meta.guesses, state.scratch["q"]
         p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
-        q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
-        for b, guess in enumerate(guesses):
-            q[b, :len(guess)] = draft_q(guess, qs[b], p.shape[-1])
+        q = padded_draft_q(p, [draft_q(guess, qs[b], p.shape[-1]) for b, guess in enumerate(guesses)])
         committed, accepted = [], []
         for b, v in enumerate(speculative_chain_verdicts(state, draft, p, q)):
             if v is None:

@@ -16,7 +16,8 @@ import torch
 from ..adapters import HFCausalLM, as_adapter, layer_truncated_draft
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._chain import chain_acceptance, chain_draft, chain_probs, room_for_guesses, speculative_chain_verdicts
+from ._chain import (chain_acceptance, chain_draft, chain_probs, padded_draft_q, room_for_guesses,
+                     speculative_chain_verdicts)
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,8 @@ class Speculative:
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         guesses = draft.meta.guesses
         p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
-        q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
-        for b, qb in enumerate(state.scratch["q"]):
-            if qb and guesses[b]:
-                q[b, :len(qb)] = torch.stack(qb)
+        q = padded_draft_q(p, [torch.stack(qb) if qb and guesses[b] else None
+                               for b, qb in enumerate(state.scratch["q"])])
         verdicts = speculative_chain_verdicts(state, draft, p, q)
         committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, guesses)]
         accepted = [0 if v is None else v.num_accepted for v in verdicts]
