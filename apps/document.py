@@ -18,9 +18,10 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
-DOCUMENT_DECODERS = ("ar", "block_diffusion", "s2d2", "jacobi")
+DOCUMENT_DECODERS = ("ar", "block_diffusion", "s2d2", "ctc_speculative", "jacobi")
 UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
-               "s2d2": {"block_size": 8}}
+               "s2d2": {"block_size": 8},
+               "ctc_speculative": {"max_entropy": 0.0}}      # every CTC draft verified: exact
 DEFAULT_DECODER = "block_diffusion"
 FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
 FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "

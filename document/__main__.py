@@ -1,4 +1,4 @@
-"""Batch OCR over files and folders: `python -m document INPUT --out DIR [--decoder ar|block_diffusion|s2d2]`.
+"""Batch OCR over files and folders: `python -m document INPUT --out DIR [--decoder ar|block_diffusion|s2d2|ctc_speculative]`.
 
 INPUT is an image (PNG/JPEG/TIFF/BMP/WebP), a PDF, or a folder searched recursively. For each
 input file FILE the outputs are DIR/FILE.txt, DIR/FILE.json (pages, line boxes, text,
@@ -93,7 +93,7 @@ def parse(argv):
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image, a PDF, or a folder (searched recursively)")
     ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, jacobi, ... (default ar: fastest on a CPU)")
+    ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default ar: fastest on a CPU)")
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
     ap.add_argument("--prefix-only", action="store_true", default=None,

@@ -297,12 +297,33 @@ def flatten(g: Image.Image) -> Image.Image:
     return Image.fromarray((best * 255).astype(np.uint8))
 
 
-def _normalise(arr: np.ndarray) -> np.ndarray:
-    """Text dark on light, contrast stretched to [0, 1]."""
-    if 2 * np.count_nonzero(arr < 0.5) > arr.size:     # mostly dark: light text on dark, invert
+def _normalise(gray: np.ndarray) -> np.ndarray:
+    """An 8-bit grayscale image -> float32 in [0, 1], text dark on light, contrast stretched
+    between its 2nd and 98th percentiles."""
+    arr = np.asarray(gray, dtype=np.float32) / 255.0
+    inverted = 2 * np.count_nonzero(gray < 128) > gray.size     # mostly dark: light text on dark
+    if inverted:
         arr = 1.0 - arr
-    lo, hi = np.percentile(arr, [2, 98])
+    lo, hi = _percentiles_2_98(gray, inverted)
     return np.clip((arr - lo) / max(hi - lo, 0.1), 0, 1)
+
+
+def _percentiles_2_98(gray: np.ndarray, inverted: bool) -> tuple[np.float64, np.float64]:
+    """np.percentile(arr, [2, 98]) of `_normalise`'s float image, bit for bit, from a 256-bin
+    histogram instead of a partition of every pixel (4x faster)."""
+    counts = np.bincount(gray.ravel(), minlength=256)
+    values = np.arange(256, dtype=np.float32) / 255.0           # each bin's float32 value, ascending
+    if inverted:
+        counts, values = counts[::-1], 1.0 - values[::-1]
+    rank_end = np.cumsum(counts)                                # sorted ranks < rank_end[i] are in bin i
+    out = []
+    for q in (0.02, 0.98):
+        at = (gray.size - 1) * q                                # numpy's "linear" method
+        below = int(at)
+        a, b = (values[np.searchsorted(rank_end, r, side="right")] for r in (below, min(below + 1, gray.size - 1)))
+        t, step = at - below, float(b - a)                      # float32 step, float64 lerp, as numpy
+        out.append(np.float64(float(b) - step * (1 - t) if t >= 0.5 else float(a) + step * t))
+    return out[0], out[1]
 
 
 def to_model_input(img: Image.Image) -> np.ndarray:
@@ -314,11 +335,11 @@ def to_model_input(img: Image.Image) -> np.ndarray:
         raise ValueError(f"line image of {g.width}x{g.height} pixels is too small to read; crop a text line "
                          "of at least 2x2 pixels")
     g = flatten(g)
-    full = _normalise(np.asarray(g, dtype=np.float32) / 255.0)
+    full = _normalise(np.asarray(g))
     x0, y0, x1, y1 = tight_box(full)
     g = g.crop((x0, y0, x1, y1))
     w = max(1, min(WIDTH, round(g.width * HEIGHT / g.height)))
-    arr = _normalise(np.asarray(g.resize((w, HEIGHT), Image.BILINEAR), dtype=np.float32) / 255.0)
+    arr = _normalise(np.asarray(g.resize((w, HEIGHT), Image.BILINEAR)))
     out = np.ones((HEIGHT, WIDTH), dtype=np.float32)
     out[:, :w] = arr
     return out

@@ -102,7 +102,8 @@ class OCRModel(nn.Module):
         dec_cfg = GPT2Config(vocab_size=self.tokenizer.vocab_size, n_positions=cfg["max_chars"] + 4,
                              n_embd=d["n_embd"], n_layer=d["n_layer"], n_head=d["n_head"],
                              add_cross_attention=True, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
-                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                             activation_function="gelu_pytorch_tanh")    # GPT-2's gelu_new, one fused op
         dec_cfg._attn_implementation = "sdpa"
         self.decoder = GPT2LMHeadModel(dec_cfg)
         # auxiliary CTC head on the encoder columns (training only: it speeds up learning to read)
@@ -212,6 +213,14 @@ class OCRAdapter:
     def prior_tokens(self, text: str) -> list[int]:
         """A known text as the tokens a row would hold: start token + characters (no EOS)."""
         return self.model.tokenizer.encode(text)[:-1]
+
+    def ctc_drafts(self) -> list[dict]:
+        """`ctc_speculative`'s drafts: each line read greedily by the auxiliary CTC head over the
+        encoder columns (blank = PAD; its classes are the tokenizer's ids), with frame entropies."""
+        from suite.decoders.ctc_speculative import ctc_draft
+        with torch.no_grad():
+            log_probs = self.model.ctc_logits(self.encoder_states).log_softmax(-1)    # (B, cols, V)
+        return [ctc_draft(row, row.shape[0], blank=PAD) for row in log_probs]
 
     def for_images(self, pixels: torch.Tensor) -> "OCRAdapter":
         """pixels (B, 1, H, W) in [0, 1] -> an adapter holding their encoder states."""

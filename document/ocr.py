@@ -1,7 +1,7 @@
 """Line OCR: `ocr = document.load_ocr(); res = ocr(line_images, decoder="block_diffusion")`.
 
 The encoder runs once per line image; the decoder runs through suite's one decode loop with any
-registered decoder (ar, block_diffusion, s2d2, ngram_prior, jacobi, ...). Lines are decoded in
+registered decoder (ar, block_diffusion, s2d2, ngram_prior, ctc_speculative, jacobi, ...). Lines are decoded in
 batches (ragged: each row advances by its own accepted length).
 """
 from __future__ import annotations
@@ -19,6 +19,9 @@ from suite import DecodeState, DecodeStats, SamplingParams
 from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
+# options a decoder named without them gets here: ctc_speculative verifies every CTC read (exact;
+# its entropy gate, tuned for speech, would commit unverified reads at a CER cost on lines)
+DECODER_DEFAULTS = {"ctc_speculative": {"max_entropy": 0.0}}
 
 
 @dataclass
@@ -114,7 +117,11 @@ class OCR:
         images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
-        dec = suite.make_decoder(decoder, **options) if isinstance(decoder, str) else decoder
+        dec = suite.make_decoder(decoder, **{**DECODER_DEFAULTS.get(decoder, {}), **options}) \
+            if isinstance(decoder, str) else decoder
+        if dec.name == "ctc_speculative" and not hasattr(self.adapter, "ctc_drafts"):
+            raise ValueError("decoder 'ctc_speculative' drafts with the model's CTC head, and this model has none; "
+                             "choose ar, s2d2 or block_diffusion")
         stats = OCRStats()
         t0 = time.perf_counter()
         pieces, owner = self.pieces(images)
@@ -131,6 +138,8 @@ class OCR:
             state = DecodeState(tokens=[[bound.start_token_id] for _ in rows], cache=bound.new_cache(len(rows)),
                                 params=SamplingParams(), max_new_tokens=self.max_length - 1,
                                 eos_token_ids=eos, max_length=self.max_length)
+            if dec.name == "ctc_speculative":
+                state.scratch["ctc"] = bound.ctc_drafts()
             if prior_texts is not None:
                 state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[owner[i]]) for i in rows]
             result = suite.decode(bound, d, state)

@@ -5,7 +5,9 @@ branch's one-pass hypothesis is the draft, the recogniser's own attention decode
 Verification is the strict speculative rule by default; `min_ratio` < 1 relaxes it as the paper does.
 
 Per row, the caller supplies the CTC hypothesis (token ids) and the entropies of its frames in
-`state.scratch["ctc"][b] = {"hypothesis": [...], "entropy": (F,) tensor}`.
+`state.scratch["ctc"][b] = {"hypothesis": [...], "entropy": (F,) tensor}` (`ctc_draft` builds one
+from the row's CTC log-probabilities). Any model with a CTC head can draft for its own decoder:
+speech's recogniser, and document's OCR model (its auxiliary CTC head over the encoder columns).
 1. Gate: when the mean frame entropy is below `max_entropy` nats, the CTC hypothesis is
    committed as is (plus EOS) in `start`: no decoder forward at all.
 2. Otherwise the whole hypothesis + EOS is scored in ONE forward (with the prefill) by the
@@ -92,6 +94,27 @@ class CTCSpeculative:
             committed.append(guess[:n] + [nxt])
             accepted.append(n)
         return chain_acceptance(draft, committed, accepted)
+
+
+def ctc_greedy(log_probs: torch.Tensor, length: int, blank: int = 0) -> list[int]:
+    """Best path of one row's (F, V) CTC log-probabilities: collapse repeats, drop blanks."""
+    out, prev = [], blank
+    for i in log_probs[:length].argmax(-1).tolist():
+        if i != prev and i != blank:
+            out.append(i)
+        prev = i
+    return out
+
+
+def ctc_frame_entropy(log_probs: torch.Tensor, length: int) -> torch.Tensor:
+    """(length,) entropy in nats of each frame's CTC distribution."""
+    lp = log_probs[:length]
+    return -(lp.exp() * lp).sum(-1)
+
+
+def ctc_draft(log_probs: torch.Tensor, length: int, blank: int = 0) -> dict:
+    """One row's entry of `state.scratch["ctc"]` from its (F, V) CTC log-probabilities."""
+    return {"hypothesis": ctc_greedy(log_probs, length, blank), "entropy": ctc_frame_entropy(log_probs, length)}
 
 
 def _relaxed_prefix(guess: list[int], logits: torch.Tensor, min_ratio: float) -> tuple[int, int]:

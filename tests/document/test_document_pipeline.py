@@ -59,6 +59,16 @@ def test_ngram_prior_rereads_a_known_version_losslessly(ocr, ar_result, heldout)
     assert res.stats.forwards_per_line < ar_result.stats.forwards_per_line / 2
 
 
+def test_ctc_drafted_reading_equals_ar_with_fewer_forwards(ocr, ar_result, heldout):
+    """The CTC head drafts each line, the decoder verifies it: exact by default (no entropy gate),
+    with or without re-aligning the draft after a rejection."""
+    images = [s.image for s in heldout[:24]]
+    for realign in (False, True):
+        res = ocr(images, decoder="ctc_speculative", realign=realign)
+        assert res.tokens == ar_result.tokens[:24], realign
+        assert res.stats.forwards_per_line < ar_result.stats.forwards_per_line / 3, realign
+
+
 def test_bad_line_images_are_clear_errors(ocr):
     with pytest.raises(ValueError, match="too small"):
         ocr([Image.new("L", (1, 1))])

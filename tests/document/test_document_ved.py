@@ -91,6 +91,11 @@ def test_lossless_decoders_equal_ar_with_fewer_forwards(ved_ocr):
     assert bd1.tokens == ar.tokens
 
 
+def test_ctc_drafting_without_a_ctc_head_is_a_clear_error(ved_ocr):
+    with pytest.raises(ValueError, match="has none; choose ar"):
+        ved_ocr(lines(1), decoder="ctc_speculative")
+
+
 def test_block_diffusion_runs_and_commits_blocks(ved_ocr):
     images = lines(3)
     ar = ved_ocr(images, decoder="ar")
