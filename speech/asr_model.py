@@ -121,7 +121,7 @@ class Recogniser(nn.Module):
     def encode(self, mel: torch.Tensor, lengths: torch.Tensor):
         """-> encoder frames (B, F', D), CTC log-probs (B, F', 29), frame lengths (B,)."""
         enc, enc_len = self.encoder(mel, lengths)
-        return enc, self.ctc_head(enc).log_softmax(-1), enc_len
+        return enc, self.ctc_head(enc).float().log_softmax(-1), enc_len   # fp32 even under autocast
 
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file

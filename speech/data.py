@@ -10,6 +10,11 @@ Splits:
   validation and held-out sentences.
 - `valid`: 200 unseen sentences, voices drawn like `train` (model and LM-weight selection).
 - `tts`: flite slt only (the TTS voice).
+- `extra` (optional, `--splits extra`): more voices for `train`: flite kal16/kal/awb/slt always
+  resampled x0.8-1.2 (wider than `train`) and espeak-ng in 7 accents x 70 variants (`draw_extra_voice`).
+- `unseen`: the first 150 `valid` sentences in a voice kept out of `train`, `extra` and `valid`
+  (espeak-ng West Midlands accent, 4 variants used nowhere else): a second unseen-voice
+  validation set for choosing recipes, so that `heldout` is never tuned on.
 - `heldout`: flite rms, a voice never used in `train`/`valid`, on 150 stdlib sentences never seen
   in training (the same 150 sentences and audio as before Piper was added).
 Everything is cached under ~/.cache/parasuite/speech (or $PARASUITE_CACHE/speech), never in the repo.
@@ -34,6 +39,13 @@ SAMPLE_RATE = 16000
 FLITE_TRAIN = ("kal16", "kal", "awb", "slt")          # flite voices used in training
 ESPEAK_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5", "klatt", "klatt2",
                    "klatt3", "Andy", "Annie", "Alex", "Michael", "Linda", "Steph", "Paul", "Rob", "Lee")
+ESPEAK_ACCENTS = ("en-us", "en-gb", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc", "en-gb-x-gbclan")
+EXTRA_VARIANTS = ("adam", "Alicia", "Andrea", "antonio", "aunty", "belinda", "benjamin", "boris", "caleb", "Denis",
+                  "Diogo", "ed", "edward2", "gustave", "Henrique", "Hugo", "iven", "iven2", "iven3", "Jacky", "john",
+                  "linda", "Marco", "Mario", "max", "michel", "miguel", "Mike", "Nguyen", "pablo", "pedro", "quincy",
+                  "robert", "steph2", "steph3", "Storm", "travis", "victor", "zac", "m8", "grandma", "klatt4",
+                  "klatt5", "klatt6", "sandro", "shelby") + ESPEAK_VARIANTS    # espeak-ng variants of `extra`
+UNSEEN_ACCENT, UNSEEN_VARIANTS = "en-gb-x-gbcwmd", ("Gene", "edward", "anika", "norbert")   # `unseen` only
 TRAIN_VOICES = ("piper:joe",) + tuple(f"flite:{v}" for v in FLITE_TRAIN) + ("espeak:en-us",)
 HELDOUT_VOICE = "flite:rms"     # never used in train or valid
 TTS_VOICE = "flite:slt"
@@ -205,6 +217,28 @@ def draw_voice(rng: random.Random) -> tuple[str, int, dict]:
     return f"espeak:en-us+{rng.choice(ESPEAK_VARIANTS)}", rng.randint(130, 190), {"pitch": rng.randint(20, 80)}
 
 
+WIDE_SHIFTS = (0.8, 0.84, 0.88, 0.92, 0.96, 1.04, 1.08, 1.12, 1.16, 1.2)
+
+
+def draw_extra_voice(rng: random.Random) -> tuple[str, int, dict]:
+    """One `extra` voice: half flite (always resampled, wider than `draw_voice`), half espeak-ng in
+    one of ESPEAK_ACCENTS with one of EXTRA_VARIANTS (half of those resampled too)."""
+    if rng.random() < 0.5:
+        name = rng.choice(FLITE_TRAIN)
+        f0 = rng.uniform(120, 260) if name == "slt" else rng.uniform(70, 180)
+        return f"flite:{name}", 160, {"stretch": rng.uniform(0.75, 1.3), "f0": f0, "shift": rng.choice(WIDE_SHIFTS)}
+    params = {"pitch": rng.randint(10, 90)}
+    if rng.random() < 0.5:
+        params["shift"] = rng.choice(WIDE_SHIFTS)
+    voice = f"espeak:{rng.choice(ESPEAK_ACCENTS)}+{rng.choice(EXTRA_VARIANTS)}"
+    return voice, rng.randint(120, 200), params
+
+
+def draw_unseen_voice(rng: random.Random) -> tuple[str, int, dict]:
+    """The `unseen` split's voice: an espeak-ng accent and variants used in no training split."""
+    return f"espeak:{UNSEEN_ACCENT}+{rng.choice(UNSEEN_VARIANTS)}", rng.randint(140, 180), {"pitch": rng.randint(30, 70)}
+
+
 def resample(audio: np.ndarray, sr: int, target: int = SAMPLE_RATE) -> np.ndarray:
     if sr == target:
         return audio.astype(np.float32)
@@ -218,8 +252,9 @@ def _resampler(sr: int, target: int):
     return torchaudio.transforms.Resample(sr, target)
 
 
-def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0) -> dict[str, list]:
-    """{split: [(text, voice, espeak speed, params)]}: every draw is fixed by (seed, split, index)."""
+def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, num_extra: int = 2400) -> dict[str, list]:
+    """{split: [(text, voice, espeak speed, params)]}: every draw is fixed by (seed, split, index).
+    `extra` speaks the training sentences after the first `num_train` (so new text too)."""
     sents = sentence_splits(seed)
     if len(sents["train"]) < num_train:
         raise RuntimeError(f"only {len(sents['train'])} training sentences found in the docstrings")
@@ -230,6 +265,10 @@ def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0) -> dic
         for i, text in enumerate(sents[split][:num_train]):
             rows.append((text, *draw_voice(random.Random(f"{seed}-{split}-{i}"))))
         jobs[split] = rows
+    extra = sents["train"][num_train:num_train + num_extra]
+    jobs["extra"] = [(t, *draw_extra_voice(random.Random(f"{seed}-extra-{i}"))) for i, t in enumerate(extra)]
+    jobs["unseen"] = [(t, *draw_unseen_voice(random.Random(f"{seed}-unseen-{i}")))
+                      for i, t in enumerate(sents["valid"][:NUM_HELDOUT])]
     return jobs
 
 
@@ -242,7 +281,7 @@ def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int 
     torch.set_num_threads(1)
     folder = cache_dir()
     jobs = split_jobs(num_train, num_tts, seed)
-    for split in [s for s in ("train", "heldout", "valid", "tts") if s in splits]:   # train first
+    for split in [s for s in ("train", "heldout", "valid", "tts", "extra", "unseen") if s in splits]:  # train first
         items = jobs[split]
         if split != "train" and shard != 0:
             continue
@@ -284,7 +323,7 @@ def load_split(split: str) -> list[dict]:
     folder = cache_dir()
     paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
     if not paths or not all(p.exists() for p in paths):
-        build()
+        build(splits=(split,) if split in ("extra", "unseen") else ("train", "heldout", "valid", "tts"))
         paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
     out = []
     for path in paths:

@@ -131,6 +131,12 @@ def main(argv=None) -> int:
                         "run again with the same --out (and asr --resume) to continue its checkpoint")
     parser.add_argument("--asr-config", default=None, help='asr: JSON overrides of ASRConfig for a fresh model, '
                         'e.g. \'{"d_model": 192, "enc_layers": 5}\'')
+    parser.add_argument("--extra", action="store_true", help="asr: also train on the `extra` split's voices")
+    parser.add_argument("--steps", type=int, default=None, help="asr: stop after this many steps (lr schedule "
+                        "by steps) instead of --minutes: load-independent short comparisons")
+    parser.add_argument("--bf16", action="store_true", help="asr: bfloat16 autocast (fp32 weights)")
+    parser.add_argument("--decoder-rows", type=int, default=16,
+                        help="asr: rows of each batch of 16 that also train the attention decoder")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model == "data":
@@ -141,7 +147,9 @@ def main(argv=None) -> int:
     elif args.model == "asr":
         from .asr_train import train_asr
         metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
-                            config=json.loads(args.asr_config) if args.asr_config else None)
+                            config=json.loads(args.asr_config) if args.asr_config else None,
+                            extra=args.extra, max_steps=args.steps, bf16=args.bf16,
+                            decoder_rows=args.decoder_rows)
     elif args.model == "asr-lm":
         from .asr_train import train_char_lm
         metrics = train_char_lm(out=args.out)

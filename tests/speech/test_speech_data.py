@@ -37,6 +37,23 @@ def test_training_voices_are_varied_and_never_the_heldout_voice():
     assert data.draw_voice(random.Random("0-train-7")) == draws[7]
 
 
+def test_extra_voices_are_wider_and_unseen_voice_is_in_no_training_split():
+    extra = [data.draw_extra_voice(random.Random(f"0-extra-{i}")) for i in range(2000)]
+    unseen = [data.draw_unseen_voice(random.Random(f"0-unseen-{i}")) for i in range(150)]
+    train = [data.draw_voice(random.Random(f"0-train-{i}")) for i in range(3000)]
+    seen = {v for v, _, _ in extra + train}
+    assert data.HELDOUT_VOICE not in seen and not {v for v, _, _ in unseen} & seen
+    assert all(not v.startswith(f"espeak:{data.UNSEEN_ACCENT}") for v in seen)
+    assert not set(data.UNSEEN_VARIANTS) & set(data.EXTRA_VARIANTS)
+    shifts = [p.get("shift", 1.0) for _, _, p in extra]
+    assert min(shifts) == 0.8 and max(shifts) == 1.2 and len({v for v, _, _ in extra}) > 200
+    # `extra` speaks training sentences beyond the first 6000; `unseen` speaks `valid` sentences
+    jobs = data.split_jobs()
+    sents = data.sentence_splits()
+    assert {t for t, *_ in jobs["extra"]} <= set(sents["train"][6000:])
+    assert [t for t, *_ in jobs["unseen"]] == sents["valid"][:data.NUM_HELDOUT]
+
+
 @pytest.mark.parametrize("voice, params", [("flite:awb", {"stretch": 1.2, "f0": 150.0}),
                                            ("espeak:en-us+m3", {"pitch": 30}),
                                            ("piper:joe", {"length_scale": 1.1, "noise_scale": 0.5, "shift": 1.1})])
