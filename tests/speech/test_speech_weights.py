@@ -39,7 +39,7 @@ def test_weights_are_small_safetensors_with_config(name):
 
 
 def test_asr_reads_an_unseen_voice(asr):
-    """flite rms never appears in training; documented held-out CER (ctc) 0.224 (metrics.json, bench)."""
+    """flite rms never appears in training; documented held-out CER (ctc) 0.33 (metrics.json, bench)."""
     refs = SENTENCES
     hyps = [asr(synthesize(t, "flite:rms"), 16000, decoder="ctc").text for t in refs]
     assert cer(refs, hyps) <= 0.45, hyps
@@ -53,7 +53,7 @@ def test_asr_ships_its_char_lm_and_gate_and_beam_search_reads_the_unseen_voice(a
     refs = SENTENCES
     beam = [asr(synthesize(t, "flite:rms"), 16000, decoder="ctc_beam") for t in refs]
     assert all(r.stats.num_forwards == 0 for r in beam)
-    assert cer(refs, [r.text for r in beam]) <= 0.25, [r.text for r in beam]     # bench: 0.119 held-out
+    assert cer(refs, [r.text for r in beam]) <= 0.25, [r.text for r in beam]     # bench: 0.151 held-out
 
 
 def test_asr_decoders_agree_and_speculative_is_cheaper(asr):
