@@ -96,9 +96,10 @@ class ASR:
         realign = opts["realign"] if realign is None else realign
         from suite import DecodeState, DecodeStats, SamplingParams, decode
         from suite.decoders.ar import AR
-        from suite.decoders.ctc_speculative import CTCSpeculative
+        from suite.decoders.ctc_speculative import CTCSpeculative, ctc_frame_entropy, ctc_greedy
+
         from . import features
-        from .asr_model import AUDIO, BOS, EOS, AudioPrefixLM, ctc_frame_entropy, ctc_greedy, ids_to_text
+        from .asr_model import AUDIO, BOS, EOS, AudioPrefixLM, ids_to_text
         if decoder not in DECODERS:
             raise ValueError(f"unknown ASR decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
         audio = check_audio(audio, sample_rate)

@@ -146,23 +146,6 @@ class Recogniser(nn.Module):
         return model.eval()
 
 
-def ctc_greedy(log_probs: torch.Tensor, length: int) -> list[int]:
-    """Best path of one utterance (F', 29): collapse repeats, drop blanks -> character ids."""
-    best = log_probs[:length].argmax(-1).tolist()
-    out, prev = [], 0
-    for i in best:
-        if i != prev and i != 0:
-            out.append(i)
-        prev = i
-    return out
-
-
-def ctc_frame_entropy(log_probs: torch.Tensor, length: int) -> torch.Tensor:
-    """(F',) entropy in nats of each frame's CTC distribution."""
-    lp = log_probs[:length]
-    return -(lp.exp() * lp).sum(-1)
-
-
 class AudioPrefixLM:
     """ModelAdapter over the attention decoder for ONE batch of utterances: token AUDIO at logical
     position p stands for encoder frame p of its row (prefix (B, F', H)); other ids are characters."""

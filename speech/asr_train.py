@@ -10,8 +10,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from suite.decoders.ctc_speculative import ctc_greedy
+
 from . import data, features
-from .asr_model import BOS, EOS, WEIGHTS, ASRConfig, Recogniser, ctc_greedy, ids_to_text, text_to_ids
+from .asr_model import BOS, EOS, WEIGHTS, ASRConfig, Recogniser, ids_to_text, text_to_ids
 from .metrics import cer
 
 
