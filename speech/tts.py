@@ -10,6 +10,9 @@ Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay 
 pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
 local_ar / local_maskgit (one backbone forward per frame, then a local transformer over the K
 codebooks: autoregressive, or MaskGIT in 2 passes), stack (2 frames per forward, ~T/2+1 forwards).
+Exact (sampling the model's own factorisation): flat, delay (for its layout), local_ar; not exact:
+parallel, local_maskgit, stack (codebooks or frames sampled independently; suite/decoders/*.py).
+The alignment (frames per phone) is fixed before decoding, so it does not change any of this.
 """
 from __future__ import annotations
 
