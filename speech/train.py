@@ -5,10 +5,9 @@
     python -m speech.train asr-lm                # character 6-gram LM of the training text for ctc_beam,
                                                  # fusion weights tuned on `valid` -> speech/weights/asr/
     python -m speech.train asr-gate              # ctc_speculative's gate tuned on `valid` -> decoding.json
-    python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts) -> speech/weights/tts/
+    python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts, local transformer,
+                                                 # stacked heads, duration predictor) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
-    python -m speech.train tts-heads --minutes 20 --out /tmp/tts   # continue tts + local transformer
-                                                 # and 2-frame stacked heads (local_ar, local_maskgit, stack)
 
 Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
 machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).
@@ -120,14 +119,14 @@ def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat", "tts-heads"])
+    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="asr/tts: continue from the shipped weights")
     parser.add_argument("--lr", type=float, default=None,
-                        help="peak learning rate (asr default 1.5e-3, tts 1e-3, tts-heads 5e-4)")
-    parser.add_argument("--out", default=None, help="asr/tts-heads: output folder (default speech/weights/<model>); "
+                        help="peak learning rate (asr default 1.5e-3, tts 1e-3)")
+    parser.add_argument("--out", default=None, help="asr/tts/tts-flat: output folder (default speech/weights/<model>); "
                         "run again with the same --out (and asr --resume) to continue its checkpoint")
     parser.add_argument("--asr-config", default=None, help='asr: JSON overrides of ASRConfig for a fresh model, '
                         'e.g. \'{"d_model": 192, "enc_layers": 5}\'')
@@ -156,13 +155,10 @@ def main(argv=None) -> int:
     elif args.model == "asr-gate":
         from .asr_train import tune_gate
         metrics = tune_gate(out=args.out)
-    elif args.model == "tts-heads":
-        from .tts_train import train_tts_heads
-        metrics = train_tts_heads(args.minutes or 20, args.seed, lr=args.lr or 5e-4, out=args.out)
     else:
         from .tts_train import train_tts
         metrics = train_tts(args.minutes or 14, args.seed, flat=args.model == "tts-flat", resume=args.resume,
-                            lr=args.lr or 1e-3)
+                            lr=args.lr or 1e-3, out=args.out)
     print(json.dumps(metrics, indent=2))
     return 0
 

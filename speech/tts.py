@@ -1,5 +1,8 @@
 """Text-to-speech with our codec and multi-codebook TTS models.
 
+Text -> phones (flite's front end) -> frames per phone (the frame model's duration predictor) ->
+per-frame conditioning (speech/alignment.py) -> codec frames by one of the decoders -> audio.
+
     python -m speech.tts "Return a list of cookies." --out a.wav
     python -m speech.tts "Remove an item from the queue." --decoder flat --seed 3 --out b.wav
 
@@ -7,6 +10,9 @@ Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay 
 pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
 local_ar / local_maskgit (one backbone forward per frame, then a local transformer over the K
 codebooks: autoregressive, or MaskGIT in 2 passes), stack (2 frames per forward, ~T/2+1 forwards).
+Exact (sampling the model's own factorisation): flat, delay (for its layout), local_ar; not exact:
+parallel, local_maskgit, stack (codebooks or frames sampled independently; suite/decoders/*.py).
+The alignment (frames per phone) is fixed before decoding, so it does not change any of this.
 """
 from __future__ import annotations
 
@@ -116,7 +122,7 @@ class TTS:
         from suite import DecodeState, SamplingParams, decode_steps
         from suite.decoders.ar import AR
         from suite.registry import get_decoder_class
-        from .data import phonemes as to_phonemes
+        from .alignment import flite_phones, frame_conditioning
         from . import register_decoders
         register_decoders()
         if decoder not in DECODERS:
@@ -126,25 +132,27 @@ class TTS:
                              "`python -m speech.train tts-flat`")
         if decoder not in self.decoders:
             raise ValueError(f"decoder {decoder!r} needs the local transformer / stacked heads, which this TTS "
-                             "checkpoint lacks; train them with `python -m speech.train tts-heads`")
+                             "checkpoint lacks; train them with `python -m speech.train tts`")
         if not 0.2 <= max_seconds <= 30:
             raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
-        phonemes = to_phonemes(check_text(text))
+        names = [p for p, _ in flite_phones(check_text(text))]
+        phonemes = " ".join(names)
         params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
-        frames = int(max_seconds * self.frame_rate)
         adapter = self.flat if decoder == "flat" else self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
-        symbols = cfg.symbol_ids(phonemes)
+        ids = cfg.phone_ids(names)
+        # every decoder gets the same alignment: the frame model's durations
+        table = frame_conditioning(ids, self.frame.model.durations(ids), none_id=len(cfg.phones))
+        frames = int(min(max_seconds * self.frame_rate, len(table) + self.frame_rate / 2))
         q = cfg.num_codebooks
         if decoder == "flat":
-            prompt, budget, dec = symbols + [cfg.bos], frames * q + 1, AR()
+            prompt, budget, dec = [cfg.bos], frames * q + 1, AR()
         else:
             layout = cfg.delay_token if decoder == "delay" else cfg.parallel_token
-            prompt = [(layout,) + (cfg.pad,) * (q - 1)] + [(s,) + (cfg.pad,) * (q - 1) for s in symbols]
-            prompt.append((cfg.bos,) * q)
+            prompt = [(layout,) + (cfg.pad,) * (q - 1), (cfg.bos,) * q]
             budget = frames + q + 1
             dec = get_decoder_class(decoder)().bind(adapter)
-        adapter.bind_request([len(prompt) - 1], [len(symbols)])
+        adapter.bind_request([len(prompt) - 1], [table])
         state = DecodeState(tokens=[prompt], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
                             eos_token_ids=adapter.config.eos_token_ids, max_length=cfg.max_positions)
         self._state = state

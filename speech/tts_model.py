@@ -1,5 +1,10 @@
-"""Text (espeak-ng phonemes) -> codec frames: a transformers Llama backbone with per-codebook
-input embeddings (summed) and per-codebook output heads (MusicGen, Copet et al. 2023).
+"""Phones -> codec frames: a transformers Llama backbone with per-codebook input embeddings
+(summed) and per-codebook output heads (MusicGen, Copet et al. 2023), conditioned frame by frame
+on an alignment (speech/alignment.py): every audio position adds embeddings of the phone of the
+frame it predicts, its neighbours, the frames since that phone began and left in it, and a
+progress bucket (frame / total frames). Phone durations come from flite at training time and
+from the frame model's duration predictor (speech/duration.py) at inference, so decoding walks
+the phones monotonically: no attention alignment to learn.
 
 Two trained checkpoints share this class:
 - `tts` (layout "frame"): one position per frame, tokens (B, N, Q). Trained on two layouts, named
@@ -8,8 +13,8 @@ Two trained checkpoints share this class:
 - `tts_flat` (layout "flat"): one position per code, tokens (B, N); code c of codebook q is id
   q*C + c (Q streams flattened frame by frame): the AR baseline (`flat` = suite's `ar`).
 
-Ids of a stream: 0..V_code-1 codes, then BOS, EOS, PAD (zero embedding), DELAY, PARALLEL, then
-phoneme symbols. A text position of the frame model is (symbol, PAD, ..., PAD).
+Ids of a stream: 0..V_code-1 codes, then BOS, EOS, PAD (zero embedding), DELAY, PARALLEL. The
+prompt is just BOS (flat) or (DELAY|PARALLEL, PAD, ..., PAD), (BOS, ..., BOS) (frame).
 """
 from __future__ import annotations
 
@@ -32,18 +37,25 @@ class TTSConfig:
     hidden_size: int = 256
     num_layers: int = 4
     num_heads: int = 4
-    symbols: str = ""              # phoneme alphabet (characters of espeak-ng -x output)
+    symbols: str = ""              # the phone set, space separated (alignment.PHONES)
     max_positions: int = 2048
     progress_buckets: int = 32     # a monotonic "how far into the utterance" hint per audio position
-    frames_per_symbol: float = 1.0   # expected frames = a * symbols + b (fit on the training data)
-    frames_offset: float = 0.0
+    max_count: int = 15            # frames since / left in a phone, clamped (alignment.MAX_COUNT)
+    duration_hidden: int = 0       # > 0: a phone duration predictor of that width (the frame model)
     local_layers: int = 0          # > 0: a local transformer over the codebooks of a frame (local_ar, local_maskgit)
     local_hidden: int = 128
     stack_frames: int = 1          # 2: extra heads predict the frame after next too (the `stack` decoder)
 
-    def expected_frames(self, num_symbols: int) -> float:
-        return max(4.0, self.frames_per_symbol * num_symbols + self.frames_offset)
+    @property
+    def phones(self) -> list[str]:
+        return self.symbols.split()
 
+    @property
+    def cond_sizes(self) -> tuple[int, ...]:
+        """Table sizes of the 6 conditioning ids (progress, prev/current/next phone, since, left);
+        each table's last id marks a prompt position, the phones' one before it 'no phone'."""
+        p, m = len(self.phones) + 2, self.max_count + 2
+        return (self.progress_buckets + 1, p, p, p, m, m)
     @property
     def streams(self) -> int:
         return self.num_codebooks if self.layout == "frame" else 1
@@ -78,14 +90,14 @@ class TTSConfig:
 
     @property
     def in_vocab(self) -> int:
-        return self.code_vocab + 5 + len(self.symbols)
+        return self.code_vocab + 5
 
-    def symbol_ids(self, phonemes: str) -> list[int]:
-        bad = sorted({ch for ch in phonemes if ch not in self.symbols})
+    def phone_ids(self, phones: list[str]) -> list[int]:
+        bad = sorted({p for p in phones if p not in self.phones})
         if bad:
-            raise ValueError(f"phonemes {''.join(bad)!r} are not in the TTS symbol set; "
+            raise ValueError(f"phones {' '.join(bad)!r} are not in the TTS phone set; "
                              "use plain English text (letters, digits spelled out, punctuation)")
-        return [self.code_vocab + 5 + self.symbols.index(ch) for ch in phonemes]
+        return [self.phones.index(p) for p in phones]
 
 
 class TTSModel(nn.Module):
@@ -101,7 +113,10 @@ class TTSModel(nn.Module):
             max_position_embeddings=c.max_positions, attn_implementation="sdpa"))
         self.backbone.embed_tokens = None   # inputs arrive as embeddings
         self.heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False) for _ in range(c.streams))
-        self.progress = nn.Embedding(c.progress_buckets + 1, c.hidden_size)   # last id: text positions
+        self.cond = nn.ModuleList(nn.Embedding(n, c.hidden_size) for n in c.cond_sizes)
+        if c.duration_hidden:
+            from .duration import DurationPredictor
+            self.duration = DurationPredictor(len(c.phones), c.duration_hidden)
         self.add_heads()
 
     def add_heads(self) -> None:
@@ -115,14 +130,30 @@ class TTSModel(nn.Module):
             self.stack_heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False)
                                              for _ in range((c.stack_frames - 1) * c.num_codebooks))
 
-    def progress_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-        """positions (B, N), each row's BOS position and expected frame count (B,) -> bucket ids (B, N):
-        text positions get the extra id, audio positions floor(frame / expected * buckets) (clamped)."""
+    def condition_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, tables: list) -> torch.Tensor:
+        """positions (B, N), each row's BOS position (B,) and frame conditioning (T_b, 5) (alignment.
+        frame_conditioning) -> (B, N, 6) ids: progress bucket floor(frame / T * buckets), then the
+        frame's 5 ids. A position predicts frame (position - BOS position) // (1 or Q); frames past
+        T reuse frame T-1's ids; prompt positions get each table's last id."""
         c = self.config
         per_frame = 1 if c.layout == "frame" else c.num_codebooks
-        frame = torch.div(positions - audio_start[:, None], per_frame, rounding_mode="floor")
-        bucket = (frame.float() / expected[:, None] * c.progress_buckets).floor().long().clamp(0, c.progress_buckets - 1)
-        return torch.where(frame < 0, torch.full_like(bucket, c.progress_buckets), bucket)
+        frame = torch.div(positions - audio_start.to(positions)[:, None], per_frame, rounding_mode="floor")
+        prompt = torch.tensor(c.cond_sizes) - 1
+        rows = []
+        for b, table in enumerate(tables):
+            t = max(len(table), 1)
+            table = table if len(table) else prompt[None, 1:]
+            f = frame[b]
+            bucket = (f.double() / t * c.progress_buckets).floor().long().clamp(0, c.progress_buckets - 1)
+            row = torch.cat([bucket[:, None], table[f.clamp(0, t - 1)]], 1)
+            rows.append(torch.where((f < 0)[:, None], prompt, row))
+        return torch.stack(rows)
+
+    def durations(self, phone_ids: list[int]) -> list[int]:
+        """Frames per phone from the duration predictor (the frame model's)."""
+        if not hasattr(self, "duration"):
+            raise ValueError("this TTS checkpoint has no duration predictor (duration_hidden=0)")
+        return self.duration.frames(phone_ids)
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, N, Q) or (B, N) ids -> (B, N, D): the sum of the streams' embeddings."""
@@ -130,14 +161,15 @@ class TTSModel(nn.Module):
             tokens = tokens[..., None]
         return sum(self.embed[q](tokens[..., q]) for q in range(tokens.shape[-1]))
 
-    def forward(self, tokens, progress, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
-        """tokens, progress ids (B, N) -> logits (B, N - logits_from, Q, V) for frames, (B, N - logits_from, V) flat."""
-        logits = self.head_logits(self.hidden(tokens, progress, position_ids, attention_mask, cache, logits_from))
+    def forward(self, tokens, cond, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
+        """tokens (B, N[, Q]), conditioning ids (B, N, 6) -> logits (B, N - logits_from, Q, V) for
+        frames, (B, N - logits_from, V) flat."""
+        logits = self.head_logits(self.hidden(tokens, cond, position_ids, attention_mask, cache, logits_from))
         return logits if self.config.layout == "frame" else logits[:, :, 0]
 
-    def hidden(self, tokens, progress, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
+    def hidden(self, tokens, cond, position_ids=None, attention_mask=None, cache=None, logits_from: int = 0):
         """-> the backbone's last hidden states (B, N - logits_from, D)."""
-        x = self.embed_tokens(tokens) + self.progress(progress)
+        x = self.embed_tokens(tokens) + sum(emb(cond[..., i]) for i, emb in enumerate(self.cond))
         out = self.backbone(inputs_embeds=x, position_ids=position_ids,
                             attention_mask=attention_mask, cache=cache, use_cache=cache is not None)
         return out.last_hidden_state[:, logits_from:]
@@ -151,7 +183,7 @@ class TTSModel(nn.Module):
         c = self.config
         if c.stack_frames < 2:
             raise ValueError("this TTS checkpoint has no stacked heads (stack_frames=1); retrain with "
-                             "`python -m speech.train tts-heads`")
+                             "`python -m speech.train tts`")
         later = torch.stack([head(h) for head in self.stack_heads], -2)
         later = later.unflatten(-2, (c.stack_frames - 1, c.num_codebooks))
         return torch.cat([self.head_logits(h)[..., None, :, :], _no_bos(later, c.bos)], -3)
@@ -160,7 +192,7 @@ class TTSModel(nn.Module):
         """h (M, D), codes (M, Q) (MASK = out_vocab where unknown) -> (M, Q, V) of the local transformer."""
         if not hasattr(self, "local"):
             raise ValueError("this TTS checkpoint has no local transformer (local_layers=0); retrain with "
-                             "`python -m speech.train tts-heads`")
+                             "`python -m speech.train tts`")
         return _no_bos(self.local(h, codes, mode), self.config.bos)
 
     def save(self, folder: Path) -> None:
@@ -247,20 +279,20 @@ class _TTSAdapter:
     supports_custom_mask = True
     supports_rollback = True
 
-    def bind_request(self, audio_start: list[int], num_symbols: list[int]) -> None:
-        """Per request: each row's BOS position and phoneme count (for the progress hint)."""
+    def bind_request(self, audio_start: list[int], tables: list[torch.Tensor]) -> None:
+        """Per request: each row's BOS position and frame conditioning (T, 5) (alignment.frame_conditioning)."""
         self.audio_start = torch.tensor(audio_start)
-        self.expected = torch.tensor([self.model.config.expected_frames(n) for n in num_symbols])
+        self.tables = list(tables)
 
     def new_cache(self, batch: int, max_len: int | None = None):
         from transformers import DynamicCache
         from suite import KVCache
         return KVCache(batch, DynamicCache())
 
-    def _progress(self, positions: torch.Tensor) -> torch.Tensor:
+    def _conditioning(self, positions: torch.Tensor) -> torch.Tensor:
         if self.audio_start is None:
-            raise ValueError("call adapter.bind_request(audio_start, num_symbols) before decoding")
-        return self.model.progress_ids(positions, self.audio_start, self.expected)
+            raise ValueError("call adapter.bind_request(audio_start, tables) before decoding")
+        return self.model.condition_ids(positions, self.audio_start, self.tables)
 
 
 class FrameTTSAdapter(_TTSAdapter):
@@ -277,14 +309,14 @@ class FrameTTSAdapter(_TTSAdapter):
             raise ValueError(f"output must be one of {self.OUTPUTS}, got {output!r}")
         c = model.config
         self.model, self.output = model, output
-        self.audio_start = self.expected = None
+        self.audio_start = self.tables = None
         self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({eos_frame(c)}),
                                     pad_token_id=c.pad, max_length=c.max_positions,
                                     extra={"codebooks": c.num_codebooks, "bos": c.bos, "eos": c.eos, "pad": c.pad,
                                            "output": output})
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        h = self.model.hidden(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+        h = self.model.hidden(tokens, self._conditioning(positions), positions, attention_mask, cache.backend, logits_from)
         if self.output == "frame":
             return self.model.head_logits(h)
         if self.output == "stack":
@@ -307,18 +339,18 @@ class FlatTTSAdapter(_TTSAdapter):
         from suite import AdapterConfig
         c = model.config
         self.model = model
-        self.audio_start = self.expected = None
+        self.audio_start = self.tables = None
         self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({c.eos}), pad_token_id=c.pad,
                                     max_length=c.max_positions, extra={"codebooks": c.num_codebooks})
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        logits = self.model(tokens, self._progress(positions), positions, attention_mask, cache.backend, logits_from)
+        logits = self.model(tokens, self._conditioning(positions), positions, attention_mask, cache.backend, logits_from)
         return logits + self.grammar(positions[:, logits_from:])
 
     def grammar(self, positions: torch.Tensor) -> torch.Tensor:
         """(B, N) positions -> (B, N, V) additive mask: 0 allowed, -inf not."""
         c = self.model.config
-        self._progress(positions)   # checks the request is bound
+        self._conditioning(positions)   # checks the request is bound
         j = positions - self.audio_start.to(positions)[:, None]          # index of the predicted code
         q = j.remainder(c.num_codebooks)
         ids = torch.arange(c.out_vocab)

@@ -103,8 +103,7 @@ def test_frame_decoders_need_codebook_constants():
 
 def _tiny_frame_model(seed=0):
     torch.manual_seed(seed)
-    cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="abc",
-                    frames_per_symbol=2.0, frames_offset=1.0)
+    cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="a b c")
     return TTSModel(cfg).eval()
 
 
@@ -114,9 +113,9 @@ def test_frame_model_cached_logits_equal_full_forward():
     model = _tiny_frame_model()
     adapter = FrameTTSAdapter(model)
     cfg = model.config
-    prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.symbol_ids("ab")[0],) + (cfg.pad,) * (Q - 1),
-              (cfg.bos,) * Q]
-    adapter.bind_request([2], [2])
+    from speech.alignment import frame_conditioning
+    prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.bos,) * Q]
+    adapter.bind_request([1], [frame_conditioning(cfg.phone_ids(["a", "b"]), [2, 2], 3)])
     state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=SamplingParams(temperature=1.0,
                         seed=3), max_new_tokens=6, eos_token_ids=adapter.config.eos_token_ids)
     decode(adapter, Parallel().bind(adapter), state)
@@ -124,7 +123,7 @@ def test_frame_model_cached_logits_equal_full_forward():
     n = frames.shape[1]
     positions = torch.arange(n)[None]
     with torch.no_grad():
-        full = model(frames, model.progress_ids(positions, torch.tensor([2]), adapter.expected), positions)
+        full = model(frames, model.condition_ids(positions, torch.tensor([1]), adapter.tables), positions)
         cache = adapter.new_cache(1)
         step = adapter(frames[:, :4], positions[:, :4], cache, None)
         cache.append(positions[:, :4], torch.ones(1, 4, dtype=torch.bool))

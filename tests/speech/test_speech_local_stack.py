@@ -11,6 +11,7 @@ from suite.decoders.local_ar import LocalAR
 from suite.decoders.local_maskgit import LocalMaskGIT, fixed_after
 from suite.decoders.parallel import Parallel
 from suite.decoders.stack import Stack
+from speech.alignment import frame_conditioning
 from speech.tts_model import FrameTTSAdapter, TTSConfig, TTSModel
 
 Q, C = 4, 16
@@ -167,8 +168,8 @@ def test_decoders_check_the_adapter_output():
 
 def _tiny(seed=0):
     torch.manual_seed(seed)
-    cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="abc",
-                    frames_per_symbol=2.0, frames_offset=1.0, local_layers=1, local_hidden=16, stack_frames=2)
+    cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="a b c",
+                    local_layers=1, local_hidden=16, stack_frames=2)
     model = TTSModel(cfg).eval()
     with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
         model.local.heads.mul_(8.0)
@@ -180,9 +181,8 @@ def _tiny(seed=0):
 def _tiny_run(model, output, decoder, params, budget=6):
     cfg = model.config
     adapter = FrameTTSAdapter(model, output)
-    prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1)] + [(s,) + (cfg.pad,) * (Q - 1)
-                                                              for s in cfg.symbol_ids("abca")] + [(cfg.bos,) * Q]
-    adapter.bind_request([len(prompt) - 1], [4])
+    prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.bos,) * Q]
+    adapter.bind_request([len(prompt) - 1], [frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)])
     state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
                         eos_token_ids=adapter.config.eos_token_ids)
     return adapter, prompt, state, decode(adapter, decoder.bind(adapter), state).new_tokens[0]
@@ -192,7 +192,7 @@ def _full_hidden(model, adapter, frames):
     """The backbone's last state over the whole sequence, without any cache (D,)."""
     tokens = torch.tensor([list(f) for f in frames])[None]
     positions = torch.arange(len(frames))[None]
-    return model.hidden(tokens, model.progress_ids(positions, adapter.audio_start, adapter.expected), positions)[0, -1]
+    return model.hidden(tokens, model.condition_ids(positions, adapter.audio_start, adapter.tables), positions)[0, -1]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -255,10 +255,10 @@ def test_stacked_first_frame_is_the_frame_heads():
 def test_checkpoint_without_heads_says_how_to_get_them(tmp_path):
     torch.manual_seed(0)
     plain = TTSModel(TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=1, num_heads=2,
-                               symbols="abc"))
-    with pytest.raises(ValueError, match="tts-heads"):
+                               symbols="a b c"))
+    with pytest.raises(ValueError, match="speech.train tts"):
         plain.local_logits(torch.zeros(1, 32), torch.zeros(1, Q, dtype=torch.long), "ar")
-    with pytest.raises(ValueError, match="tts-heads"):
+    with pytest.raises(ValueError, match="speech.train tts"):
         plain.stack_logits(torch.zeros(1, 32))
     plain.save(tmp_path)
     grown = TTSModel.load(tmp_path, local_layers=1, stack_frames=2)     # continue training from the backbone

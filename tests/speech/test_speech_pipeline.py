@@ -4,20 +4,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+from speech.alignment import PHONES
 from speech.codec import Codec, CodecConfig
 from speech.tts import TTS
 from speech.tts_model import TTSConfig, TTSModel
 
-SYMBOLS = "".join(sorted(set("h@l'oU D'e@ aIeEIiu@3:rtnsdkmpbgfvzwjNSTZ,.#_-Oa02")))
+SYMBOLS = " ".join(PHONES)
 
 
 @pytest.fixture(scope="module")
 def tiny_tts():
     torch.manual_seed(0)
     codec = Codec(CodecConfig(channels=16, codebook_size=16, latent_dim=8)).eval()
-    common = dict(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=2, num_heads=2, symbols=SYMBOLS,
-                  frames_per_symbol=1.0, frames_offset=2.0)
-    frame = TTSModel(TTSConfig(layout="frame", local_layers=1, local_hidden=16, stack_frames=2, **common)).eval()
+    common = dict(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=2, num_heads=2, symbols=SYMBOLS)
+    frame = TTSModel(TTSConfig(layout="frame", local_layers=1, local_hidden=16, stack_frames=2, duration_hidden=16,
+                               **common)).eval()
     flat = TTSModel(TTSConfig(layout="flat", **common)).eval()
     return TTS(frame, codec, flat)
 
@@ -60,8 +61,8 @@ def test_tts_bad_decoder_and_limits(tiny_tts):
 
 def test_tts_without_heads_lists_and_refuses_their_decoders(tiny_tts):
     plain = TTSModel(TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=1, num_heads=2,
-                               symbols=SYMBOLS)).eval()
+                               symbols=SYMBOLS, duration_hidden=16)).eval()
     tts = TTS(plain, tiny_tts.codec)
     assert tts.decoders == ("delay", "parallel") and tiny_tts.decoders[-3:] == ("local_ar", "local_maskgit", "stack")
-    with pytest.raises(ValueError, match="tts-heads"):
+    with pytest.raises(ValueError, match="speech.train tts"):
         tts("Hello.", decoder="local_ar")
