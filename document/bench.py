@@ -6,9 +6,9 @@ Each decoder of our model and two real OCR engines read the same line images:
     detector; the ground truth of a line is the PDF's embedded text inside its box.
 Reported per reader: CER (character error rate, edit distance / reference length), lines/s,
 decoder forwards per line and tokens per forward (our model), exact match with `ar`. Decoders run
-interleaved in one process on the same batches, each after a warm-up read of 8 lines (torch's
-first-call costs); tesseract (Debian tesseract-ocr, --psm 7, one line per image) and rapidocr
-(PP-OCRv6 recogniser, ONNX) get the same crops and threads. Tesseract's time includes its process
+interleaved in one process on the same batches, each after an untimed read of one batch of lines
+(torch's first-call costs, which are per tensor shape); tesseract (Debian tesseract-ocr, --psm 7,
+one line per image) and rapidocr (PP-OCRv6 recogniser, ONNX) get the same crops and threads. Tesseract's time includes its process
 start (loading its model), so its row also gives lines/s without it, timed on a one-line run.
 """
 from __future__ import annotations
@@ -180,7 +180,8 @@ def run_suite(ocr, crops, refs, engines: bool, threads: int, prior_row: bool) ->
         decoders.append(("ngram_prior (prior: the line with 1 char changed)", "ngram_prior",
                          {"prior_texts": [revised(r, rng) for r in refs]}))
     for label, name, opts in decoders:
-        _direct(ocr, crops[:8], name, {k: v[:8] if k == "prior_texts" else v for k, v in opts.items()})  # warm-up
+        warm = ocr.batch_size      # one full batch untimed: torch's first-call costs are per shape
+        _direct(ocr, crops[:warm], name, {k: v[:warm] if k == "prior_texts" else v for k, v in opts.items()})
         texts, st = _direct(ocr, crops, name, opts)
         per_line = st.row_forwards / len(crops)     # a long line read in pieces sums its pieces' forwards
         if name == "ar":
