@@ -8,8 +8,9 @@ Reported per reader: CER (character error rate, edit distance / reference length
 decoder forwards per line and tokens per forward (our model), exact match with `ar`. Decoders run
 interleaved in one process on the same batches, each after an untimed read of one batch of lines
 (torch's first-call costs, which are per tensor shape); tesseract (Debian tesseract-ocr, --psm 7,
-one line per image) and rapidocr (PP-OCRv6 recogniser, ONNX) get the same crops and threads. Tesseract's time includes its process
-start (loading its model), so its row also gives lines/s without it, timed on a one-line run.
+one line per image) and rapidocr (PP-OCRv6 recogniser, ONNX) get the same crops and threads.
+Tesseract's time includes its process start (loading its model), so its row also gives lines/s
+without it, timed on a one-line run.
 """
 from __future__ import annotations
 
