@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 import suite
+from document.ocr import DECODER_DEFAULTS
 
 from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, parse_options, race,
                       stats_row, stats_table, throttled, ui_options)
@@ -21,7 +22,7 @@ TITLE = "Document"
 DOCUMENT_DECODERS = ("ar", "block_diffusion", "s2d2", "ctc_speculative", "jacobi")
 UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
                "s2d2": {"block_size": 8},
-               "ctc_speculative": {"max_entropy": 0.0}}      # every CTC draft verified: exact
+               **DECODER_DEFAULTS}                            # the OCR's own: ctc_speculative exact
 DEFAULT_DECODER = "block_diffusion"
 FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
 FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "

@@ -56,6 +56,7 @@ class TTSConfig:
         each table's last id marks a prompt position, the phones' one before it 'no phone'."""
         p, m = len(self.phones) + 2, self.max_count + 2
         return (self.progress_buckets + 1, p, p, p, m, m)
+
     @property
     def streams(self) -> int:
         return self.num_codebooks if self.layout == "frame" else 1
@@ -289,9 +290,12 @@ class _TTSAdapter:
         from suite import KVCache
         return KVCache(batch, DynamicCache())
 
-    def _conditioning(self, positions: torch.Tensor) -> torch.Tensor:
+    def _check_bound(self) -> None:
         if self.audio_start is None:
             raise ValueError("call adapter.bind_request(audio_start, tables) before decoding")
+
+    def _conditioning(self, positions: torch.Tensor) -> torch.Tensor:
+        self._check_bound()
         return self.model.condition_ids(positions, self.audio_start, self.tables)
 
 
@@ -350,7 +354,7 @@ class FlatTTSAdapter(_TTSAdapter):
     def grammar(self, positions: torch.Tensor) -> torch.Tensor:
         """(B, N) positions -> (B, N, V) additive mask: 0 allowed, -inf not."""
         c = self.model.config
-        self._conditioning(positions)   # checks the request is bound
+        self._check_bound()
         j = positions - self.audio_start.to(positions)[:, None]          # index of the predicted code
         q = j.remainder(c.num_codebooks)
         ids = torch.arange(c.out_vocab)
