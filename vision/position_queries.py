@@ -21,6 +21,8 @@ import time
 
 import torch
 
+from .zipar_views import zipar_layout, zipar_loss
+
 QUERY_KEYS = ("query_offset", "lpd")
 
 
@@ -90,23 +92,27 @@ def train_lpd_model(args) -> None:
     from . import data as vdata
     from .prior import PRIOR_FILE, cached_codes
     from .tokenizer import VQTokenizer
-    from .train import WEIGHTS, _log, _lr, _previous_steps, progress
+    from .train import WEIGHTS, _log, _lr, _previous_steps, progress, training_device
     torch.manual_seed(args.seed)
+    device = training_device(args.device)
     src = args.init or os.path.join(WEIGHTS, "prior")
     out = args.out or os.path.join(WEIGHTS, "prior")
     with open(os.path.join(src, PRIOR_FILE)) as f:
         meta = json.load(f)
-    model = LlamaForCausalLM.from_pretrained(src)
+    model = LlamaForCausalLM.from_pretrained(src, dtype=torch.float32)
     meta = add_query_tokens(model, meta)
+    model.to(device)
     k, c, offset = meta["codebook_size"], len(meta["classes"]), meta["query_offset"]
     h, w = meta["grid"]
     tok = VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer"))
+    tok.vq.to(device)
     images, labels = vdata.make_split("train", args.per_class)
     codes = cached_codes(tok, images, os.path.join(WEIGHTS, "tokenizer"), args.per_class).reshape(len(images), -1)
-    labels = torch.from_numpy(labels)
+    codes, labels = codes.to(device), torch.from_numpy(labels).to(device)
     t0 = time.time()
     orders, sizes = order_pool(h, w, args.lpd_steps, args.orders, args.seed)
-    mask = block_mask(sizes)
+    orders, mask = orders.to(device), block_mask(sizes).to(device)
+    views = zipar_layout(h, w, args.zipar_window).to(device) if args.zipar_batch else None
     _log(f"{len(orders)} locality-aware orders ({args.lpd_steps} steps) in {time.time() - t0:.0f}s; "
          f"from {src} ({_previous_steps(src)} steps), query tokens at {offset}")
     prev_steps = _previous_steps(src)
@@ -117,21 +123,27 @@ def train_lpd_model(args) -> None:
         for g in opt.param_groups:
             g["lr"] = _lr(progress(step, args, t0), step, args.lr)
         loss_ar = raster_loss(model, _with_null(torch.cat([labels[:, None] + k, codes], 1), args.batch, k + c), k)
-        idx = torch.randint(len(codes), (args.lpd_batch,))
-        cls = torch.where(torch.rand(args.lpd_batch) < 0.1, k + c, labels[idx] + k)     # null class for CFG
-        loss_q = query_loss(model, codes[idx], cls, orders[torch.randint(len(orders), (args.lpd_batch,))],
+        idx = torch.randint(len(codes), (args.lpd_batch,), device=device)
+        cls = torch.where(torch.rand(args.lpd_batch, device=device) < 0.1, k + c, labels[idx] + k)   # null class for CFG
+        loss_q = query_loss(model, codes[idx], cls, orders[torch.randint(len(orders), (args.lpd_batch,), device=device)],
                             offset, mask, k)
         loss = loss_ar + args.lpd_weight * loss_q
+        if views is not None:
+            idx = torch.randint(len(codes), (args.zipar_batch,), device=device)
+            cls = torch.where(torch.rand(args.zipar_batch, device=device) < 0.1, k + c, labels[idx] + k)
+            loss_z = zipar_loss(model, codes[idx], cls, views, k)
+            loss = loss + loss_z
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 25 == 0:
-            _log(f"lpd step {step}/{args.steps} raster {loss_ar.item():.4f} queries {loss_q.item():.4f} "
+            zipar = f" zipar {loss_z.item():.4f}" if views is not None else ""
+            _log(f"lpd step {step}/{args.steps} raster {loss_ar.item():.4f} queries {loss_q.item():.4f}{zipar} "
                  f"{time.time() - t0:.0f}s")
-        done = progress(step, args, t0) >= 1.0
+        done = step + 1 == args.steps or progress(step, args, t0) >= 1.0
         if done or (args.save_every and time.time() - last_save > 60 * args.save_every):
-            _save(model, meta, sizes, args, out, prev_steps + step + 1, t0, tok, mask, offset)
+            _save(model, meta, sizes, args, out, prev_steps + step + 1, t0, tok, mask, offset, views)
             model.train()
             last_save = time.time()
         if done:
@@ -140,43 +152,50 @@ def train_lpd_model(args) -> None:
 
 
 def _with_null(seqs: torch.Tensor, batch: int, null: int) -> torch.Tensor:
-    x = seqs[torch.randint(len(seqs), (batch,))].clone()
-    x[torch.rand(batch) < 0.1, 0] = null
+    x = seqs[torch.randint(len(seqs), (batch,), device=seqs.device)].clone()
+    x[torch.rand(batch, device=seqs.device) < 0.1, 0] = null
     return x
 
 
 @torch.no_grad()
-def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor) -> dict:
-    """Raster and query nats/code on 200 held-out images (fixed orders)."""
+def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor, views=None) -> dict:
+    """Raster, query (fixed orders) and, given ZipAR views, zipar nats/code on 200 held-out images."""
     from . import data as vdata
     from .prior import encode_split
     test, test_labels = vdata.make_split("test", 20)
-    codes = encode_split(tok, test).reshape(len(test), -1)
-    cls = torch.from_numpy(test_labels) + k
-    picked = orders[torch.arange(len(codes)) % len(orders)]
-    raster = query = 0.0
+    device = mask.device
+    codes = encode_split(tok, test).reshape(len(test), -1).to(device)
+    cls = torch.from_numpy(test_labels).to(device) + k
+    picked = orders[torch.arange(len(codes)) % len(orders)].to(device)
+    raster = query = zipar = 0.0
     for i in range(0, len(codes), 20):                     # chunks: (20, 4, 513, 513) attention at most
         part = slice(i, i + 20)
         raster += float(raster_loss(model, torch.cat([cls[part, None], codes[part]], 1), k)) * len(codes[part])
         query += float(query_loss(model, codes[part], cls[part], picked[part], offset, mask, k)) * len(codes[part])
-    return {"test_loss": raster / len(codes), "test_query_loss": query / len(codes)}
+        if views is not None:
+            zipar += float(zipar_loss(model, codes[part], cls[part], views, k)) * len(codes[part])
+    losses = {"test_loss": raster / len(codes), "test_query_loss": query / len(codes)}
+    return {**losses, "test_zipar_loss": zipar / len(codes)} if views is not None else losses
 
 
-def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset) -> None:
+def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset, views) -> None:
     import tempfile
     from .prior import PRIOR_FILE
     from .train import _log, _swap_in, _write_json
     model.eval()
     h, w = meta["grid"]
     test_orders, _ = order_pool(h, w, args.lpd_steps, 50, seed=12345)
-    losses = held_out_losses(model, tok, mask, offset, meta["codebook_size"], test_orders)
-    _log(f"held-out raster {losses['test_loss']:.4f}, queries {losses['test_query_loss']:.4f} nats/code")
+    losses = held_out_losses(model, tok, mask, offset, meta["codebook_size"], test_orders, views)
+    _log("held-out nats/code: " + ", ".join(f"{key} {v:.4f}" for key, v in losses.items()))
     meta = {**meta, "lpd": {"steps": args.lpd_steps, "group_sizes": sizes}}
+    if views is not None:
+        meta["zipar_views"] = {"window": args.zipar_window}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".prior-")
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.to("cpu").save_pretrained(tmp, safe_serialization=True)
+    model.to(mask.device)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)
     _write_json(os.path.join(tmp, "metrics.json"), {**losses, "steps": steps, "seconds": time.time() - t0,
-                                                    "objective": "raster + position queries"})
+                                                    "objective": "raster + position queries" + (" + zipar views" if views is not None else "")})
     _swap_in(tmp, out)
     _log(f"saved {out} ({steps} steps)")

@@ -71,7 +71,7 @@ class ImagePrior:
         try:
             with open(os.path.join(folder, PRIOR_FILE)) as f:
                 meta = json.load(f)
-            model = LlamaForCausalLM.from_pretrained(folder)
+            model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)   # stored fp32 or bf16
         except Exception as e:
             raise ValueError(f"cannot load the image prior from {folder}: {e}; "
                              "re-create it with `python -m vision.train prior`") from e
@@ -81,9 +81,10 @@ class ImagePrior:
 # ---------------------------------------------------------------- training
 
 def encode_split(tokenizer, images, batch: int = 100) -> torch.Tensor:
-    """(N, H, W, 3) uint8 -> (N, h, w) codes."""
+    """(N, H, W, 3) uint8 -> (N, h, w) codes (on the CPU, whatever device the tokenizer is on)."""
     from .data import to_tensor
-    out = [tokenizer.encode(to_tensor(images[i:i + batch])) for i in range(0, len(images), batch)]
+    device = next(tokenizer.vq.parameters()).device
+    out = [tokenizer.encode(to_tensor(images[i:i + batch]).to(device)).cpu() for i in range(0, len(images), batch)]
     return torch.cat(out)
 
 
@@ -104,11 +105,13 @@ def cached_codes(tokenizer, images, tokenizer_folder: str, per_class: int) -> to
 
 def train_prior_model(args) -> None:
     from . import data as vdata
-    from .train import WEIGHTS, _log, _lr, _swap_in, _write_json, progress
+    from .train import WEIGHTS, _log, _lr, _swap_in, _write_json, progress, training_device
     from .tokenizer import VQTokenizer
     import tempfile
     torch.manual_seed(args.seed)
+    device = training_device(args.device)
     tok = VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer"))
+    tok.vq.to(device)
     images, labels = vdata.make_split("train", args.per_class)
     t0 = time.time()
     codes = cached_codes(tok, images, os.path.join(WEIGHTS, "tokenizer"), args.per_class)   # (N, H, W)
@@ -120,22 +123,23 @@ def train_prior_model(args) -> None:
         from transformers import LlamaForCausalLM
         from .train import _previous_steps
         folder = os.path.join(WEIGHTS, "prior")
-        model = LlamaForCausalLM.from_pretrained(folder)
+        model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
         prev_steps = _previous_steps(folder)
         _log(f"resuming from {folder} ({prev_steps} steps)")
     else:
         model = build_prior(k, c, (h, w), hidden=args.hidden, layers=args.layers, heads=args.heads)
+    model.to(device)
     _log(f"prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     seqs = torch.cat([(labels[:, None] if torch.is_tensor(labels) else torch.from_numpy(labels)[:, None]) + k,
-                      codes.reshape(n, -1)], 1)              # (N, 1 + H*W)
+                      codes.reshape(n, -1)], 1).to(device)   # (N, 1 + H*W)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     model.train()
     t0 = time.time()
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = _lr(progress(step, args, t0), step, args.lr)
-        x = seqs[torch.randint(n, (args.batch,))].clone()
-        drop = torch.rand(args.batch) < 0.1                  # null class for classifier-free guidance
+        x = seqs[torch.randint(n, (args.batch,), device=device)].clone()
+        drop = torch.rand(args.batch, device=device) < 0.1                 # null class for classifier-free guidance
         x[drop, 0] = k + c
         logits = model(input_ids=x[:, :-1]).logits[..., :k]   # predict codes only
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, k), x[:, 1:].reshape(-1))
@@ -151,7 +155,7 @@ def train_prior_model(args) -> None:
     model.eval()
     test, test_labels = vdata.make_split("test", 20)
     tc = encode_split(tok, test)
-    ts = torch.cat([torch.from_numpy(test_labels)[:, None] + k, tc.reshape(len(tc), -1)], 1)
+    ts = torch.cat([torch.from_numpy(test_labels)[:, None] + k, tc.reshape(len(tc), -1)], 1).to(device)
     with torch.no_grad():
         tl = model(input_ids=ts[:, :-1]).logits[..., :k]
         test_loss = float(torch.nn.functional.cross_entropy(tl.reshape(-1, k), ts[:, 1:].reshape(-1)))
@@ -161,9 +165,9 @@ def train_prior_model(args) -> None:
     if getattr(args, "resume", False):      # a resumed prior keeps its LPD query tokens
         with open(os.path.join(WEIGHTS, "prior", PRIOR_FILE)) as f:
             old = json.load(f)
-        meta.update({key: old[key] for key in ("query_offset", "lpd", "sampling") if key in old})
+        meta.update({key: old[key] for key in ("query_offset", "lpd", "zipar_views", "sampling") if key in old})
     tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".prior-")
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.to("cpu").save_pretrained(tmp, safe_serialization=True)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)
     _write_json(os.path.join(tmp, "metrics.json"), {"test_loss": test_loss, "train_loss": float(loss.detach()),
                                                     "steps": prev_steps + step + 1,

@@ -51,6 +51,15 @@ def _lr(progress: float, step: int, base: float, warmup: int = 50) -> float:
     return base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def training_device(name: str) -> torch.device:
+    """The device to train on; a GPU gets TF32 matmuls (the weights stay fp32)."""
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda needs a CUDA GPU; use --device cpu")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return torch.device(name)
+
+
 def progress(step: int, args, t0: float) -> float:
     by_time = (time.time() - t0) / (60 * args.minutes) if args.minutes else 0.0
     return max(step / args.steps, by_time)
@@ -61,23 +70,25 @@ def progress(step: int, args, t0: float) -> float:
 def train_tokenizer(args) -> None:
     from .tokenizer import VQTokenizer, build_vq
     torch.manual_seed(args.seed)
+    device = training_device(args.device)
     images, _ = vdata.make_split("train", args.per_class)
-    x_all = vdata.to_tensor(images)
+    x_all = vdata.to_tensor(images).to(device)
     if args.resume:
         from diffusers import VQModel
         vq = VQModel.from_pretrained(os.path.join(WEIGHTS, "tokenizer"))
         _log("resuming from vision/weights/tokenizer")
     else:
         vq = build_vq(num_vq_embeddings=args.codebook)
+    vq.to(device)
     opt = torch.optim.Adam(vq.parameters(), lr=args.lr)
-    usage = torch.zeros(vq.config.num_vq_embeddings)
+    usage = torch.zeros(vq.config.num_vq_embeddings, device=device)
     prev_steps = _previous_steps(os.path.join(WEIGHTS, "tokenizer")) if args.resume else 0
     t0 = time.time()
     vq.train()
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = _lr(progress(step, args, t0), step, args.lr)
-        x = x_all[torch.randint(len(x_all), (args.batch,))]
+        x = x_all[torch.randint(len(x_all), (args.batch,), device=device)]
         h = vq.encode(x).latents
         zq, commit, (_, _, idx) = vq.quantize(h)
         rec = vq.decode(zq, force_not_quantize=True).sample
@@ -97,14 +108,14 @@ def train_tokenizer(args) -> None:
     vq.eval()
     tok = VQTokenizer(vq)
     test, _ = vdata.make_split("test", 20)
-    xt = vdata.to_tensor(test)
+    xt = vdata.to_tensor(test).to(device)
     with torch.no_grad():
         codes = tok.encode(xt)
         mse = float(((tok.decode(codes) - xt) ** 2).mean())
     used = int(torch.unique(codes).numel())
     _log(f"test reconstruction mse {mse:.5f} (in [-1,1] units), codes used {used}/{tok.codebook_size}")
     tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".tokenizer-")
-    vq.save_pretrained(tmp, safe_serialization=True)
+    vq.to("cpu").save_pretrained(tmp, safe_serialization=True)
     _write_json(os.path.join(tmp, "metrics.json"), {"test_mse": mse, "codes_used": used, "steps": step + 1 + prev_steps,
                                                     "train_images": len(images), "seconds": time.time() - t0})
     _swap_in(tmp, os.path.join(WEIGHTS, "tokenizer"))
@@ -116,7 +127,7 @@ def _restart_dead_codes(vq, usage: torch.Tensor, h: torch.Tensor) -> None:
     if not dead.numel():
         return
     vectors = h.permute(0, 2, 3, 1).reshape(-1, h.shape[1])
-    pick = vectors[torch.randint(len(vectors), (dead.numel(),))]
+    pick = vectors[torch.randint(len(vectors), (dead.numel(),), device=h.device)]
     with torch.no_grad():
         vq.quantize.embedding.weight[dead] = pick + 0.01 * torch.randn_like(pick)
     _log(f"restarted {dead.numel()} dead codes")
@@ -156,10 +167,14 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--resume", action="store_true", help="continue from the saved weights")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU")
     p.add_argument("--lpd-batch", type=int, default=8, help="lpd: position-query sequences per step")
     p.add_argument("--lpd-weight", type=float, default=1.0, help="lpd: weight of the query loss")
     p.add_argument("--lpd-steps", type=int, default=20, help="lpd: decoding steps the orders are drawn for")
     p.add_argument("--orders", type=int, default=500, help="lpd: locality-aware orders drawn up front")
+    p.add_argument("--zipar-batch", type=int, default=0,
+                   help="lpd: also train ZipAR's views (vision/zipar_views.py) on this many sequences per step")
+    p.add_argument("--zipar-window", type=int, default=3, help="lpd: the ZipAR window those views are for")
     p.add_argument("--init", default=None, help="lpd: prior folder to start from (default weights/prior)")
     p.add_argument("--out", default=None, help="lpd: folder to write (default weights/prior)")
     p.add_argument("--save-every", type=float, default=5.0, help="lpd: checkpoint every this many minutes")
