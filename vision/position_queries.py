@@ -195,7 +195,8 @@ def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset, views) ->
     model.to("cpu").save_pretrained(tmp, safe_serialization=True)
     model.to(mask.device)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)
+    objective = "raster + position queries" + (" + zipar views" if views is not None else "")
     _write_json(os.path.join(tmp, "metrics.json"), {**losses, "steps": steps, "seconds": time.time() - t0,
-                                                    "objective": "raster + position queries" + (" + zipar views" if views is not None else "")})
+                                                    "objective": objective})
     _swap_in(tmp, out)
     _log(f"saved {out} ({steps} steps)")

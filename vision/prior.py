@@ -71,7 +71,7 @@ class ImagePrior:
         try:
             with open(os.path.join(folder, PRIOR_FILE)) as f:
                 meta = json.load(f)
-            model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)   # stored fp32 or bf16
+            model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)   # fp32 whatever the file holds
         except Exception as e:
             raise ValueError(f"cannot load the image prior from {folder}: {e}; "
                              "re-create it with `python -m vision.train prior`") from e
@@ -139,7 +139,7 @@ def train_prior_model(args) -> None:
         for g in opt.param_groups:
             g["lr"] = _lr(progress(step, args, t0), step, args.lr)
         x = seqs[torch.randint(n, (args.batch,), device=device)].clone()
-        drop = torch.rand(args.batch, device=device) < 0.1                 # null class for classifier-free guidance
+        drop = torch.rand(args.batch, device=device) < 0.1    # null class for classifier-free guidance
         x[drop, 0] = k + c
         logits = model(input_ids=x[:, :-1]).logits[..., :k]   # predict codes only
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, k), x[:, 1:].reshape(-1))
