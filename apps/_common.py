@@ -176,13 +176,16 @@ def race(runs):
 
 
 def throttled(steps, every_s: float = 0.05):
-    """Yield after `steps` at most every `every_s` seconds, and always at the end."""
-    last = time.perf_counter()
+    """Yield after `steps` at most every `every_s` seconds, and at the end unless nothing stepped since
+    the last yield (a repeated final picture can leave the browser showing a broken image)."""
+    last, unseen = time.perf_counter(), False
     for _ in steps:
+        unseen = True
         if time.perf_counter() - last >= every_s:
             yield
-            last = time.perf_counter()
-    yield
+            last, unseen = time.perf_counter(), False
+    if unseen:
+        yield
 
 
 # -- pictures of when things were decided --------------------------------------------------------------

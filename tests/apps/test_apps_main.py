@@ -118,3 +118,11 @@ def test_longer_accepted_chunks_stand_out():
     assert len(ones) == 2                                       # single tokens alternate two greys
     shades = [chunk_colours(Chunk("a", n, 1, 0), 0)[0] for n in (2, 3, 5, 8, 20)]
     assert len(set(shades[:4])) == 4 and shades[4] == shades[3] and not ones & set(shades)
+
+
+def test_throttled_never_repeats_the_final_view():
+    """A repeated final update could leave the browser showing a broken picture (the Image tab)."""
+    from apps._common import throttled
+    assert len(list(throttled(iter(range(5)), every_s=3600))) == 1      # only the end
+    assert len(list(throttled(iter(range(3)), every_s=0))) == 3         # each step, no extra end
+    assert list(throttled(iter([]), every_s=0)) == []
