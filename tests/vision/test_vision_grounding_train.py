@@ -1,6 +1,8 @@
-"""Grounding training helpers: the hard-example share of the query draws, the block-objective mask."""
+"""Grounding training helpers: the hard-example share of the query draws, the block-objective mask,
+scenes rendered in worker processes."""
 import random
 
+import numpy as np
 import torch
 
 from vision.grounding import data
@@ -25,3 +27,10 @@ def test_train_mask_block_slots_see_the_past_and_each_other():
     assert torch.equal(m[:5, :5], torch.ones(5, 5, dtype=torch.bool).tril())
     assert m[5:8, :3].all() and not m[5:8, 3:5].any() and m[5:8, 5:8].all()
     assert not m[:5, 5:].any() and m[8, 8] and m[8].sum() == 1
+
+
+def test_render_in_worker_processes_gives_the_same_scenes():
+    from vision.grounding.train import render
+    here, pooled = render("train", "obb", range(5, 25)), render("train", "obb", range(5, 25), workers=2)
+    assert all(np.array_equal(a.image, b.image) and a.objects == b.objects for a, b in zip(here, pooled))
+    assert len(pooled) == 20

@@ -98,8 +98,8 @@ class QueryTokenizer:
         return QueryTokenizer(tokenizer_file, seen)
 
 
-def default_config(num_query_tokens: int) -> dict:
-    return {"vocab_size": QUERY0 + num_query_tokens, "n_embd": 160, "n_layer": 3, "n_head": 5,
+def default_config(num_query_tokens: int, n_embd: int = 160, n_layer: int = 3, n_head: int = 5) -> dict:
+    return {"vocab_size": QUERY0 + num_query_tokens, "n_embd": n_embd, "n_layer": n_layer, "n_head": n_head,
             "n_positions": 64, "feature_dim": FEATURE_DIM, "cells": GRID_CELLS * GRID_CELLS,
             "image_size": IMAGE_SIZE, "grid": GRID, "coord0": COORD0, "query0": QUERY0,
             "tasks": {k: {"token": v[0], "block_size": v[1], "format": v[2]} for k, v in TASKS.items()},
@@ -160,11 +160,11 @@ class GroundingModel(nn.Module):
                             encoder_hidden_states=encoder_states, use_cache=False).logits
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
-        """Atomic: each file is written beside its final name, then renamed."""
+        """Atomic: each file is written beside its final name, then renamed (CPU tensors, from any device)."""
         from safetensors.torch import save_file
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self.state_dict().items() if k != "decoder.lm_head.weight"}
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if k != "decoder.lm_head.weight"}
         tmp = folder / "model.safetensors.tmp"
         save_file(state, str(tmp))
         tmp.replace(folder / "model.safetensors")

@@ -1,19 +1,23 @@
 """Train the grounding model: `python -m vision.train grounding [--minutes 32] [--resume]`.
 
-1. Render the training scenes (vision.grounding.data, train split) and run the frozen MobileNetV2
-   over each once; the features are cached on disk (~/.cache/parasuite/grounding/), so a resumed
-   run skips this.
+1. Render the training scenes (vision.grounding.data, train split; `--workers` processes) and run
+   the frozen MobileNetV2 over each once (on `--device`); the features are cached on disk
+   (~/.cache/parasuite/grounding/, or $PARASUITE_CACHE/grounding/), so a resumed run skips this.
 2. Each step draws fresh referring expressions over random cached scenes and scores, in one
    forward, two streams of each answer (`train_mask`): the clean causal stream (AR loss, next slot)
    and the block stream (every box block's later slots masked, bidirectional inside the block,
    causal across blocks: the parallel-box loss). Coordinate targets are softened with a Gaussian
    over neighbouring grid values (half the mass; the argmax stays the true value).
 3. Checkpoints every 200 steps (atomic); the held-out split is never trained on.
+
+On a GPU (`--device cuda`, recipe in vision/grounding/train_gpu.sh) the batches are drawn by
+`--workers` processes beside the training loop; the saved weights are CPU tensors either way.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import random
 import sys
@@ -27,9 +31,19 @@ import torch.nn.functional as F
 from . import data
 from .model import (COORD0, GRID, MASK, PAD, TASKS, GroundingModel, QueryTokenizer, answer_tokens,
                     default_config, feature_encoder, prompt_tokens)
+from ..train import training_device
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "weights" / "grounding"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite" / "grounding"
+
+
+def _cache_root() -> Path:
+    """$PARASUITE_CACHE, else $XDG_CACHE_HOME/parasuite, else ~/.cache/parasuite."""
+    if os.environ.get("PARASUITE_CACHE"):
+        return Path(os.environ["PARASUITE_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite"
+
+
+CACHE = _cache_root() / "grounding"
 SIGMA = 5.0          # Gaussian target width, grid units
 SOFT = 0.5           # share of the coordinate target spread over neighbours
 
@@ -39,22 +53,30 @@ def tokenizer_source() -> Path:
     shipped = DEFAULT_OUT / "tokenizer.json"
     if shipped.is_file():
         return shipped
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite" / "smollm2-135m-instruct" / "tokenizer.json"
+    cache = _cache_root() / "smollm2-135m-instruct" / "tokenizer.json"
     if cache.is_file():
         return cache
     raise RuntimeError("SmolLM2's tokenizer is needed: run `python -m text --help` once (it converts the "
                        "embedded SmolLM2 into ~/.cache/parasuite) or keep vision/weights/grounding/tokenizer.json")
 
 
-def encode_scenes(scenes, batch: int = 64, progress: bool = True) -> torch.Tensor:
-    """(N, S, FEATURE_DIM) float16 frozen features."""
+def encode_scenes(scenes, batch: int = 64, progress: bool = True, device: str = "cpu") -> torch.Tensor:
+    """(N, S, FEATURE_DIM) float16 frozen features (on the CPU), computed on `device`."""
     from tqdm import tqdm
-    enc = feature_encoder()
+    enc = feature_encoder().to(device)
     out = []
     for lo in tqdm(range(0, len(scenes), batch), desc="features", disable=not progress, file=sys.stderr):
         imgs = torch.from_numpy(np.stack([s.image for s in scenes[lo:lo + batch]]))
-        out.append(enc(imgs).half())
+        out.append(enc(imgs.to(device)).half().cpu())
     return torch.cat(out)
+
+
+def render(split: str, task: str, indices, workers: int = 0) -> list:
+    """data.scene(split, i, task) for each index, in `workers` processes when workers > 1."""
+    if workers <= 1:
+        return [data.scene(split, i, task) for i in indices]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.starmap(data.scene, [(split, i, task) for i in indices], chunksize=50)
 
 
 CHUNK = 1000         # scenes per cached feature file
@@ -64,12 +86,15 @@ def _chunk_path(split: str, task: str, k: int) -> Path:
     return CACHE / f"features-v2-{split}-{task}-chunk{k:03d}-{CHUNK}.pt"
 
 
-def cache_chunk(split: str, task: str, k: int, progress: bool = True) -> torch.Tensor:
-    """Features of scenes k*CHUNK .. (k+1)*CHUNK-1 of a split, cached on disk (atomic write)."""
+def cache_chunk(split: str, task: str, k: int, progress: bool = True, device: str = "cpu", workers: int = 0,
+                scenes=()) -> torch.Tensor:
+    """Features of scenes k*CHUNK .. (k+1)*CHUNK-1 of a split, cached on disk (atomic write).
+    `scenes`: the chunk's first scenes where the caller has rendered them already."""
     path = _chunk_path(split, task, k)
     if path.is_file():
         return torch.load(path)
-    feats = encode_scenes([data.scene(split, i, task) for i in range(k * CHUNK, (k + 1) * CHUNK)], progress=progress)
+    scenes = list(scenes) + render(split, task, range(k * CHUNK + len(scenes), (k + 1) * CHUNK), workers)
+    feats = encode_scenes(scenes, batch=64 if str(device) == "cpu" else 1000, progress=progress, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save(feats, tmp)
@@ -77,13 +102,14 @@ def cache_chunk(split: str, task: str, k: int, progress: bool = True) -> torch.T
     return feats
 
 
-def cached_split(split: str, task: str, n: int):
-    """(scenes, features) for scenes 0..n-1 of a split, features cached on disk in chunks of
-    CHUNK scenes (so runs of different sizes share them, and `--cache-only` jobs can fill them in
-    parallel)."""
-    scenes = [data.scene(split, i, task) for i in range(n)]
-    feats = torch.cat([cache_chunk(split, task, k) for k in range(-(-n // CHUNK))])[:n]
-    return scenes, feats
+def cached_split(split: str, task: str, n: int, device: str = "cpu", workers: int = 0):
+    """(scenes, features on `device`) for scenes 0..n-1 of a split, features cached on disk in
+    chunks of CHUNK scenes (so runs of different sizes share them, and `--cache-only` jobs can fill
+    them in parallel)."""
+    scenes = render(split, task, range(n), workers)
+    feats = torch.cat([cache_chunk(split, task, k, device=device, workers=workers,
+                                   scenes=scenes[k * CHUNK:(k + 1) * CHUNK]) for k in range(-(-n // CHUNK))])[:n]
+    return scenes, feats.to(device)
 
 
 def train_mask(n_clean: int, blocks: list[int], block: int, n: int) -> torch.Tensor:
@@ -184,9 +210,28 @@ def sample_examples(pools, n: int, rng: random.Random, obb_share: float, hard_sh
     return out
 
 
-def gather(pools, draws, tok):
+def gather(pools, draws, tok, batch=None):
+    """(features, batch on the features' device) of the draws; `batch`: their make_batch, if made."""
     feats = torch.stack([pools[t][1][i] for t, i, _ in draws])
-    return feats, make_batch([(t, q.text, q.targets) for t, _, q in draws], tok)
+    if batch is None:
+        batch = make_batch([(t, q.text, q.targets) for t, _, q in draws], tok)
+    return feats, tuple(x.to(feats.device) for x in batch)
+
+
+class Draws(torch.utils.data.IterableDataset):
+    """Endless (draws, make_batch) pairs from `--workers` DataLoader processes, each with its own
+    seeded stream; the features are gathered in the training process."""
+
+    def __init__(self, pools, tok, args):
+        self.pools = {t: (scenes, None) for t, (scenes, _) in pools.items()}
+        self.tok, self.args = tok, args
+
+    def __iter__(self):
+        a = self.args
+        rng = random.Random(a.seed * 1000 + 1 + torch.utils.data.get_worker_info().id)
+        while True:
+            draws = sample_examples(self.pools, a.batch, rng, a.obb_share, a.hard_share)
+            yield draws, make_batch([(t, q.text, q.targets) for t, _, q in draws], self.tok)
 
 
 def main(argv=None) -> int:
@@ -201,7 +246,13 @@ def main(argv=None) -> int:
                     help="share of draws redrawn towards several matches or no match (see sample_examples)")
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--width", type=int, default=160, help="decoder width (a new model)")
+    ap.add_argument("--layers", type=int, default=3, help="decoder layers (a new model)")
+    ap.add_argument("--heads", type=int, default=5, help="decoder attention heads (a new model)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="processes rendering scenes and drawing batches (0: all in the training process)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", action="store_true", help="continue from --out (steps and time add up)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
@@ -213,6 +264,11 @@ def main(argv=None) -> int:
         print("error: --minutes, --batch and --scenes must be positive", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    try:
+        device = training_device(args.device)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.cache_only:
         me, n_jobs = (int(v) for v in args.cache_only.split("/"))
         need = [("train", "aabb", k) for k in range(-(-args.scenes // CHUNK))]
@@ -220,7 +276,7 @@ def main(argv=None) -> int:
         need += [("test", "aabb", 0), ("test", "obb", 0)]
         for j, (split, task, k) in enumerate(need):
             if j % n_jobs == me:
-                cache_chunk(split, task, k, progress=False)
+                cache_chunk(split, task, k, progress=False, device=device, workers=args.workers)
                 print(f"cached {split} {task} chunk {k}", flush=True)
         return 0
     torch.manual_seed(args.seed)
@@ -229,8 +285,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     src = tokenizer_source()
     tok = QueryTokenizer.build(src, data.all_query_texts())
-    pools = {"aabb": cached_split("train", "aabb", args.scenes), "obb": cached_split("train", "obb", args.obb_scenes)}
-    val_pools = {"aabb": cached_split("test", "aabb", 200), "obb": cached_split("test", "obb", 100)}
+    split = dict(device=device, workers=args.workers)
+    pools = {"aabb": cached_split("train", "aabb", args.scenes, **split),
+             "obb": cached_split("train", "obb", args.obb_scenes, **split)}
+    val_pools = {"aabb": cached_split("test", "aabb", 200, **split), "obb": cached_split("test", "obb", 100, **split)}
     print(f"features ready in {time.time() - t_start:.0f}s", flush=True)
     done_steps, done_min = 0, 0.0
     if args.resume and (out / "config.json").is_file():
@@ -239,7 +297,7 @@ def main(argv=None) -> int:
         done_steps, done_min = model.cfg.get("train_steps", 0), model.cfg.get("train_minutes", 0.0)
         print(f"resuming from {out} at step {done_steps}", flush=True)
     else:
-        cfg = default_config(len(tok.bpe_ids))
+        cfg = default_config(len(tok.bpe_ids), args.width, args.layers, args.heads)
         cfg["query_bpe_ids"] = tok.bpe_ids
         model = GroundingModel(cfg)
         out.mkdir(parents=True, exist_ok=True)
@@ -247,11 +305,14 @@ def main(argv=None) -> int:
             tmp = out / "tokenizer.json.tmp"
             tmp.write_bytes(src.read_bytes())
             tmp.replace(out / "tokenizer.json")
+    model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     print(f"{sum(p.numel() for p in trainable) / 1e6:.2f} M trainable parameters", flush=True)
     opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
     vrng = random.Random(1)
     val = gather(val_pools, sample_examples(val_pools, 192, vrng, args.obb_share), tok)
+    batches = iter(torch.utils.data.DataLoader(Draws(pools, tok, args), batch_size=None, num_workers=args.workers,
+                                               multiprocessing_context="fork", prefetch_factor=4)) if args.workers else None
     budget, t0, step = args.minutes * 60, time.time(), done_steps
     total_min = done_min + args.minutes
 
@@ -264,7 +325,11 @@ def main(argv=None) -> int:
         lr = args.lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr
-        feats, batch = gather(pools, sample_examples(pools, args.batch, rng, args.obb_share, args.hard_share), tok)
+        if batches is None:
+            feats, batch = gather(pools, sample_examples(pools, args.batch, rng, args.obb_share, args.hard_share), tok)
+        else:
+            draws, made = next(batches)
+            feats, batch = gather(pools, draws, tok, made)
         model.train()
         causal, block = losses(model, feats, batch)
         opt.zero_grad()
