@@ -4,6 +4,7 @@
     python -m speech.bench --tts 4 --asr 40      # smaller
     python -m speech.bench --json bench.json     # also write the numbers
     python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
+    python -m speech.bench --asr 0 --tts-weights /tmp/tts_run   # TTS rows only, of a new frame model
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
 local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
@@ -139,6 +140,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--asr-weights", default=None,
                         help="recogniser folder to bench (default speech/weights/asr), e.g. a new training run")
+    parser.add_argument("--tts-weights", default=None,
+                        help="frame TTS folder to bench (default speech/weights/tts), e.g. a new training run; "
+                        "the codec and tts_flat stay the shipped ones")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import speech
@@ -152,7 +156,7 @@ def main(argv=None) -> int:
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
-        tts = speech.load_tts()
+        tts = speech.load_tts(frame=args.tts_weights)
         decoders = list(tts.decoders)
         held_texts = {it["text"] for it in data.load_split("heldout")}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]

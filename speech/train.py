@@ -133,6 +133,8 @@ def main(argv=None) -> int:
     parser.add_argument("--extra", action="store_true", help="asr: also train on the `extra` split's voices")
     parser.add_argument("--steps", type=int, default=None, help="asr: stop after this many steps (lr schedule "
                         "by steps) instead of --minutes: load-independent short comparisons")
+    parser.add_argument("--delay-share", type=float, default=1 / 3,
+                        help="tts: fraction of frame-model examples in the DELAY layout (default 1/3)")
     parser.add_argument("--bf16", action="store_true", help="asr: bfloat16 autocast (fp32 weights)")
     parser.add_argument("--decoder-rows", type=int, default=16,
                         help="asr: rows of each batch of 16 that also train the attention decoder")
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
     else:
         from .tts_train import train_tts
         metrics = train_tts(args.minutes or 14, args.seed, flat=args.model == "tts-flat", resume=args.resume,
-                            lr=args.lr or 1e-3, out=args.out)
+                            lr=args.lr or 1e-3, out=args.out, delay_share=args.delay_share)
     print(json.dumps(metrics, indent=2))
     return 0
 

@@ -200,13 +200,14 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None) -> TTS:
-    """The embedded codec and TTS models (speech/weights), offline."""
+def load_tts(folder=None, frame=None) -> TTS:
+    """The embedded codec and TTS models (speech/weights), offline. frame: another folder for the
+    frame model (`tts`), e.g. a new training run; the codec and tts_flat stay the embedded ones."""
     from .codec import WEIGHTS, Codec
     from .tts_model import TTSModel
     root = Path(folder) if folder else WEIGHTS
     flat = TTSModel.load(root / "tts_flat") if (root / "tts_flat" / "model.safetensors").exists() else None
-    return TTS(TTSModel.load(root / "tts"), Codec.load(root / "codec"), flat)
+    return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"), flat)
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:

@@ -111,10 +111,11 @@ def _pad_rows(x: torch.Tensor, n: int, value: int) -> torch.Tensor:
 
 
 def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = False, lr: float = 1e-3,
-              out=None, save_every_min: float = 5.0) -> dict:
+              out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3) -> dict:
     """Train the frame model (all heads + duration predictor) or the flat model for `minutes` of
     wall clock; checkpoints go to `out` (default speech/weights/tts or tts_flat) every
-    `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up)."""
+    `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
+    delay_share: the fraction of frame-model examples drawn in the DELAY layout (else parallel)."""
     from .train import _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -142,7 +143,7 @@ def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = 
     model.train()
     while time.time() - t0 < budget:
         idx = rng.choice(batches)
-        losses = _losses(model, idx, codes, tables, ids, durs, rng)
+        losses = _losses(model, idx, codes, tables, ids, durs, rng, delay_share=delay_share)
         loss = sum(losses.values())
         frac = (time.time() - t0) / budget
         for g in opt.param_groups:
@@ -179,8 +180,9 @@ def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = 
     return metrics
 
 
-def _losses(model, idx, codes, tables, ids, durs, rng, delay=None) -> dict:
-    """The model's training losses on utterances idx (delay: force the frame layout, else drawn)."""
+def _losses(model, idx, codes, tables, ids, durs, rng, delay=None, delay_share=1 / 3) -> dict:
+    """The model's training losses on utterances idx (delay: force the frame layout, else drawn:
+    DELAY with probability delay_share)."""
     cfg = model.config
     tabs = [tables[i] for i in idx]
     if cfg.layout == "flat":
@@ -188,7 +190,7 @@ def _losses(model, idx, codes, tables, ids, durs, rng, delay=None) -> dict:
         return {"flat": ce(model(tok, cond, positions, mask), tgt)}
     examples = []
     for i in idx:
-        d = (rng.random() < 1 / 3) if delay is None else delay
+        d = (rng.random() < delay_share) if delay is None else delay
         examples.append(frame_example(cfg, codes[i], d) + (d,))
     out = heads_losses(model, examples, tabs, rng)
     p = max(len(ids[i]) for i in idx)
