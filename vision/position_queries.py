@@ -180,7 +180,7 @@ def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor,
 
 def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset, views) -> None:
     import tempfile
-    from .prior import PRIOR_FILE
+    from .prior import PRIOR_FILE, save_prior
     from .train import _log, _swap_in, _write_json
     model.eval()
     h, w = meta["grid"]
@@ -192,7 +192,7 @@ def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset, views) ->
         meta["zipar_views"] = {"window": args.zipar_window}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".prior-")
-    model.to("cpu").save_pretrained(tmp, safe_serialization=True)
+    save_prior(model, tmp)
     model.to(mask.device)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)
     objective = "raster + position queries" + (" + zipar views" if views is not None else "")

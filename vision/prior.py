@@ -16,6 +16,8 @@ import torch
 from suite import AdapterConfig, HFCausalLM, KVCache
 
 PRIOR_FILE = "image_prior.json"
+SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
+SHARD_INDEX = "model.safetensors.index.json"   # present when the weights span several files
 SAMPLING = {"guidance_scale": 2.0, "temperature": 0.7, "top_k": 16}   # shipped defaults (guidance swept on class accuracy)
 
 
@@ -67,7 +69,9 @@ class ImagePrior:
     def load(cls, folder: str) -> "ImagePrior":
         from transformers import LlamaForCausalLM
         from .tokenizer import _require_files
-        _require_files(folder, ("config.json", "model.safetensors", PRIOR_FILE), "python -m vision.train prior")
+        sharded = os.path.isfile(os.path.join(folder, SHARD_INDEX))
+        _require_files(folder, ("config.json", SHARD_INDEX if sharded else "model.safetensors", PRIOR_FILE),
+                       "python -m vision.train prior")
         try:
             with open(os.path.join(folder, PRIOR_FILE)) as f:
                 meta = json.load(f)
@@ -79,6 +83,11 @@ class ImagePrior:
 
 
 # ---------------------------------------------------------------- training
+
+def save_prior(model, folder: str) -> None:
+    """The Llama's fp32 weights as safetensors shards of at most SHARD_SIZE (from any device)."""
+    model.to("cpu").save_pretrained(folder, safe_serialization=True, max_shard_size=SHARD_SIZE)
+
 
 def encode_split(tokenizer, images, batch: int = 100) -> torch.Tensor:
     """(N, H, W, 3) uint8 -> (N, h, w) codes (on the CPU, whatever device the tokenizer is on)."""
@@ -167,7 +176,7 @@ def train_prior_model(args) -> None:
             old = json.load(f)
         meta.update({key: old[key] for key in ("query_offset", "lpd", "zipar_views", "sampling") if key in old})
     tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".prior-")
-    model.to("cpu").save_pretrained(tmp, safe_serialization=True)
+    save_prior(model, tmp)
     _write_json(os.path.join(tmp, PRIOR_FILE), meta)
     _write_json(os.path.join(tmp, "metrics.json"), {"test_loss": test_loss, "train_loss": float(loss.detach()),
                                                     "steps": prev_steps + step + 1,
