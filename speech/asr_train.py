@@ -134,8 +134,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
             enc, log_probs, enc_len = model.encode(mel, lengths)
             ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.cat([torch.tensor(t) for t in tgt]), enc_len,
                              torch.tensor([len(t) for t in tgt]), blank=0, zero_infinity=True)
-            rows = decoder_rows
-            loss = ctc + 0.5 * attention_loss(model, enc[:rows], enc_len[:rows], tgt[:rows])
+            loss = ctc + 0.5 * attention_loss(model, enc[:decoder_rows], enc_len[:decoder_rows], tgt[:decoder_rows])
         _cosine_lr(opt, lr * min(1.0, (step + 1) / 150), progress())
         opt.zero_grad()
         loss.backward()

@@ -123,15 +123,11 @@ def train_lpd_model(args) -> None:
         for g in opt.param_groups:
             g["lr"] = _lr(progress(step, args, t0), step, args.lr)
         loss_ar = raster_loss(model, _with_null(torch.cat([labels[:, None] + k, codes], 1), args.batch, k + c), k)
-        idx = torch.randint(len(codes), (args.lpd_batch,), device=device)
-        cls = torch.where(torch.rand(args.lpd_batch, device=device) < 0.1, k + c, labels[idx] + k)   # null class for CFG
-        loss_q = query_loss(model, codes[idx], cls, orders[torch.randint(len(orders), (args.lpd_batch,), device=device)],
-                            offset, mask, k)
+        loss_q = query_loss(model, *_draw(codes, labels, args.lpd_batch, k, k + c),
+                            orders[torch.randint(len(orders), (args.lpd_batch,), device=device)], offset, mask, k)
         loss = loss_ar + args.lpd_weight * loss_q
         if views is not None:
-            idx = torch.randint(len(codes), (args.zipar_batch,), device=device)
-            cls = torch.where(torch.rand(args.zipar_batch, device=device) < 0.1, k + c, labels[idx] + k)
-            loss_z = zipar_loss(model, codes[idx], cls, views, k)
+            loss_z = zipar_loss(model, *_draw(codes, labels, args.zipar_batch, k, k + c), views, k)
             loss = loss + loss_z
         opt.zero_grad()
         loss.backward()
@@ -149,6 +145,12 @@ def train_lpd_model(args) -> None:
         if done:
             _log(f"time budget reached at step {step}")
             break
+
+
+def _draw(codes: torch.Tensor, labels: torch.Tensor, n: int, k: int, null: int):
+    """n random training images: their codes (n, H*W) and class tokens, the null class for 10 % (CFG)."""
+    idx = torch.randint(len(codes), (n,), device=codes.device)
+    return codes[idx], torch.where(torch.rand(n, device=codes.device) < 0.1, null, labels[idx] + k)
 
 
 def _with_null(seqs: torch.Tensor, batch: int, null: int) -> torch.Tensor:
