@@ -27,6 +27,24 @@ def decoder_options(name: str) -> dict[str, object]:
     return {f.name: f.default for f in dataclasses.fields(get_decoder_class(name))}
 
 
+def parse_option(item: str) -> tuple[str, object]:
+    """'window=3' -> ('window', 3): a CLI's decoder option, typed as bool, None, int, float or str."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"decoder option {item!r} is not KEY=VALUE: write e.g. window=3")
+    low = raw.lower()
+    if low in ("true", "false"):
+        return key, low == "true"
+    if low in ("none", "null"):
+        return key, None
+    for kind in (int, float):
+        try:
+            return key, kind(raw)
+        except ValueError:
+            pass
+    return key, raw
+
+
 def get_decoder_class(name: str) -> type:
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}; choose one of: {', '.join(sorted(DECODERS))}")

@@ -53,23 +53,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def parse_option(item: str) -> tuple[str, object]:
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise ValueError(f"--option {item!r} is not KEY=VALUE: write e.g. --option num_draft=6")
-    low = raw.lower()
-    if low in ("true", "false"):
-        return key, low == "true"
-    if low in ("none", "null"):
-        return key, None
-    for kind in (int, float):
-        try:
-            return key, kind(raw)
-        except ValueError:
-            pass
-    return key, raw
-
-
 def read_prompts(source: str) -> list[str]:
     if source == "-":
         lines = sys.stdin.read().splitlines()
@@ -87,7 +70,7 @@ def read_prompts(source: str) -> list[str]:
 def run(args: argparse.Namespace) -> None:
     import suite
 
-    options = dict(parse_option(o) for o in args.option)
+    options = dict(suite.parse_option(o) for o in args.option)
     suite.make_decoder(args.decoder, **options)   # bad options fail before the model loads
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")

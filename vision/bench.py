@@ -35,18 +35,9 @@ SAMPLING_KEYS = ("guidance_scale", "temperature", "top_k")   # a spec may overri
 
 def parse_spec(spec: str) -> tuple[str, dict]:
     """'zipar:window=2' -> ('zipar', {'window': 2}); 'lpd:temperature=0.5' sets that decoder's sampling."""
+    from suite import parse_option
     name, _, rest = spec.partition(":")
-    opts = dict(DEFAULT_DECODERS.get(name, {}))
-    for kv in filter(None, rest.split(",")):
-        k, _, v = kv.partition("=")
-        try:
-            opts[k] = int(v)
-        except ValueError:
-            try:
-                opts[k] = float(v)
-            except ValueError:
-                opts[k] = v
-    return name, opts
+    return name, {**DEFAULT_DECODERS.get(name, {}), **dict(parse_option(kv) for kv in filter(None, rest.split(",")))}
 
 
 def run(pipe, specs, labels, seeds, guidance, temperature, top_k, progress=True):
@@ -125,6 +116,8 @@ def main(argv=None) -> int:
     p.add_argument("--decoders", nargs="+", default=None,
                    help="decoder specs, e.g. ar sjd:window=8 zipar:window=2 (ar first is the baseline)")
     p.add_argument("--seeds", type=int, default=2, help="seeds per label (one batch of all labels each)")
+    p.add_argument("--first-seed", type=int, default=0, help="seeds run from here (a fresh range checks a choice "
+                                                               "made on another)")
     p.add_argument("--labels", nargs="+", default=None, help="class names or ids (default: every class)")
     p.add_argument("--guidance-scale", type=float, default=None)
     p.add_argument("--temperature", type=float, default=None)
@@ -168,7 +161,8 @@ def _main(args) -> int:
         fd_net = mobilenet_features_model()
         test, _ = make_split("test", 50)
         ref = mobilenet_features(fd_net, test)
-    rows = run(pipe, specs, labels, list(range(args.seeds)), guidance, temperature, top_k)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    rows = run(pipe, specs, labels, seeds, guidance, temperature, top_k)
     results = score(rows, classifier, fd_net, ref)
     refs = references(pipe, classifier, fd_net, ref, per_class=len(rows[specs[0]]["images"]) // len(labels))
     header = (f"{len(labels)} labels x {args.seeds} seeds = {len(labels) * args.seeds} images per decoder, "

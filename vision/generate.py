@@ -23,20 +23,8 @@ import time
 
 
 def parse_options(pairs) -> dict:
-    out = {}
-    for kv in pairs or []:
-        if "=" not in kv:
-            raise ValueError(f"--option takes key=value, got {kv!r}")
-        k, v = kv.split("=", 1)
-        for cast in (int, float):
-            try:
-                out[k] = cast(v)
-                break
-            except ValueError:
-                continue
-        else:
-            out[k] = v
-    return out
+    from suite import parse_option
+    return dict(parse_option(kv) for kv in pairs or [])
 
 
 def build_parser() -> argparse.ArgumentParser:

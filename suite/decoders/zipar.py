@@ -7,6 +7,14 @@ tokens that precede it in raster order (a 4-D mask over cache and draft), never 
 The query that starts row r+1 sits at the slot of (r, W-1), which is not generated yet: as in the
 released LlamaGen code it holds a placeholder (the latest token of row r) whose K/V is dropped.
 
+Adaptive window (`adaptive=True`, the paper's v3 scheme with a rejection test analogous to
+speculative decoding): row r+1 becomes pending once row r has `window` tokens. Each forward draws
+a draft of its first token from q (the current context) and the next forward checks that draft
+against p, the prediction with one more token of row r: accepted with min(1, p/q), the row starts
+(the draft is its first token); rejected, a new draft is drawn from p. A row starts after at most
+`max_window` tokens above (default W). So rows start early where the row above no longer moves
+their first token, at a chance of 1 - TV(p, q) per check.
+
 Lossy: tokens of row r+1 are sampled before the end of row r exists, so the joint law differs
 from `ar` (window = W makes it exactly `ar`). The grid (H, W) comes from the adapter's
 `config.extra["grid"]`, after a prompt (the class-token prefix) of any length.
@@ -19,6 +27,7 @@ from typing import ClassVar
 
 import torch
 
+from ..acceptance import accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
 
@@ -87,6 +96,7 @@ class RowChain:
     source: int               # draft slot whose output predicts `cell`
     guess_slots: list[int]
     guesses: list[int]
+    pending: bool = False     # adaptive window: the row has not started; `guesses` is its first-token draft
 
 
 @dataclass
@@ -111,6 +121,8 @@ def slot_mask(slots: list[tuple[int, int, int]]) -> torch.Tensor:
 class ZipAR:
     window: int = 4
     grid: tuple[int, int] | None = None    # (H, W); None = read from the adapter's config.extra
+    adaptive: bool = False                 # rows start once their first token passes a rejection test
+    max_window: int | None = None          # adaptive: a row starts at the latest after this many above (None = W)
 
     name: ClassVar[str] = "zipar"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
@@ -123,12 +135,19 @@ class ZipAR:
             raise ValueError(f"{self.name} needs the image grid: decode through suite.generate or call .bind(model)")
         if self.window < 1:
             raise ValueError(f"{self.name} window must be >= 1, got {self.window}")
+        if self.max_window is not None and self.max_window < self.window:
+            raise ValueError(f"{self.name} max_window must be >= window ({self.window}), got {self.max_window}")
         h, w = self.grid
         if state.max_new_tokens != h * w:
             raise ValueError(f"{self.name} generates whole {h}x{w} grids: max_new_tokens must be {h * w}, "
                              f"got {state.max_new_tokens}")
         state.scratch["canvas"] = [RasterCanvas.empty(h, w, state.prompt_lengths[b]) for b in range(state.batch)]
         state.scratch["row_guesses"] = [{} for _ in range(state.batch)]   # row -> (guesses, q) (subclasses)
+
+    def pending(self, canvas: RasterCanvas, row: int) -> bool:
+        """Adaptive window: an active row that has not started and may still wait."""
+        longest = min(self.max_window or canvas.width, canvas.width)
+        return self.adaptive and row > 0 and canvas.row_len[row] == 0 and canvas.row_len[row - 1] < longest
 
     # ---- propose
 
@@ -167,10 +186,14 @@ class ZipAR:
             if source not in index:
                 slots.append((self._placeholder(canvas, prompt, cell), source, PLACEHOLDER))
                 index[source] = len(slots) - 1
-            guesses = self.guesses_for(state, b, canvas, r)
+            pending = self.pending(canvas, r)
+            if pending:
+                guesses = state.scratch["row_guesses"][b].get(r, ([], []))[0]
+            else:
+                guesses = self.guesses_for(state, b, canvas, r)
             guess_slots = list(range(len(slots), len(slots) + len(guesses)))
             slots += [(g, canvas.position(cell + i), r) for i, g in enumerate(guesses)]
-            chains.append(RowChain(r, cell, index[source], guess_slots, guesses))
+            chains.append(RowChain(r, cell, index[source], guess_slots, guesses, pending))
         return slots, chains, kept, n_prompt
 
     @staticmethod
@@ -184,6 +207,19 @@ class ZipAR:
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         """Tokens for the chain's cells from p (G+1, V), and how many guesses were accepted."""
         return [int(sample(p[0], state.generator))], 0
+
+    def start_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
+        """A pending row: check last step's first-token draft against p[0] (the prediction with
+        more of the row above); accepted, the row starts with it and samples its second token
+        from p[1]; otherwise (or with no draft yet) a new draft is drawn from p[0]."""
+        store = state.scratch["row_guesses"][b]
+        if chain.guesses:
+            (x,), (q,) = store.pop(chain.row)
+            verdict = accept_speculative(torch.tensor([x]), q[None], p, state.generator)
+            if verdict.num_accepted:                   # its bonus token is the row's second
+                return [x, verdict.next_token], 1
+        store[chain.row] = ([int(sample(p[0], state.generator))], [p[0]])
+        return [], 0
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: ZipMeta = draft.meta
@@ -199,7 +235,7 @@ class ZipAR:
                 canvas.cached[cell] = True
             for chain in meta.chains[b]:
                 p = logits_to_probs(logits[b, [chain.source] + chain.guess_slots], state.params)   # (G+1, V)
-                tokens, accepted = self.accept_row(state, b, chain, p)
+                tokens, accepted = (self.start_row if chain.pending else self.accept_row)(state, b, chain, p)
                 for i, tok in enumerate(tokens):
                     canvas.put(chain.cell + i, tok)
                 for i in range(accepted):              # accepted guesses keep their K/V

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from text.__main__ import main, parse_option
+from suite import parse_option
+from text.__main__ import main
 from text.generator import TextGenerator
 
 

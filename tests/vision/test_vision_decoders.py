@@ -77,6 +77,56 @@ def test_zipar_window_schedule_counts_forwards(prior):
         assert all(len(t) == h * w for t in out.new_tokens)
 
 
+def test_zipar_adaptive_without_room_to_wait_is_plain_zipar(prior):
+    """max_window = window leaves no row pending: the same tokens and forwards as fixed ZipAR."""
+    h, w = prior.grid
+    p = prompts(prior, [0, 1, 2])
+    plain = gen(prior, p, ZipAR(window=2), h * w, temperature=1.0, seed=5)
+    adaptive = gen(prior, p, ZipAR(window=2, adaptive=True, max_window=2), h * w, temperature=1.0, seed=5)
+    assert adaptive.new_tokens == plain.new_tokens
+    assert adaptive.stats.num_forwards == plain.stats.num_forwards
+
+
+class FirstColumnScripted:
+    """A greedy prior that predicts code 0 everywhere, except the first cell of rows below row 0
+    when `flip`: there the code flips with every forward, so no first-token draft is ever stable."""
+
+    def __init__(self, prior, flip):
+        self.prior, self.config, self.flip = prior, prior.config, flip
+        self.supports_custom_mask = self.supports_rollback = True
+        self.calls = 0
+
+    def new_cache(self, batch, max_len=None):
+        return self.prior.new_cache(batch, max_len)
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from=0):
+        self.prior(tokens, positions, cache, attention_mask, logits_from)      # keep the cache in step
+        self.calls += 1
+        cell = positions[:, logits_from:]                                        # slot at position s predicts cell s
+        width = self.config.extra["grid"][1]
+        first_below = (cell % width == 0) & (cell >= width)
+        code = torch.where(first_below & self.flip, torch.full_like(cell, self.calls % 2), torch.zeros_like(cell))
+        return torch.nn.functional.one_hot(code, self.config.vocab_size).float() * 10
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_zipar_adaptive_starts_rows_when_their_first_token_is_stable(flip):
+    """Stable first tokens pass their check at once: fixed window-2 forwards. Ever-changing ones
+    fail every check: each row waits for max_window cells above, as fixed window 4 would."""
+    prior = tiny_prior(grid=(4, 8))
+    h, w = prior.grid
+    out = gen(FirstColumnScripted(prior, flip), prompts(prior, [0, 1]), ZipAR(window=2, adaptive=True, max_window=4),
+              h * w)
+    assert out.stats.num_forwards == w + (h - 1) * (4 if flip else 2)
+    assert all(len(t) == h * w for t in out.new_tokens)
+
+
+def test_zipar_max_window_below_window_is_refused(prior):
+    h, w = prior.grid
+    with pytest.raises(ValueError, match="max_window must be >= window"):
+        gen(prior, prompts(prior, [0]), ZipAR(window=3, adaptive=True, max_window=2), h * w)
+
+
 def test_zipar_needs_a_grid():
     from tinymodels import tiny_model
     with pytest.raises(ValueError, match="grid"):
@@ -171,7 +221,8 @@ class RowScripted:
         return torch.nn.functional.one_hot(code, self.config.vocab_size).float() * 10
 
 
-@pytest.mark.parametrize("decoder", [ZipAR(window=2), "zipar_sjd"])
+@pytest.mark.parametrize("decoder", [ZipAR(window=2), ZipAR(window=2, adaptive=True), "zipar_sjd",
+                                     "zipar_sjd adaptive"])
 def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
     """ZipAR's locality rule: cell (r, c) is sampled only after row r-1 holds min(c + window, W)
     cells, so each token sees the cells above and right of it. zipar_sjd's in-row drafts must
@@ -180,8 +231,9 @@ def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
     prior = tiny_prior(grid=(4, 8))
     model = RowScripted(prior)
     h, w = prior.grid
-    dec = ZipARSJD(window=2, draft_len=6) if decoder == "zipar_sjd" else decoder
-    adapter, dec, state = suite.api.prepare(model, prompts(prior, [0, 1]), decoder=dec, max_new_tokens=h * w)
+    if isinstance(decoder, str):
+        decoder = ZipARSJD(window=2, draft_len=6, adaptive=decoder.endswith("adaptive"))
+    adapter, dec, state = suite.api.prepare(model, prompts(prior, [0, 1]), decoder=decoder, max_new_tokens=h * w)
     before = [[-1] * (h * w) for _ in range(2)]
     for _ in suite.decode_steps(adapter, dec, state):
         for b in range(2):
