@@ -90,6 +90,8 @@ def _typed(key: str, raw: str, default):
             return float(raw)
         except ValueError:
             raise ValueError(f"option {key} must be a number, got {raw!r}") from None
+    if default is None:                      # e.g. max_window: typed from the text itself
+        return suite.parse_option(f"{key}={raw}")[1]
     return None if low == "none" else raw
 
 

@@ -69,6 +69,8 @@ def test_text_decoder_choices_come_from_the_registry():
 def test_decoder_options_are_typed_by_their_defaults():
     assert parse_options("ngram", "max_ngram=3, adaptive=false  num_draft=6") == \
         {"max_ngram": 3, "adaptive": False, "num_draft": 6}
+    import vision.pipeline  # noqa: F401  (registers zipar)
+    assert parse_options("zipar", "adaptive=true max_window=5") == {"adaptive": True, "max_window": 5}
     assert parse_options("speculative", "draft=self:4") == {"draft": "self:4"}
     assert parse_options("jacobi", "") == {}
     with pytest.raises(ValueError, match="option window must be an integer, got 'big'"):
