@@ -96,7 +96,7 @@ class Encoder(nn.Module):
         x = self.subsample(normalise_features(mel, lengths))
         x = (x + self.pos_conv(x)).transpose(1, 2)
         out_len = (lengths + self.stride - 1) // self.stride
-        pad = torch.arange(x.shape[1])[None] >= out_len[:, None]
+        pad = torch.arange(x.shape[1], device=x.device)[None] >= out_len[:, None]
         if not self.convs:
             return self.norm(self.layers(x, src_key_padding_mask=pad)), out_len
         for layer, conv in zip(self.layers.layers, self.convs):
@@ -126,7 +126,7 @@ class Recogniser(nn.Module):
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file
         folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self.state_dict().items()}
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
         os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
         tmp = folder / "config.json.tmp"

@@ -42,14 +42,13 @@ def attention_loss(model: Recogniser, enc, enc_len, targets: list[list[int]]):
     prefix = model.bridge(enc)
     emb = model.decoder.get_input_embeddings()
     rows, labels = [], []
-    for b, tgt in enumerate(targets):
-        n = int(enc_len[b])
-        text_in = emb(torch.tensor([BOS] + tgt))
+    for b, (n, tgt) in enumerate(zip(enc_len.tolist(), targets)):    # one device sync, not one a row
+        text_in = emb(torch.tensor([BOS] + tgt, device=enc.device))
         rows.append(torch.cat([prefix[b, :n], text_in]))
-        labels.append(torch.tensor([-100] * n + tgt + [EOS]))
+        labels.append(torch.tensor([-100] * n + tgt + [EOS], device=enc.device))
     length = max(len(r) for r in rows)
     x = torch.stack([F.pad(r, (0, 0, 0, length - len(r))) for r in rows])
-    mask = torch.stack([torch.arange(length) < len(r) for r in rows]).long()
+    mask = torch.stack([torch.arange(length, device=enc.device) < len(r) for r in rows]).long()
     y = torch.stack([F.pad(lab, (0, length - len(lab)), value=-100) for lab in labels])
     logits = model.decoder(inputs_embeds=x, attention_mask=mask).logits.float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
@@ -63,7 +62,7 @@ def speed_perturb(audio, factor: float):
 def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3,
               speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0,
               config: dict | None = None, extra: bool = False, max_steps: int | None = None,
-              bf16: bool = False, decoder_rows: int = 16) -> dict:
+              bf16: bool = False, decoder_rows: int | None = None, batch: int = 16, device: str = "cpu") -> dict:
     """Train (or --resume) for `minutes` of wall clock on the `train` split (Piper + flite + espeak-ng,
     speech/data.py; with `extra`, also the `extra` split's voices) plus speed-perturbed copies of a
     quarter of it per factor and codec round trips of a twelfth; saves to `out` every
@@ -71,34 +70,41 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     `max_steps`: stop there instead (the lr schedule then follows steps, not the clock), so that
     short comparisons do not depend on the load of a shared machine. `bf16`: bfloat16 autocast
     (fp32 weights; about 20% faster a step on this CPU); `decoder_rows`: how many rows of each
-    batch of 16 also train the attention decoder (fewer: cheaper steps, CTC sees all 16)."""
+    batch of `batch` also train the attention decoder (default all; fewer: cheaper steps, CTC sees
+    all). `device`: cuda trains there (features, batches and model; speech/train_gpu.sh); the saved
+    weights are CPU tensors either way."""
     from .train import _cosine_lr, _progress
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda needs a CUDA GPU; use --device cpu")
+    decoder_rows = batch if decoder_rows is None else decoder_rows
     torch.manual_seed(seed)
     rng = random.Random(seed)
     data.complete_train_parts()
     base = data.load_split("train")
     items = base + (data.load_split("extra") if extra else [])
     with torch.no_grad():
-        mels = [features.log_mel(torch.from_numpy(it["audio"])) for it in items]
+        mels = [_log_mel(it["audio"], device) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
     for k, factor in enumerate(speeds):    # speed perturbation (Ko et al. 2015): new pitches and tempi
         subset = items[k::2 * len(speeds)] if speeds else []
         with torch.no_grad():
-            mels += [features.log_mel(torch.from_numpy(speed_perturb(it["audio"], factor))) for it in subset]
+            mels += [_log_mel(speed_perturb(it["audio"], factor), device) for it in subset]
         targets += [text_to_ids(it["text"]) for it in subset]
-    round_trips = codec_round_trips(base[::12])   # also hear Griffin-Lim codec audio (what TTS outputs)
+    round_trips = codec_round_trips(base[::12], device)   # also hear Griffin-Lim codec audio (what TTS outputs)
     mels += [m for m, _ in round_trips]
     targets += [t for _, t in round_trips]
     order = sorted(range(len(mels)), key=lambda i: mels[i].shape[1])
-    batches = [order[i:i + 16] for i in range(0, len(order), 16)]
+    batches = [order[i:i + batch] for i in range(0, len(order), batch)]
     out = Path(out) if out else WEIGHTS / "asr"
     source = out if (out / "model.safetensors").exists() else WEIGHTS / "asr"
     model = Recogniser.load(source) if resume else Recogniser(ASRConfig(**(config or {})))   # resume: continue
+    model.to(device)
     previous = json.loads((source / "metrics.json").read_text()) if resume else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     budget, t0, step = minutes * 60, time.time(), 0
-    print(f"asr: {len(mels)} training utterances ({len(items)} generated), {len(batches)} batches",
-          file=sys.stderr)
+    print(f"asr: {len(mels)} training utterances ({len(items)} generated), {len(batches)} batches, "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters on {device}", file=sys.stderr)
     bar = _progress(budget, "asr")
     last_save = t0
 
@@ -130,10 +136,10 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
         idx = rng.choice(batches)
         mel, lengths = batch_features([_augment(mels[i], rng) for i in idx])
         tgt = [targets[i] for i in idx]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            enc, log_probs, enc_len = model.encode(mel, lengths)
-            ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.cat([torch.tensor(t) for t in tgt]), enc_len,
-                             torch.tensor([len(t) for t in tgt]), blank=0, zero_infinity=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            enc, log_probs, enc_len = model.encode(mel.to(device), lengths.to(device))
+            ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.tensor(sum(tgt, []), device=device), enc_len,
+                             torch.tensor([len(t) for t in tgt], device=device), blank=0, zero_infinity=True)
             loss = ctc + 0.5 * attention_loss(model, enc[:decoder_rows], enc_len[:decoder_rows], tgt[:decoder_rows])
         _cosine_lr(opt, lr * min(1.0, (step + 1) / 150), progress())
         opt.zero_grad()
@@ -149,9 +155,14 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     return save(final=True)
 
 
+def _log_mel(audio, device: torch.device) -> torch.Tensor:
+    """(80, F) log-mel of 16 kHz numpy audio, computed on `device`, kept on the CPU."""
+    return features.log_mel(torch.from_numpy(audio).to(device)).cpu()
+
+
 @torch.no_grad()
-def codec_round_trips(items: list[dict]) -> list[tuple[torch.Tensor, list[int]]]:
-    """(log-mel, target) of items passed through our codec (skipped when no codec is trained)."""
+def codec_round_trips(items: list[dict], device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, list[int]]]:
+    """(log-mel, target) of items passed through our codec on `device` (skipped when no codec is trained)."""
     from tqdm import tqdm
     from .codec import WEIGHTS as CODEC_WEIGHTS, Codec
     weights = CODEC_WEIGHTS / "codec" / "model.safetensors"
@@ -162,11 +173,11 @@ def codec_round_trips(items: list[dict]) -> list[tuple[torch.Tensor, list[int]]]
     cached = data.cache_dir() / f"codec_round_trips-{key}.pt"    # Griffin-Lim is slow: compute once per codec
     if cached.exists():
         return torch.load(cached)
-    codec = Codec.load()
+    codec = Codec.load().to(device)
     out = []
     for it in tqdm(items, desc="codec round trips", file=sys.stderr):
-        audio = codec.decode(codec.encode(torch.from_numpy(it["audio"])[None]))[0]
-        out.append((features.log_mel(audio), text_to_ids(it["text"])))
+        audio = codec.decode(codec.encode(torch.from_numpy(it["audio"]).to(device)[None]))[0]
+        out.append((features.log_mel(audio).cpu(), text_to_ids(it["text"])))
     torch.save(out, cached.with_suffix(".tmp"))
     cached.with_suffix(".tmp").replace(cached)
     return out
@@ -191,9 +202,10 @@ def ctc_posteriors(model: Recogniser, items: list[dict]) -> list[torch.Tensor]:
     out = []
     for i in range(0, len(items), 16):
         chunk = items[i:i + 16]
-        mel, lengths = batch_features([features.log_mel(torch.from_numpy(it["audio"])) for it in chunk])
-        _, log_probs, enc_len = model.encode(mel, lengths)
-        out += [log_probs[b, :int(enc_len[b])] for b in range(len(chunk))]
+        device = next(model.parameters()).device
+        mel, lengths = batch_features([_log_mel(it["audio"], device) for it in chunk])
+        _, log_probs, enc_len = model.encode(mel.to(device), lengths.to(device))
+        out += [log_probs[b, :int(enc_len[b])].cpu() for b in range(len(chunk))]
     return out
 
 

@@ -18,6 +18,13 @@ Splits:
 - `heldout`: flite rms, a voice never used in `train`/`valid`, on 150 stdlib sentences never seen
   in training (the same 150 sentences and audio as before Piper was added).
 Everything is cached under ~/.cache/parasuite/speech (or $PARASUITE_CACHE/speech), never in the repo.
+
+Without Piper (`--no-piper`, for a machine without piper-tts and its voice, e.g. the GPU recipe
+speech/train_gpu.sh): every utterance whose draw would be Piper draws again until it is flite or
+espeak-ng (the other utterances keep their voices exactly), so `train` and `valid` become 2/3 flite,
+1/3 espeak-ng; cached apart, under speech-no-piper/. The sentence lists come from this Python's
+docstrings; $PARASUITE_SPEECH_SENTENCES names a JSON file of them (`--save-sentences`) for another
+Python, whose stdlib and packages would give other sentences.
 """
 from __future__ import annotations
 
@@ -53,11 +60,12 @@ ALPHABET = " 'abcdefghijklmnopqrstuvwxyz"     # transcripts are normalised to th
 PACKAGE_SOURCES = ("numpy", "scipy", "pandas", "sympy", "networkx", "skimage", "huggingface_hub", "pip",
                    "setuptools", "PIL", "gradio", "jinja2")     # extra docstring text (site-packages)
 NUM_HELDOUT, NUM_VALID, NUM_STDLIB_TRAIN = 150, 200, 2400
+PIPER = True         # False (`--no-piper`): no Piper voice in any split, cached under speech-no-piper/
 
 
 def cache_dir() -> Path:
     root = os.environ.get("PARASUITE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "parasuite")
-    path = Path(root) / "speech"
+    path = Path(root) / ("speech" if PIPER else "speech-no-piper")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -113,7 +121,11 @@ def _docstring_sentences(files, seen: set[str]) -> list[str]:
 @functools.lru_cache(maxsize=2)
 def sentence_splits(seed: int = 0) -> dict[str, list[str]]:
     """{'heldout', 'valid', 'train'} sentence lists, disjoint. `heldout` is the same 150 stdlib
-    sentences as in the first data set; `train` is the rest of the stdlib plus package docstrings."""
+    sentences as in the first data set; `train` is the rest of the stdlib plus package docstrings
+    ($PARASUITE_SPEECH_SENTENCES: read from that JSON file, written by `--save-sentences`)."""
+    if os.environ.get("PARASUITE_SPEECH_SENTENCES"):
+        import json
+        return json.loads(Path(os.environ["PARASUITE_SPEECH_SENTENCES"]).read_text())[str(seed)]
     std = stdlib_sentences(100000, seed)
     held = std[NUM_STDLIB_TRAIN:NUM_STDLIB_TRAIN + NUM_HELDOUT]
     valid = std[NUM_STDLIB_TRAIN + NUM_HELDOUT:NUM_STDLIB_TRAIN + NUM_HELDOUT + NUM_VALID]
@@ -199,8 +211,11 @@ SHIFTS = (0.86, 0.9, 0.94, 1.06, 1.1, 1.14)      # a small grid, so the resample
 
 
 def draw_voice(rng: random.Random) -> tuple[str, int, dict]:
-    """One training voice: (voice, espeak speed, params). 40% Piper, 40% flite, 20% espeak-ng."""
+    """One training voice: (voice, espeak speed, params). 40% Piper, 40% flite, 20% espeak-ng
+    (without PIPER, a Piper draw draws again: 2/3 flite, 1/3 espeak-ng)."""
     u = rng.random()
+    while u < 0.4 and not PIPER:
+        u = rng.random()
     if u < 0.4:
         params = {"length_scale": rng.uniform(0.8, 1.3), "noise_scale": rng.uniform(0.3, 0.9),
                   "noise_w": rng.uniform(0.5, 1.1)}
@@ -273,9 +288,10 @@ def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, num_ex
 
 
 def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int = 0, shards: int = 1,
-          splits=("train", "heldout", "valid", "tts")) -> Path:
+          splits=("train", "heldout", "valid", "tts"), workers: int = 1) -> Path:
     """Generate the missing `splits` (train in `shards` parts, this process making part `shard`; the
-    small splits are made by shard 0); returns the cache folder."""
+    small splits are made by shard 0) in `workers` processes (the same arrays as one process);
+    returns the cache folder."""
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
@@ -290,14 +306,25 @@ def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int 
             continue
         if split == "train":
             items = items[shard::shards]
-        audio, texts, voices, phones = [], [], [], []
-        for text, voice, speed, params in tqdm(items, desc=f"speech data {split}", file=sys.stderr):
-            audio.append(synthesize(text, voice, speed=speed, **params))
-            texts.append(text)
-            voices.append(voice + "".join(f" {k}={v:.3g}" for k, v in sorted(params.items())))
-            phones.append(phonemes(text))
-        save_split(path, audio, texts, voices, phones)
+        with _pool(workers) as pool:
+            rows = list(tqdm(pool.imap(_utterance, items, chunksize=4) if pool else map(_utterance, items),
+                             total=len(items), desc=f"speech data {split}", file=sys.stderr))
+        save_split(path, *zip(*rows))
     return folder
+
+
+def _pool(workers: int):
+    """A pool of `workers` forked processes (one torch thread each), or a no-op context for one."""
+    import contextlib
+    import multiprocessing
+    return multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
+
+
+def _utterance(job) -> tuple:
+    """(audio, text, voice description, phonemes) of one (text, voice, speed, params) job."""
+    text, voice, speed, params = job
+    return (synthesize(text, voice, speed=speed, **params), text,
+            voice + "".join(f" {k}={v:.3g}" for k, v in sorted(params.items())), phonemes(text))
 
 
 def save_split(path: Path, audio, texts, voices, phones) -> None:
@@ -344,5 +371,16 @@ if __name__ == "__main__":
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--num-train", type=int, default=6000)
     parser.add_argument("--splits", nargs="+", default=["train", "heldout", "valid", "tts"])
+    parser.add_argument("--workers", type=int, default=1, help="processes synthesising in parallel "
+                        "(the same arrays as one process)")
+    parser.add_argument("--no-piper", action="store_true", help="no Piper voice: its draws go to flite "
+                        "and espeak-ng; cached under speech-no-piper/ (see the top of speech/data.py)")
+    parser.add_argument("--save-sentences", default=None, metavar="FILE",
+                        help="only write the sentence splits (seed 0) as JSON, for $PARASUITE_SPEECH_SENTENCES")
     args = parser.parse_args()
-    print(build(args.num_train, shard=args.shard, shards=args.shards, splits=args.splits))
+    PIPER = not args.no_piper
+    if args.save_sentences:
+        import json
+        Path(args.save_sentences).write_text(json.dumps({"0": sentence_splits(0)}))
+    else:
+        print(build(args.num_train, shard=args.shard, shards=args.shards, splits=args.splits, workers=args.workers))

@@ -29,7 +29,7 @@ def _griffin_lim(n_iter: int = 32):
 
 def log_mel(audio: torch.Tensor) -> torch.Tensor:
     """(B, S) or (S,) float audio -> (B, 80, F) or (80, F) log-mel, F = S // 160 + 1."""
-    return torch.log(_mel()(audio) + 1e-5)
+    return torch.log(_mel().to(audio.device)(audio) + 1e-5)
 
 
 def log_magnitude(audio: torch.Tensor) -> torch.Tensor:
@@ -40,7 +40,7 @@ def log_magnitude(audio: torch.Tensor) -> torch.Tensor:
 
 def griffin_lim(log_mag: torch.Tensor) -> torch.Tensor:
     """(B, 257, F) or (257, F) log magnitude -> audio (B, (F-1)*160) via Griffin-Lim (32 iterations)."""
-    gl = _griffin_lim()
+    gl = _griffin_lim().to(log_mag.device)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(0)                       # Griffin-Lim starts from random phase: keep it repeatable
     audio = gl(log_mag.exp())

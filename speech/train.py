@@ -1,4 +1,4 @@
-"""Train the speech models on generated speech (see speech/data.py), CPU-only.
+"""Train the speech models on generated speech (see speech/data.py), on the CPU (asr: or a GPU).
 
     python -m speech.train codec --minutes 6     # RVQ codec      -> speech/weights/codec/
     python -m speech.train asr --minutes 15      # CTC + attention recogniser -> speech/weights/asr/
@@ -11,6 +11,7 @@
 
 Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
 machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).
+`asr --device cuda` trains the recogniser on a GPU (recipe: speech/train_gpu.sh).
 """
 from __future__ import annotations
 
@@ -136,10 +137,15 @@ def main(argv=None) -> int:
     parser.add_argument("--delay-share", type=float, default=1 / 3,
                         help="tts: fraction of frame-model examples in the DELAY layout (default 1/3)")
     parser.add_argument("--bf16", action="store_true", help="asr: bfloat16 autocast (fp32 weights)")
-    parser.add_argument("--decoder-rows", type=int, default=16,
-                        help="asr: rows of each batch of 16 that also train the attention decoder")
+    parser.add_argument("--decoder-rows", type=int, default=None,
+                        help="asr: rows of each batch that also train the attention decoder (default all)")
+    parser.add_argument("--batch", type=int, default=16, help="asr: utterances per step (default 16)")
+    parser.add_argument("--device", default="cpu", help="asr: cpu, or cuda to train on a GPU")
+    parser.add_argument("--no-piper", action="store_true",
+                        help="data without the Piper voice (speech/data.py --no-piper; cached apart)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    data.PIPER = not args.no_piper
     if args.model == "data":
         print(data.build())
         return 0
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
         metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
                             config=json.loads(args.asr_config) if args.asr_config else None,
                             extra=args.extra, max_steps=args.steps, bf16=args.bf16,
-                            decoder_rows=args.decoder_rows)
+                            decoder_rows=args.decoder_rows, batch=args.batch, device=args.device)
     elif args.model == "asr-lm":
         from .asr_train import train_char_lm
         metrics = train_char_lm(out=args.out)

@@ -95,3 +95,12 @@ def test_conformer_conv_module_ignores_batch_padding():
     pad = torch.arange(20)[None] >= 12
     assert torch.allclose(conv(padded, pad)[:, :12], conv(x, torch.zeros(1, 12, dtype=torch.bool)), atol=1e-5)
 
+
+
+def test_asr_training_on_cuda_without_a_gpu_is_a_clear_error():
+    import torch
+    from speech.asr_train import train_asr
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="needs a CUDA GPU"):
+        train_asr(0.01, device="cuda")
