@@ -87,12 +87,12 @@ def test_zipar_adaptive_without_room_to_wait_is_plain_zipar(prior):
     assert adaptive.stats.num_forwards == plain.stats.num_forwards
 
 
-class FirstColumnScripted:
-    """A greedy prior that predicts code 0 everywhere, except the first cell of rows below row 0
-    when `flip`: there the code flips with every forward, so no first-token draft is ever stable."""
+class ScriptedPrior:
+    """A greedy prior whose code for each predicted cell is `code(cell, width)` (the tiny prior runs
+    alongside only to keep the cache in step); `calls` counts the forwards."""
 
-    def __init__(self, prior, flip):
-        self.prior, self.config, self.flip = prior, prior.config, flip
+    def __init__(self, prior):
+        self.prior, self.config = prior, prior.config
         self.supports_custom_mask = self.supports_rollback = True
         self.calls = 0
 
@@ -100,13 +100,24 @@ class FirstColumnScripted:
         return self.prior.new_cache(batch, max_len)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from=0):
-        self.prior(tokens, positions, cache, attention_mask, logits_from)      # keep the cache in step
+        self.prior(tokens, positions, cache, attention_mask, logits_from)
         self.calls += 1
         cell = positions[:, logits_from:]                                        # slot at position s predicts cell s
-        width = self.config.extra["grid"][1]
-        first_below = (cell % width == 0) & (cell >= width)
-        code = torch.where(first_below & self.flip, torch.full_like(cell, self.calls % 2), torch.zeros_like(cell))
+        code = self.code(cell, self.config.extra["grid"][1])
         return torch.nn.functional.one_hot(code, self.config.vocab_size).float() * 10
+
+
+class FirstColumnScripted(ScriptedPrior):
+    """Code 0 everywhere, except the first cell of rows below row 0 when `flip`: there the code
+    flips with every forward, so no first-token draft is ever stable."""
+
+    def __init__(self, prior, flip):
+        super().__init__(prior)
+        self.flip = flip
+
+    def code(self, cell, width):
+        first_below = (cell % width == 0) & (cell >= width)
+        return torch.where(first_below & self.flip, torch.full_like(cell, self.calls % 2), torch.zeros_like(cell))
 
 
 @pytest.mark.parametrize("flip", [False, True])
@@ -199,26 +210,12 @@ def test_zipar_sjd_row_law_matches_ar_with_full_window():
     assert longest > 1
 
 
-class RowScripted:
-    """A prior whose greedy code for row-0 cells flips with the cell and with every forward (so
-    row-0 drafts fail) and is 0 below row 0 (so every draft passes): lower rows would outrun the
-    row above them."""
+class RowScripted(ScriptedPrior):
+    """Row-0 cells' code flips with the cell and with every forward (so row-0 drafts fail); 0 below
+    row 0 (so every draft passes): lower rows would outrun the row above them."""
 
-    def __init__(self, prior):
-        self.prior, self.config = prior, prior.config
-        self.supports_custom_mask = self.supports_rollback = True
-        self.calls = 0
-
-    def new_cache(self, batch, max_len=None):
-        return self.prior.new_cache(batch, max_len)
-
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from=0):
-        self.prior(tokens, positions, cache, attention_mask, logits_from)      # keep the cache in step
-        self.calls += 1
-        cell = positions[:, logits_from:]                                        # slot at position s predicts cell s
-        width = self.config.extra["grid"][1]
-        code = torch.where(cell < width, (cell + self.calls) % 2, torch.zeros_like(cell))
-        return torch.nn.functional.one_hot(code, self.config.vocab_size).float() * 10
+    def code(self, cell, width):
+        return torch.where(cell < width, (cell + self.calls) % 2, torch.zeros_like(cell))
 
 
 @pytest.mark.parametrize("decoder", [ZipAR(window=2), ZipAR(window=2, adaptive=True), "zipar_sjd",
