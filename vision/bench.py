@@ -87,11 +87,18 @@ def score(rows, classifier, fd_net, reference_feats):
                  "wall_s": r["wall"], "forward_ratio": float(base_per_image / per_image),
                  "wall_speedup": base["wall"] / max(r["wall"], 1e-9),
                  "forward_reduction": float(1 - per_image / base_per_image),
-                 "class_accuracy": class_accuracy(classifier, r["images"], r["labels"]) if classifier else None}
+                 "class_accuracy": class_accuracy(classifier, r["images"], r["labels"]) if classifier else None,
+                 "images": len(r["images"])}
         entry["frechet"] = (frechet_distance(mobilenet_features(fd_net, r["images"]), reference_feats)
                             if fd_net is not None else None)
         out.append(entry)
     return out
+
+
+def standard_error(entry) -> float:
+    """The class accuracy's binomial standard error: on 100 images a 96% is give or take 2 points."""
+    a = entry["class_accuracy"]
+    return float(np.sqrt(a * (1 - a) / max(entry["images"], 1)))
 
 
 def table(results, header: str) -> str:
@@ -99,7 +106,7 @@ def table(results, header: str) -> str:
              "| decoder | forwards/image | batch forwards | tok/forward | fewer forwards | wall s | wall speedup | class acc | FD |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for e in results:
-        acc = "-" if e["class_accuracy"] is None else f"{100 * e['class_accuracy']:.1f}%"
+        acc = "-" if e["class_accuracy"] is None else f"{100 * e['class_accuracy']:.1f}% ±{100 * standard_error(e):.1f}"
         fd = "-" if e["frechet"] is None else f"{e['frechet']:.1f}"
         lines.append(f"| {e['decoder']} | {e['forwards_per_image']:.1f} | {e['forwards']} | {e['tokens_per_forward']:.2f} | "
                      f"{100 * e['forward_reduction']:.0f}% ({e['forward_ratio']:.2f}x) | {e['wall_s']:.1f} | "
@@ -170,7 +177,8 @@ def _main(args) -> int:
               f"top_k {top_k}, {torch_threads()} CPU thread(s). forwards/image: forwards until the image was done "
               "(ragged batches advance each image by its own accepted length); batch forwards: summed over "
               "the seeds' batches (the slowest image of each batch decides); tok/forward per image; wall "
-              "time for the whole batches; FD vs 500 held-out images (real-vs-real floor printed below)")
+              "time for the whole batches; class acc ± its binomial standard error; FD vs 500 held-out images "
+              "(real-vs-real floor printed below)")
     print(table(results, header))
     print()
     print("References (same metrics, same image count): " + "; ".join(
