@@ -55,6 +55,14 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return probs
 
 
+def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(..., V) logits -> (...) tokens: `sample(logits_to_probs(logits, params), generator)`, with
+    greedy taking the argmax directly (what sampling its one-hot returns) and spending no uniforms."""
+    if params.greedy:
+        return logits.argmax(-1)
+    return sample(logits_to_probs(logits, params), generator)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one index per row of (..., V) probabilities -> (...) long."""
     flat = probs.reshape(-1, probs.shape[-1])

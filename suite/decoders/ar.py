@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs, sample
+from ..sampling import draw
 from ._chain import chain_acceptance, chain_draft, last_chain_logits
 
 
@@ -27,6 +27,6 @@ class AR:
         committed = [[] for _ in range(state.batch)]
         if live:
             last = last_chain_logits(draft, logits, live)                                 # (R, V)
-            for b, token in zip(live, sample(logits_to_probs(last, state.params), state.generator).tolist()):
+            for b, token in zip(live, draw(last, state.params, state.generator).tolist()):
                 committed[b] = [token]
         return chain_acceptance(draft, committed, [0] * state.batch)

@@ -67,10 +67,8 @@ def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[in
 def block_mask(num_clean: int, num_noisy: int) -> torch.Tensor:
     """(N, N) bool, N = num_clean + num_noisy: causal among clean slots, noisy slots see all clean
     slots and all noisy slots, clean slots never see noisy ones."""
-    n = num_clean + num_noisy
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    mask[:num_clean, :num_clean] = torch.ones(num_clean, num_clean, dtype=torch.bool).tril()
-    mask[num_clean:, :] = True
+    mask = torch.ones(num_clean + num_noisy, num_clean + num_noisy, dtype=torch.bool).tril()
+    mask[num_clean:] = True
     return mask
 
 

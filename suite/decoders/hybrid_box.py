@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..acceptance import accept_speculative
+from ..acceptance import Verdict, accept_speculative
 from ..loop import Acceptance, DecodeState, Draft
-from ..sampling import logits_to_probs
-from .block_diffusion import block_draft, choose, keep_clean, row_logits
+from ..sampling import draw, logits_to_probs
+from .block_diffusion import block_draft, keep_clean, row_logits
 from .parallel_box import BoxLayout, block_problem, count_block, slot_confidence
 
 
@@ -96,34 +96,33 @@ class HybridBox:
                 committed.append(out)
                 continue
             if ar_left[b] > 0:                                          # re-decoding slot by slot
-                tokens, _ = choose(row[:1], state)
                 ar_left[b] -= 1
-                committed.append([int(tokens[0])])
+                committed.append([int(draw(row[0], state.params, state.generator))])
                 continue
             committed.append(self._parallel(state, b, row))
         return Acceptance(committed, keep_clean(draft, kept))
 
     def _parallel(self, state: DecodeState, b: int, row: torch.Tensor) -> list[int]:
         """A parallel step from (1 + noisy, V) logits: the end token alone, or a checked block."""
-        tokens, _ = choose(row, state)
-        head = int(tokens[0])
-        if head in state.eos_token_ids or tokens.shape[0] == 1:
-            return [head]
+        tokens = draw(row, state.params, state.generator).tolist()
+        if tokens[0] in state.eos_token_ids or len(tokens) == 1:
+            return tokens[:1]
         return self._check_block(state, b, row, tokens)
 
-    def _check_block(self, state: DecodeState, b: int, row: torch.Tensor, tokens: torch.Tensor) -> list[int]:
+    def _check_block(self, state: DecodeState, b: int, row: torch.Tensor, tokens: list[int]) -> list[int]:
         """Commit a valid parallel block whole; else commit its head and queue the rest for verification."""
         count_block(state, "box_blocks")
-        conf = slot_confidence(row, tokens, self.layout, self.coord_tolerance).tolist()
-        problem = block_problem(tokens.tolist(), conf, self.layout, self.confidence_floor)
+        # a floor of 0 never rejects a confidence: skip computing them
+        conf = slot_confidence(row, tokens, self.layout, self.coord_tolerance) if self.confidence_floor > 0 else None
+        problem = block_problem(tokens, conf, self.layout, self.confidence_floor)
         if problem is None:
-            return tokens.tolist()
+            return tokens
         count_block(state, "box_fallbacks")
         reasons = state.scratch["fallback_reasons"]
         reasons[problem] = reasons.get(problem, 0) + 1
-        state.scratch["verify"][b] = tokens[1:].tolist()
+        state.scratch["verify"][b] = tokens[1:]
         state.scratch["ar_left"][b] = self.layout.block_size - 1
-        return [int(tokens[0])]
+        return tokens[:1]
 
     def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int, bool]:
         """(tokens to commit, chain slots whose K/V stays, whole chain accepted): the verified
@@ -131,14 +130,19 @@ class HybridBox:
         are queued again with new drafts. No bonus token after a fully accepted chain (the next
         block's head comes from the MASK-carrying forward, `accept`)."""
         chain = state.scratch["verify"][b]
-        probs = logits_to_probs(row[:len(chain) + 1], state.params)     # slot i predicts chain[i]
-        v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
+        argmax = row[:len(chain) + 1].argmax(-1).tolist()               # slot i predicts chain[i]
+        if state.params.greedy:       # the speculative rule with one-hot p: keep what AR's argmax agrees with
+            k = next((i for i, (c, a) in enumerate(zip(chain, argmax)) if c != a), len(chain))
+            v = Verdict(k, argmax[k])
+        else:
+            probs = logits_to_probs(row[:len(chain) + 1], state.params)
+            v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
         whole = v.num_accepted == len(chain)
         out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
         # the drafts after a disagreement become AR's own guesses from this forward (slot j's
         # argmax given chain[:j]: one wrong value in the context rarely changes the later ones;
         # Jacobi-style), a better draft than the parallel slots'; they are verified like any draft
-        state.scratch["verify"][b] = [] if whole else row[v.num_accepted + 1:len(chain)].argmax(-1).tolist()
+        state.scratch["verify"][b] = [] if whole else argmax[v.num_accepted + 1:len(chain)]
         state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
         # the last committed token must stay uncached (the next forward predicts from its slot):
         # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 import torch
 
 from ..loop import Acceptance, DecodeState, Draft
-from .block_diffusion import block_draft, choose, keep_clean, row_logits
+from ..sampling import draw
+from .block_diffusion import block_draft, keep_clean, row_logits
 
 
 @dataclass(frozen=True)
@@ -57,23 +58,20 @@ class BoxLayout:
                          extra["coord_lo"], extra["coord_hi"], extra.get("box_format", "xyxy"))
 
 
-def slot_confidence(logits: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, tolerance: int) -> torch.Tensor:
-    """(K, V) logits, (K,) chosen tokens -> (K,) confidence: the softmax mass within `tolerance`
-    grid values of a chosen coordinate (a spread over neighbours is not doubt), the plain
-    probability of any other chosen token."""
+def slot_confidence(logits: torch.Tensor, tokens: list[int], layout: BoxLayout, tolerance: int) -> list[float]:
+    """(K, V) logits, K chosen tokens -> K confidences: the softmax mass within `tolerance` grid
+    values of a chosen coordinate (a spread over neighbours is not doubt), the plain probability
+    of any other chosen token."""
     probs = torch.softmax(logits.float(), -1)
-    conf = probs.gather(-1, tokens[:, None]).squeeze(-1)
-    is_coord = (tokens >= layout.coord_lo) & (tokens <= layout.coord_hi)
-    for i in is_coord.nonzero().flatten().tolist():
-        t = int(tokens[i])
-        conf[i] = probs[i, max(layout.coord_lo, t - tolerance):min(layout.coord_hi, t + tolerance) + 1].sum()
-    return conf
+    lo, hi = layout.coord_lo, layout.coord_hi
+    return [float(probs[i, max(lo, t - tolerance):min(hi, t + tolerance) + 1].sum() if lo <= t <= hi else probs[i, t])
+            for i, t in enumerate(tokens)]
 
 
-def block_problem(tokens: list[int], conf: list[float], layout: BoxLayout, floor: float) -> str | None:
+def block_problem(tokens: list[int], conf: list[float] | None, layout: BoxLayout, floor: float) -> str | None:
     """Why a parallel block cannot be trusted, or None: structure tokens in place, values are
     coordinates, x0 < x1 and y0 < y1 (w, h > 0 and a unit angle vector for oriented boxes), the
-    box inside the image, every slot's confidence at least `floor`."""
+    box inside the image, every slot's confidence at least `floor` (conf None: not checked)."""
     B = layout.block_size
     if len(tokens) != B or tokens[0] != layout.head_id or tokens[-1] != layout.end_id:
         return "structure"
@@ -92,7 +90,7 @@ def block_problem(tokens: list[int], conf: list[float], layout: BoxLayout, floor
         reach = (w + h) / 2                    # a loose bound on the half-diagonal of the rotated box
         if cx - reach < -0.05 or cx + reach > 1.05 or cy - reach < -0.05 or cy + reach > 1.05:
             return "outside"
-    if min(conf) < floor:
+    if conf is not None and min(conf) < floor:
         return "confidence"
     return None
 
@@ -125,7 +123,7 @@ def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, 
         logits = row[far].clone()
         logits[:lo + 1] = float("-inf")
         logits[layout.coord_hi + 1:] = float("-inf")
-        tokens[far] = choose(logits[None], state)[0][0]
+        tokens[far] = draw(logits, state.params, state.generator)
     return tokens
 
 
@@ -155,7 +153,7 @@ class ParallelBox:
                 committed.append([])
                 continue
             row = row_logits(draft, logits, b)
-            tokens, _ = choose(row, state)                              # (1 + noisy,)
+            tokens = draw(row, state.params, state.generator)           # (1 + noisy,)
             head = int(tokens[0])
             if head in state.eos_token_ids or tokens.shape[0] == 1:
                 committed.append([head])

@@ -38,6 +38,17 @@ def test_sample_follows_probs():
     assert goodness_of_fit(draws, {0: 0.1, 2: 0.6, 3: 0.3}) > 1e-3
 
 
+def test_draw_is_sampling_the_processed_probs():
+    from suite.sampling import draw
+    logits = torch.randn(6, 3, 50, generator=torch.Generator().manual_seed(1))
+    logits[0, 0, :2] = 9.0                                       # a tie: the lowest index, as sampling a one-hot
+    greedy = SamplingParams()
+    assert torch.equal(draw(logits, greedy), sample(logits_to_probs(logits, greedy), torch.Generator().manual_seed(2)))
+    warm = SamplingParams(0.8, top_k=20)
+    assert torch.equal(draw(logits, warm, torch.Generator().manual_seed(3)),
+                       sample(logits_to_probs(logits, warm), torch.Generator().manual_seed(3)))
+
+
 def test_greedy_prefix():
     v = accept_greedy_prefix(torch.tensor([4, 5, 6]), torch.tensor([4, 5, 9, 1]))
     assert (v.num_accepted, v.next_token) == (2, 9)

@@ -10,24 +10,33 @@ the grammar by itself.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from .model import COORD0, END, EOS, GRID, NONE, OBJ
 
 
 def allowed_mask(q: torch.Tensor, prompt_len: torch.Tensor, block: int, vocab: int) -> torch.Tensor:
-    """q (B, N) target positions, prompt_len (B,) -> (B, N, V) bool, True = allowed."""
-    k = torch.remainder(q - prompt_len[:, None], block)                        # (B, N)
-    inside = q >= prompt_len[:, None]
-    allow = torch.zeros(*q.shape, vocab, dtype=torch.bool)
-    head, last = inside & (k == 0), inside & (k == block - 1)
-    allow[..., OBJ] |= head
-    allow[..., EOS] |= head
-    allow[..., NONE] |= inside & (q == prompt_len[:, None])
-    allow[..., END] |= last
-    allow[..., COORD0:COORD0 + GRID + 1] |= (inside & (k > 0) & (k < block - 1))[..., None]
-    allow |= ~inside[..., None]                                                 # prompt slots: no rule
-    return allow
+    """q (B, N) target positions, prompt_len (B,) -> (B, N, V) bool, True = allowed: each slot's
+    row of `rule_table`."""
+    rules = [[0 if t < p else 1 if t == p else 2 + (t - p) % block for t in row]
+             for row, p in zip(q.tolist(), prompt_len.tolist())]                # a few slots: plain Python
+    return rule_table(block, vocab, q.device)[torch.tensor(rules, device=q.device)]
+
+
+@lru_cache(maxsize=16)
+def rule_table(block: int, vocab: int, device: torch.device) -> torch.Tensor:
+    """(block + 2, V) bool: the tokens each rule allows. Rule 0 a prompt slot (no rule), 1 the first
+    answer token, 2 + k slot k of a block."""
+    allow = torch.zeros(block + 2, vocab, dtype=torch.bool)
+    allow[0] = True
+    allow[2, [OBJ, EOS]] = True
+    allow[3:block + 1, COORD0:COORD0 + GRID + 1] = True
+    allow[block + 1, END] = True
+    allow[1] = allow[2]
+    allow[1, NONE] = True
+    return allow.to(device)
 
 
 class BoxGrammar:

@@ -256,7 +256,7 @@ class GroundingPipeline:
             if not t:
                 out.append([])
                 continue
-            conf = slot_confidence(logits[b, len(p) - 1:len(p) - 1 + len(t)], torch.tensor(t), layout, 15).tolist()
+            conf = slot_confidence(logits[b, len(p) - 1:len(p) - 1 + len(t)], t, layout, 15)
             out.append([sum(conf[k:k + block]) / block for k in range(0, len(conf) - block + 1, block)])
         return out
 
