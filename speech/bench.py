@@ -5,6 +5,7 @@
     python -m speech.bench --json bench.json     # also write the numbers
     python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
     python -m speech.bench --asr 0 --tts-weights /tmp/tts_run   # TTS rows only, of a new frame model
+    python -m speech.bench --asr 0 --tts-decoders flat delay --tts-delay-weights /tmp/tts_delay
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
 local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
@@ -143,6 +144,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tts-weights", default=None,
                         help="frame TTS folder to bench (default speech/weights/tts), e.g. a new training run; "
                         "the codec and tts_flat stay the shipped ones")
+    parser.add_argument("--tts-delay-weights", default=None,
+                        help="delay TTS folder for the `delay` decoder (default speech/weights/tts_delay when "
+                        "shipped, else the frame model's delay layout)")
+    parser.add_argument("--tts-decoders", nargs="+", default=None, help="TTS decoders to run (default: all)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import speech
@@ -156,8 +161,8 @@ def main(argv=None) -> int:
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
-        tts = speech.load_tts(frame=args.tts_weights)
-        decoders = list(tts.decoders)
+        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights)
+        decoders = args.tts_decoders or list(tts.decoders)
         held_texts = {it["text"] for it in data.load_split("heldout")}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]
         results["tts"] = bench_tts(tts, asr, pocketsphinx_transcriber(), sentences, decoders, args.seed)

@@ -8,6 +8,7 @@
     python -m speech.train tts --minutes 10      # frame TTS (delay + parallel layouts, local transformer,
                                                  # stacked heads, duration predictor) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
+    python -m speech.train tts-delay --minutes 8 # delay-layout TTS (the `delay` decoder) -> speech/weights/tts_delay/
 
 Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
 machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).
@@ -120,7 +121,8 @@ def _mel_l1(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat"])
+    parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat",
+                                                                  "tts-delay"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
         metrics = tune_gate(out=args.out)
     else:
         from .tts_train import train_tts
-        metrics = train_tts(args.minutes or 14, args.seed, flat=args.model == "tts-flat", resume=args.resume,
+        metrics = train_tts(args.minutes or 14, args.seed, kind=args.model.partition("-")[2] or "frame", resume=args.resume,
                             lr=args.lr or 1e-3, out=args.out, delay_share=args.delay_share)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -72,12 +72,15 @@ def check_text(text) -> str:
 
 
 class TTS:
-    def __init__(self, frame_model, codec, flat_model=None):
+    def __init__(self, frame_model, codec, flat_model=None, delay_model=None):
+        """delay_model: a checkpoint trained on the DELAY layout alone (tts_delay); the `delay`
+        decoder runs on it when given, else on the frame model's delay layout."""
         from .tts_model import FlatTTSAdapter, FrameTTSAdapter
         self.codec = codec
         self.heads = {out: FrameTTSAdapter(frame_model, out) for out in FrameTTSAdapter.OUTPUTS}
         self.frame = self.heads["frame"]
         self.flat = FlatTTSAdapter(flat_model) if flat_model is not None else None
+        self.delay = FrameTTSAdapter(delay_model, "frame") if delay_model is not None else self.frame
         self.sample_rate = codec.config.sample_rate
         self.frame_rate = codec.config.frame_rate
 
@@ -138,7 +141,7 @@ class TTS:
         names = [p for p, _ in flite_phones(check_text(text))]
         phonemes = " ".join(names)
         params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
-        adapter = self.flat if decoder == "flat" else self.heads[FRAME_OUTPUT[decoder]]
+        adapter = {"flat": self.flat, "delay": self.delay}.get(decoder) or self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
         ids = cfg.phone_ids(names)
         # every decoder gets the same alignment: the frame model's durations
@@ -200,14 +203,19 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None, frame=None) -> TTS:
-    """The embedded codec and TTS models (speech/weights), offline. frame: another folder for the
-    frame model (`tts`), e.g. a new training run; the codec and tts_flat stay the embedded ones."""
+def load_tts(folder=None, frame=None, delay=None) -> TTS:
+    """The embedded codec and TTS models (speech/weights), offline. frame / delay: another folder
+    for the frame model (`tts`) or the delay model (`tts_delay`), e.g. a new training run; the
+    others stay the embedded ones."""
     from .codec import WEIGHTS, Codec
     from .tts_model import TTSModel
     root = Path(folder) if folder else WEIGHTS
-    flat = TTSModel.load(root / "tts_flat") if (root / "tts_flat" / "model.safetensors").exists() else None
-    return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"), flat)
+
+    def optional(path: Path):
+        return TTSModel.load(path) if (path / "model.safetensors").exists() else None
+
+    return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"),
+               optional(root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"))
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:

@@ -110,10 +110,14 @@ def _pad_rows(x: torch.Tensor, n: int, value: int) -> torch.Tensor:
     return torch.cat([x, fill])
 
 
-def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = False, lr: float = 1e-3,
+KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay"}     # model kind -> its weights folder
+
+
+def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool = False, lr: float = 1e-3,
               out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3) -> dict:
-    """Train the frame model (all heads + duration predictor) or the flat model for `minutes` of
-    wall clock; checkpoints go to `out` (default speech/weights/tts or tts_flat) every
+    """Train the frame model (all heads + duration predictor), the flat model or the delay model
+    (the frame backbone on the DELAY layout alone, for the `delay` decoder) for `minutes` of
+    wall clock; checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every
     `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
     delay_share: the fraction of frame-model examples drawn in the DELAY layout (else parallel)."""
     from .train import _progress
@@ -121,11 +125,14 @@ def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = 
     rng = random.Random(seed)
     items = data.load_split("tts")
     codec = Codec.load()
-    folder = Path(out) if out else WEIGHTS / ("tts_flat" if flat else "tts")
+    flat = kind == "flat"
+    if kind == "delay":
+        delay_share = 1.0
+    folder = Path(out) if out else WEIGHTS / KINDS[kind]
     cfg = TTSConfig(layout="flat" if flat else "frame", num_codebooks=codec.config.num_codebooks,
                     codebook_size=codec.config.codebook_size, symbols=" ".join(PHONES), max_count=MAX_COUNT,
                     hidden_size=192, num_layers=4, num_heads=4,
-                    **({} if flat else {"local_layers": 2, "stack_frames": 2, "duration_hidden": 128}))
+                    **({"local_layers": 2, "stack_frames": 2, "duration_hidden": 128} if kind == "frame" else {}))
     model = TTSModel.load(folder).train() if resume else TTSModel(cfg)
     cfg = model.config
     previous = _previous_metrics(folder) if resume else {}
@@ -139,7 +146,7 @@ def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = 
               {"params": [p for p in model.parameters() if id(p) in new], "scale": 2.0}]
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     budget, t0, step, last_save = minutes * 60, time.time(), 0, time.time()
-    bar = _progress(budget, "tts-flat" if flat else "tts")
+    bar = _progress(budget, "tts" if kind == "frame" else f"tts-{kind}")
     model.train()
     while time.time() - t0 < budget:
         idx = rng.choice(batches)
@@ -167,7 +174,7 @@ def train_tts(minutes: float, seed: int = 0, flat: bool = False, resume: bool = 
     val = {}
     with torch.no_grad():
         for i in sorted(held):
-            for delay in ((None,) if flat else (False, True)):
+            for delay in {"flat": (None,), "frame": (False, True), "delay": (True,)}[kind]:
                 for k, v in _losses(model, [i], codes, tables, ids, durs, random.Random(i), delay).items():
                     name = "val_delay" if (k == "frame" and delay) else f"val_{k}"
                     val.setdefault(name, []).append(v.item())
@@ -193,6 +200,8 @@ def _losses(model, idx, codes, tables, ids, durs, rng, delay=None, delay_share=1
         d = (rng.random() < delay_share) if delay is None else delay
         examples.append(frame_example(cfg, codes[i], d) + (d,))
     out = heads_losses(model, examples, tabs, rng)
+    if not cfg.duration_hidden:
+        return out
     p = max(len(ids[i]) for i in idx)
     pad = model.duration.embed.num_embeddings - 1
     pid = torch.tensor([ids[i] + [pad] * (p - len(ids[i])) for i in idx])
