@@ -6,6 +6,7 @@
     python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
     python -m speech.bench --asr 0 --tts-weights /tmp/tts_run   # TTS rows only, of a new frame model
     python -m speech.bench --asr 0 --tts-decoders flat delay --tts-delay-weights /tmp/tts_delay
+                                                 # (also --tts-stack-weights for a tts-stack run)
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
 local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
@@ -147,6 +148,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tts-delay-weights", default=None,
                         help="delay TTS folder for the `delay` decoder (default speech/weights/tts_delay when "
                         "shipped, else the frame model's delay layout)")
+    parser.add_argument("--tts-stack-weights", default=None,
+                        help="stack TTS folder for the `stack` decoder (default speech/weights/tts_stack when "
+                        "shipped, else the frame model's stacked heads)")
     parser.add_argument("--tts-decoders", nargs="+", default=None, help="TTS decoders to run (default: all)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -161,7 +165,7 @@ def main(argv=None) -> int:
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
-        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights)
+        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights)
         decoders = args.tts_decoders or list(tts.decoders)
         held_texts = {it["text"] for it in data.load_split("heldout")}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]

@@ -9,6 +9,7 @@
                                                  # stacked heads, duration predictor) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
     python -m speech.train tts-delay --minutes 8 # delay-layout TTS (the `delay` decoder) -> speech/weights/tts_delay/
+    python -m speech.train tts-stack --minutes 8 # parallel layout + stacked heads (`stack`) -> speech/weights/tts_stack/
 
 Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
 machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat",
-                                                                  "tts-delay"])
+                                                                  "tts-delay", "tts-stack"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)

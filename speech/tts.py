@@ -72,15 +72,17 @@ def check_text(text) -> str:
 
 
 class TTS:
-    def __init__(self, frame_model, codec, flat_model=None, delay_model=None):
-        """delay_model: a checkpoint trained on the DELAY layout alone (tts_delay); the `delay`
-        decoder runs on it when given, else on the frame model's delay layout."""
+    def __init__(self, frame_model, codec, flat_model=None, delay_model=None, stack_model=None):
+        """delay_model / stack_model: checkpoints trained for one decoder alone (tts_delay: the DELAY
+        layout; tts_stack: the PARALLEL layout with stacked heads); `delay` / `stack` run on them
+        when given, else on the frame model. The alignment is always the frame model's."""
         from .tts_model import FlatTTSAdapter, FrameTTSAdapter
         self.codec = codec
         self.heads = {out: FrameTTSAdapter(frame_model, out) for out in FrameTTSAdapter.OUTPUTS}
         self.frame = self.heads["frame"]
         self.flat = FlatTTSAdapter(flat_model) if flat_model is not None else None
         self.delay = FrameTTSAdapter(delay_model, "frame") if delay_model is not None else self.frame
+        self.stack = FrameTTSAdapter(stack_model, "stack") if stack_model is not None else self.heads["stack"]
         self.sample_rate = codec.config.sample_rate
         self.frame_rate = codec.config.frame_rate
 
@@ -91,7 +93,7 @@ class TTS:
         the frame model's local transformer / stacked heads)."""
         cfg = self.frame.model.config
         ok = {"flat": self.flat is not None, "local_ar": cfg.local_layers > 0, "local_maskgit": cfg.local_layers > 0,
-              "stack": cfg.stack_frames > 1}
+              "stack": self.stack.model.config.stack_frames > 1}
         return tuple(d for d in DECODERS if ok.get(d, True))
 
     def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
@@ -141,7 +143,8 @@ class TTS:
         names = [p for p, _ in flite_phones(check_text(text))]
         phonemes = " ".join(names)
         params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
-        adapter = {"flat": self.flat, "delay": self.delay}.get(decoder) or self.heads[FRAME_OUTPUT[decoder]]
+        adapter = {"flat": self.flat, "delay": self.delay, "stack": self.stack}.get(decoder) or \
+            self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
         ids = cfg.phone_ids(names)
         # every decoder gets the same alignment: the frame model's durations
@@ -203,10 +206,10 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None, frame=None, delay=None) -> TTS:
-    """The embedded codec and TTS models (speech/weights), offline. frame / delay: another folder
-    for the frame model (`tts`) or the delay model (`tts_delay`), e.g. a new training run; the
-    others stay the embedded ones."""
+def load_tts(folder=None, frame=None, delay=None, stack=None) -> TTS:
+    """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack: another
+    folder for the frame model (`tts`), the delay model (`tts_delay`) or the stack model
+    (`tts_stack`), e.g. a new training run; the others stay the embedded ones."""
     from .codec import WEIGHTS, Codec
     from .tts_model import TTSModel
     root = Path(folder) if folder else WEIGHTS
@@ -215,7 +218,8 @@ def load_tts(folder=None, frame=None, delay=None) -> TTS:
         return TTSModel.load(path) if (path / "model.safetensors").exists() else None
 
     return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"),
-               optional(root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"))
+               optional(root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"),
+               optional(Path(stack) if stack else root / "tts_stack"))
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:

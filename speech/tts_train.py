@@ -110,14 +110,14 @@ def _pad_rows(x: torch.Tensor, n: int, value: int) -> torch.Tensor:
     return torch.cat([x, fill])
 
 
-KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay"}     # model kind -> its weights folder
+KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay", "stack": "tts_stack"}   # kind -> weights folder
 
 
 def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool = False, lr: float = 1e-3,
               out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3) -> dict:
-    """Train the frame model (all heads + duration predictor), the flat model or the delay model
-    (the frame backbone on the DELAY layout alone, for the `delay` decoder) for `minutes` of
-    wall clock; checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every
+    """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
+    frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
+    PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock; checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every
     `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
     delay_share: the fraction of frame-model examples drawn in the DELAY layout (else parallel)."""
     from .train import _progress
@@ -126,13 +126,13 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     items = data.load_split("tts")
     codec = Codec.load()
     flat = kind == "flat"
-    if kind == "delay":
-        delay_share = 1.0
+    delay_share = {"delay": 1.0, "stack": 0.0}.get(kind, delay_share)
     folder = Path(out) if out else WEIGHTS / KINDS[kind]
     cfg = TTSConfig(layout="flat" if flat else "frame", num_codebooks=codec.config.num_codebooks,
                     codebook_size=codec.config.codebook_size, symbols=" ".join(PHONES), max_count=MAX_COUNT,
                     hidden_size=192, num_layers=4, num_heads=4,
-                    **({"local_layers": 2, "stack_frames": 2, "duration_hidden": 128} if kind == "frame" else {}))
+                    **{"frame": {"local_layers": 2, "stack_frames": 2, "duration_hidden": 128},
+                       "stack": {"stack_frames": 2}}.get(kind, {}))
     model = TTSModel.load(folder).train() if resume else TTSModel(cfg)
     cfg = model.config
     previous = _previous_metrics(folder) if resume else {}
@@ -174,7 +174,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     val = {}
     with torch.no_grad():
         for i in sorted(held):
-            for delay in {"flat": (None,), "frame": (False, True), "delay": (True,)}[kind]:
+            for delay in {"flat": (None,), "frame": (False, True), "delay": (True,), "stack": (False,)}[kind]:
                 for k, v in _losses(model, [i], codes, tables, ids, durs, random.Random(i), delay).items():
                     name = "val_delay" if (k == "frame" and delay) else f"val_{k}"
                     val.setdefault(name, []).append(v.item())
@@ -231,6 +231,8 @@ def heads_losses(model: TTSModel, examples, tables, rng, local_frames: int = 768
     later[~parallel] = -100
     later[tgt[..., 0] == -100] = -100                                         # prompt positions predict no frame
     out["stack"] = ce(model.stack_logits(h)[:, :, 1], later)
+    if not model.config.local_layers:
+        return out
     rows = (tgt[..., 0] != -100) & parallel[:, None]                          # (B, N) positions with a target frame
     hs, ts = h[rows], tgt[rows]                                               # (M, D), (M, Q)
     if len(hs) > local_frames:

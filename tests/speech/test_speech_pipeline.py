@@ -68,17 +68,18 @@ def test_tts_without_heads_lists_and_refuses_their_decoders(tiny_tts):
         tts("Hello.", decoder="local_ar")
 
 
-def test_delay_decoder_runs_on_the_delay_model_when_given(tiny_tts):
-    """A delay-only checkpoint (tts_delay) takes the `delay` decoder's forwards; every other decoder
-    and the alignment (the frame model's durations) stay on the frame model."""
+@pytest.mark.parametrize("decoder", ["delay", "stack"])
+def test_a_dedicated_checkpoint_takes_its_decoder(tiny_tts, decoder):
+    """A checkpoint trained for one decoder (tts_delay, tts_stack) takes that decoder's forwards;
+    every other decoder and the alignment (the frame model's durations) stay on the frame model."""
     torch.manual_seed(1)
-    delay_model = TTSModel(TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=1, num_heads=2,
-                                     symbols=SYMBOLS)).eval()
-    tts = TTS(tiny_tts.frame.model, tiny_tts.codec, delay_model=delay_model)
+    own = TTSModel(TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                             symbols=SYMBOLS, stack_frames=2 if decoder == "stack" else 1)).eval()
+    tts = TTS(tiny_tts.frame.model, tiny_tts.codec, **{f"{decoder}_model": own})
     calls = []
-    delay_model.head_logits = lambda h, f=delay_model.head_logits: calls.append(1) or f(h)
-    res = tts("Hello there.", decoder="delay", seed=1, max_seconds=0.3)
+    own.hidden = lambda *a, f=own.hidden: calls.append(1) or f(*a)
+    res = tts("Hello there.", decoder=decoder, seed=1, max_seconds=0.3)
     assert len(calls) == res.stats.num_forwards > 0
     tts("Hello there.", decoder="parallel", seed=1, max_seconds=0.3)
     assert len(calls) == res.stats.num_forwards
-    assert tiny_tts.delay is tiny_tts.frame               # without one, delay runs on the frame model
+    assert tiny_tts.delay is tiny_tts.frame and tiny_tts.stack is tiny_tts.heads["stack"]   # none given
