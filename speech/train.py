@@ -123,14 +123,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", choices=["data", "codec", "asr", "asr-lm", "asr-gate", "tts", "tts-flat",
-                                                                  "tts-delay", "tts-stack"])
+                                          "tts-delay", "tts-stack"])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock training budget")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="asr/tts: continue from the shipped weights")
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate (asr default 1.5e-3, tts 1e-3)")
-    parser.add_argument("--out", default=None, help="asr/tts/tts-flat: output folder (default speech/weights/<model>); "
+    parser.add_argument("--out", default=None, help="asr/tts*: output folder (default speech/weights/<model>); "
                         "run again with the same --out (and asr --resume) to continue its checkpoint")
     parser.add_argument("--asr-config", default=None, help='asr: JSON overrides of ASRConfig for a fresh model, '
                         'e.g. \'{"d_model": 192, "enc_layers": 5}\'')
@@ -168,8 +168,9 @@ def main(argv=None) -> int:
         metrics = tune_gate(out=args.out)
     else:
         from .tts_train import train_tts
-        metrics = train_tts(args.minutes or 14, args.seed, kind=args.model.partition("-")[2] or "frame", resume=args.resume,
-                            lr=args.lr or 1e-3, out=args.out, delay_share=args.delay_share)
+        kind = args.model.partition("-")[2] or "frame"          # tts -> frame, tts-flat -> flat, ...
+        metrics = train_tts(args.minutes or 14, args.seed, kind=kind, resume=args.resume, lr=args.lr or 1e-3,
+                            out=args.out, delay_share=args.delay_share)
     print(json.dumps(metrics, indent=2))
     return 0
 

@@ -117,8 +117,8 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
               out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3) -> dict:
     """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
     frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
-    PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock; checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every
-    `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
+    PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock;
+    checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
     delay_share: the fraction of frame-model examples drawn in the DELAY layout (else parallel)."""
     from .train import _progress
     torch.manual_seed(seed)
