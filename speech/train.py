@@ -137,6 +137,10 @@ def main(argv=None) -> int:
     parser.add_argument("--extra", action="store_true", help="asr: also train on the `extra` split's voices")
     parser.add_argument("--steps", type=int, default=None, help="asr: stop after this many steps (lr schedule "
                         "by steps) instead of --minutes: load-independent short comparisons")
+    parser.add_argument("--keep-best", action="store_true",
+                        help="tts*: keep the checkpoint with the best validation loss (checked every --save-every "
+                        "minutes), not the last")
+    parser.add_argument("--save-every", type=float, default=5.0, help="tts*: minutes between checkpoints")
     parser.add_argument("--delay-share", type=float, default=1 / 3,
                         help="tts: fraction of frame-model examples in the DELAY layout (default 1/3)")
     parser.add_argument("--bf16", action="store_true", help="asr: bfloat16 autocast (fp32 weights)")
@@ -170,7 +174,8 @@ def main(argv=None) -> int:
         from .tts_train import train_tts
         kind = args.model.partition("-")[2] or "frame"          # tts -> frame, tts-flat -> flat, ...
         metrics = train_tts(args.minutes or 14, args.seed, kind=kind, resume=args.resume, lr=args.lr or 1e-3,
-                            out=args.out, delay_share=args.delay_share)
+                            out=args.out, delay_share=args.delay_share, keep_best=args.keep_best,
+                            save_every_min=args.save_every)
     print(json.dumps(metrics, indent=2))
     return 0
 

@@ -114,12 +114,15 @@ KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay", "stack": "tts
 
 
 def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool = False, lr: float = 1e-3,
-              out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3) -> dict:
+              out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3, keep_best: bool = False) -> dict:
     """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
     frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
     PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock;
-    checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every `save_every_min` minutes. resume: continue `out`'s checkpoint (its steps and minutes add up).
-    delay_share: the fraction of frame-model examples drawn in the DELAY layout (else parallel)."""
+    checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every `save_every_min` minutes.
+    resume: continue `out`'s checkpoint (its steps and minutes add up). delay_share: the fraction of
+    frame-model examples drawn in the DELAY layout (else parallel). keep_best: a checkpoint is
+    written only when its validation loss (summed over the heads) beats the best so far, so the
+    folder ends with the best one (the single-decoder models over-fit the 1500 utterances)."""
     from .train import _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -145,7 +148,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     groups = [{"params": [p for p in model.parameters() if id(p) not in new], "scale": 1.0},
               {"params": [p for p in model.parameters() if id(p) in new], "scale": 2.0}]
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    budget, t0, step, last_save = minutes * 60, time.time(), 0, time.time()
+    budget, t0, step, last_save, best = minutes * 60, time.time(), 0, time.time(), None
     bar = _progress(budget, "tts" if kind == "frame" else f"tts-{kind}")
     model.train()
     while time.time() - t0 < budget:
@@ -165,12 +168,35 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
             bar.set_postfix_str(f"step {step} " + " ".join(f"{k} {v.item():.2f}" for k, v in losses.items()))
             bar.refresh()
         if time.time() - last_save > save_every_min * 60:
-            model.eval()
-            model.save(folder)
-            model.train()
+            best = _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best, best, step)
             last_save = time.time()
     bar.close()
+    best = _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best, best, step, final=True)
+    metrics = {"steps": best["step"] + previous.get("steps", 0),
+               "train_minutes": minutes + previous.get("train_minutes", 0), **best["val"],
+               "params_M": sum(p.numel() for p in model.parameters()) / 1e6}
+    if keep_best:
+        metrics["kept_best_of_steps"] = step
+    _write_json(folder / "metrics.json", metrics)
+    return metrics
+
+
+def _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best: bool, best: dict | None,
+                step: int, final: bool = False) -> dict | None:
+    """Save the model to `folder` (with keep_best: only if its validation loss beats `best`'s);
+    returns the checkpoint now in the folder: {"step", "val"} (val measured with keep_best or
+    at the end)."""
     model.eval()
+    val = validation_losses(model, kind, held, codes, tables, ids, durs) if keep_best or final else None
+    if not keep_best or best is None or sum(val.values()) < sum(best["val"].values()):
+        model.save(folder)
+        best = {"step": step, "val": val}
+    model.train()
+    return best
+
+
+def validation_losses(model, kind, held, codes, tables, ids, durs) -> dict:
+    """Mean validation loss of each head over the held-out utterances (nats per code)."""
     val = {}
     with torch.no_grad():
         for i in sorted(held):
@@ -178,13 +204,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
                 for k, v in _losses(model, [i], codes, tables, ids, durs, random.Random(i), delay).items():
                     name = "val_delay" if (k == "frame" and delay) else f"val_{k}"
                     val.setdefault(name, []).append(v.item())
-    metrics = {"steps": step + previous.get("steps", 0),
-               "train_minutes": minutes + previous.get("train_minutes", 0),
-               **{k: sum(v) / len(v) for k, v in val.items()},
-               "params_M": sum(p.numel() for p in model.parameters()) / 1e6}
-    model.save(folder)
-    _write_json(folder / "metrics.json", metrics)
-    return metrics
+    return {k: sum(v) / len(v) for k, v in val.items()}
 
 
 def _losses(model, idx, codes, tables, ids, durs, rng, delay=None, delay_share=1 / 3) -> dict:
