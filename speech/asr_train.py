@@ -200,9 +200,9 @@ def split_ctc_cer(model: Recogniser, split: str, limit: int | None = None) -> fl
 def ctc_posteriors(model: Recogniser, items: list[dict]) -> list[torch.Tensor]:
     """Each utterance's CTC log-probs (F', 29), cut to its encoder length; encoded 16 at a time."""
     out = []
+    device = next(model.parameters()).device
     for i in range(0, len(items), 16):
         chunk = items[i:i + 16]
-        device = next(model.parameters()).device
         mel, lengths = batch_features([_log_mel(it["audio"], device) for it in chunk])
         _, log_probs, enc_len = model.encode(mel.to(device), lengths.to(device))
         out += [log_probs[b, :int(enc_len[b])].cpu() for b in range(len(chunk))]

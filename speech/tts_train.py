@@ -9,6 +9,7 @@ Flat model: codes flattened frame by frame (T*Q positions), the same conditionin
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -148,6 +149,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     groups = [{"params": [p for p in model.parameters() if id(p) not in new], "scale": 1.0},
               {"params": [p for p in model.parameters() if id(p) in new], "scale": 2.0}]
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    validate = functools.partial(validation_losses, model, kind, held, codes, tables, ids, durs)
     budget, t0, step, last_save, best = minutes * 60, time.time(), 0, time.time(), None
     bar = _progress(budget, "tts" if kind == "frame" else f"tts-{kind}")
     model.train()
@@ -168,10 +170,10 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
             bar.set_postfix_str(f"step {step} " + " ".join(f"{k} {v.item():.2f}" for k, v in losses.items()))
             bar.refresh()
         if time.time() - last_save > save_every_min * 60:
-            best = _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best, best, step)
+            best = _checkpoint(model, folder, validate, keep_best, best, step)
             last_save = time.time()
     bar.close()
-    best = _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best, best, step, final=True)
+    best = _checkpoint(model, folder, validate, keep_best, best, step, final=True)
     metrics = {"steps": best["step"] + previous.get("steps", 0),
                "train_minutes": minutes + previous.get("train_minutes", 0), **best["val"],
                "params_M": sum(p.numel() for p in model.parameters()) / 1e6}
@@ -181,13 +183,13 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     return metrics
 
 
-def _checkpoint(model, folder, kind, held, codes, tables, ids, durs, keep_best: bool, best: dict | None,
-                step: int, final: bool = False) -> dict | None:
-    """Save the model to `folder` (with keep_best: only if its validation loss beats `best`'s);
-    returns the checkpoint now in the folder: {"step", "val"} (val measured with keep_best or
-    at the end)."""
+def _checkpoint(model, folder, validate, keep_best: bool, best: dict | None, step: int,
+                final: bool = False) -> dict | None:
+    """Save the model to `folder` (with keep_best: only if its validation loss, `validate()`, beats
+    `best`'s); returns the checkpoint now in the folder: {"step", "val"} (val measured with
+    keep_best or at the end)."""
     model.eval()
-    val = validation_losses(model, kind, held, codes, tables, ids, durs) if keep_best or final else None
+    val = validate() if keep_best or final else None
     if not keep_best or best is None or sum(val.values()) < sum(best["val"].values()):
         model.save(folder)
         best = {"step": step, "val": val}

@@ -96,7 +96,6 @@ def test_conformer_conv_module_ignores_batch_padding():
     assert torch.allclose(conv(padded, pad)[:, :12], conv(x, torch.zeros(1, 12, dtype=torch.bool)), atol=1e-5)
 
 
-
 def test_asr_training_on_cuda_without_a_gpu_is_a_clear_error():
     import torch
     from speech.asr_train import train_asr
