@@ -106,15 +106,19 @@ class ZipMeta:
     num_prompt: list[int]          # per batch row: prompt slots fed in this forward
 
 
-def slot_mask(slots: list[tuple[int, int, int]]) -> torch.Tensor:
+def slot_mask(slots: list[tuple[int, int, int]], above_reach: int | None = None) -> torch.Tensor:
     """(N, N) visibility among one batch row's slots (token, position, kind): a slot sees itself,
     real inputs at earlier positions, and earlier guesses of its own image row; placeholders are
-    never seen."""
+    never seen. With `above_reach` (zipar_sjd's cross-row guesses) a guess also sees the guesses of
+    the row directly above at positions at least `above_reach` before its own."""
     pos = torch.tensor([p for _, p, _ in slots], dtype=torch.long)
     kind = torch.tensor([k for _, _, k in slots], dtype=torch.long)
     earlier = pos[None, :] < pos[:, None]
-    same_row_guess = (kind[None, :] >= 0) & (kind[None, :] == kind[:, None])
-    return (earlier & ((kind[None, :] == REAL) | same_row_guess)) | torch.eye(len(slots), dtype=torch.bool)
+    seen = (kind[None, :] == REAL) | ((kind[None, :] >= 0) & (kind[None, :] == kind[:, None]))
+    if above_reach is not None:
+        seen |= ((kind[:, None] >= 1) & (kind[None, :] == kind[:, None] - 1)
+                 & (pos[None, :] <= pos[:, None] - above_reach))
+    return (earlier & seen) | torch.eye(len(slots), dtype=torch.bool)
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,10 @@ class ZipAR:
 
     # ---- propose
 
+    def above_reach(self) -> int | None:
+        """How far back a guess sees the guesses of the row above (None: it sees none of them)."""
+        return None
+
     def guesses_for(self, state: DecodeState, b: int, canvas: RasterCanvas, row: int) -> list[int]:
         """Draft tokens after the row's next cell (none in plain ZipAR)."""
         return []
@@ -160,7 +168,7 @@ class ZipAR:
         for b in range(state.batch):
             slots, row_chains, row_kept, n_prompt = self._row_slots(state, b)
             rows.append([t for t, _, _ in slots]), positions.append([p for _, p, _ in slots])
-            masks.append(slot_mask(slots) if slots else None)
+            masks.append(slot_mask(slots, self.above_reach()) if slots else None)
             chains.append(row_chains), kept.append(row_kept), num_prompt.append(n_prompt)
         draft = Draft.from_rows(rows, positions, masks, meta=ZipMeta(chains, kept, num_prompt))
         # (B, N, S): a slot sees cached tokens at raster-earlier positions only

@@ -219,17 +219,20 @@ class RowScripted(ScriptedPrior):
 
 
 @pytest.mark.parametrize("decoder", [ZipAR(window=2), ZipAR(window=2, adaptive=True), "zipar_sjd",
-                                     "zipar_sjd adaptive"])
+                                     "zipar_sjd adaptive", "zipar_sjd cross_rows", "zipar_sjd cross_rows adaptive"])
 def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
     """ZipAR's locality rule: cell (r, c) is sampled only after row r-1 holds min(c + window, W)
     cells, so each token sees the cells above and right of it. zipar_sjd's in-row drafts must
-    keep it too: they may not run ahead of the row above."""
+    keep it too: they may not run ahead of the row above. With cross_rows a row's guesses may
+    stand on the row above's guesses of the same forward, but only on accepted ones: row 0's
+    guesses always fail here, so every lower-row guess that saw one must be dropped."""
     from suite.decoders.zipar_sjd import ZipARSJD
     prior = tiny_prior(grid=(4, 8))
     model = RowScripted(prior)
     h, w = prior.grid
+    cross = isinstance(decoder, str) and "cross_rows" in decoder
     if isinstance(decoder, str):
-        decoder = ZipARSJD(window=2, draft_len=6, adaptive=decoder.endswith("adaptive"))
+        decoder = ZipARSJD(window=2, draft_len=6, adaptive=decoder.endswith("adaptive"), cross_rows=cross)
     adapter, dec, state = suite.api.prepare(model, prompts(prior, [0, 1]), decoder=decoder, max_new_tokens=h * w)
     before = [[-1] * (h * w) for _ in range(2)]
     for _ in suite.decode_steps(adapter, dec, state):
@@ -238,5 +241,38 @@ def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
             for cell in (i for i in range(h * w) if now[i] >= 0 and before[b][i] < 0):
                 r, c = divmod(cell, w)
                 above = sum(t >= 0 for t in before[b][(r - 1) * w:r * w]) if r else w
+                if cross and r:          # + the row above's guesses accepted in this forward (not its new token)
+                    above = max(above, sum(t >= 0 for t in now[(r - 1) * w:r * w]) - 1)
                 assert above >= min(c + 2, w), f"row {b}: cell ({r}, {c}) saw {above} cells above"
             before[b] = list(now)
+
+
+class ZeroScripted(ScriptedPrior):
+    """Code 0 everywhere: every left-neighbour guess is right."""
+
+    def code(self, cell, width):
+        return torch.zeros_like(cell)
+
+
+def test_zipar_sjd_cross_rows_guesses_ride_on_the_row_above():
+    """When every guess passes, a row's guesses need not wait a forward for the row above's to be
+    committed: fewer forwards, the same (greedy) image."""
+    from suite.decoders.zipar_sjd import ZipARSJD
+    prior = tiny_prior(grid=(4, 8))
+    h, w = prior.grid
+    outs = [gen(ZeroScripted(prior), prompts(prior, [0, 1]), ZipARSJD(window=3, draft_len=3, cross_rows=cross), h * w)
+            for cross in (False, True)]
+    assert outs[0].new_tokens == outs[1].new_tokens == [[0] * (h * w)] * 2
+    assert outs[1].stats.num_forwards < outs[0].stats.num_forwards
+
+
+def test_cross_row_mask_sees_the_row_above_up_to_its_reach():
+    """A guess sees the row above's guesses up to `above_reach` positions back, and no others."""
+    from suite.decoders.zipar import REAL, slot_mask
+    # width 8, window 2 (reach 6): row 0 guesses at positions 3..5, row 1 guesses at 9..10, row 2 at 17
+    slots = [(0, 2, REAL), (0, 3, 0), (0, 4, 0), (0, 5, 0), (0, 9, 1), (0, 10, 1), (0, 17, 2)]
+    m = slot_mask(slots, above_reach=6)
+    assert m[4, :4].tolist() == [True, True, False, False]      # (1, 1) sees row 0 up to column 3
+    assert m[5, :4].tolist() == [True, True, True, False]       # (1, 2) up to column 4
+    assert m[6].tolist() == [True, False, False, False, True, True, True]   # not row 0's guesses
+    assert not slot_mask(slots)[4:6, 1:4].any()                 # without cross rows: none of them
