@@ -5,6 +5,7 @@
     python -m speech.bench --json bench.json     # also write the numbers
     python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
     python -m speech.bench --asr 0 --tts-weights /tmp/tts_run   # TTS rows only, of a new frame model
+                                                 # (--tts-flat-weights: of a new flat model)
     python -m speech.bench --asr 0 --tts-decoders flat delay --tts-delay-weights /tmp/tts_delay
                                                  # (also --tts-stack-weights for a tts-stack run)
 
@@ -144,7 +145,9 @@ def main(argv=None) -> int:
                         help="recogniser folder to bench (default speech/weights/asr), e.g. a new training run")
     parser.add_argument("--tts-weights", default=None,
                         help="frame TTS folder to bench (default speech/weights/tts), e.g. a new training run; "
-                        "the codec and tts_flat stay the shipped ones")
+                        "the codec stays the shipped one")
+    parser.add_argument("--tts-flat-weights", default=None,
+                        help="flat TTS folder for the `flat` decoder (default speech/weights/tts_flat)")
     parser.add_argument("--tts-delay-weights", default=None,
                         help="delay TTS folder for the `delay` decoder (default speech/weights/tts_delay when "
                         "shipped, else the frame model's delay layout)")
@@ -165,7 +168,8 @@ def main(argv=None) -> int:
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
-        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights)
+        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights,
+                              flat=args.tts_flat_weights)
         decoders = args.tts_decoders or list(tts.decoders)
         held_texts = {it["text"] for it in data.load_split("heldout")}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]

@@ -56,6 +56,7 @@ UNSEEN_ACCENT, UNSEEN_VARIANTS = "en-gb-x-gbcwmd", ("Gene", "edward", "anika", "
 TRAIN_VOICES = ("piper:joe",) + tuple(f"flite:{v}" for v in FLITE_TRAIN) + ("espeak:en-us",)
 HELDOUT_VOICE = "flite:rms"     # never used in train or valid
 TTS_VOICE = "flite:slt"
+NUM_TTS = 1500                  # utterances of the `tts` split (the shipped TTS weights)
 ALPHABET = " 'abcdefghijklmnopqrstuvwxyz"     # transcripts are normalised to these characters
 PACKAGE_SOURCES = ("numpy", "scipy", "pandas", "sympy", "networkx", "skimage", "huggingface_hub", "pip",
                    "setuptools", "PIL", "gradio", "jinja2")     # extra docstring text (site-packages)
@@ -267,7 +268,7 @@ def _resampler(sr: int, target: int):
     return torchaudio.transforms.Resample(sr, target)
 
 
-def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, num_extra: int = 2400) -> dict[str, list]:
+def split_jobs(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, num_extra: int = 2400) -> dict[str, list]:
     """{split: [(text, voice, espeak speed, params)]}: every draw is fixed by (seed, split, index).
     `extra` speaks the training sentences after the first `num_train` (so new text too)."""
     sents = sentence_splits(seed)
@@ -287,7 +288,7 @@ def split_jobs(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, num_ex
     return jobs
 
 
-def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int = 0, shards: int = 1,
+def build(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, shard: int = 0, shards: int = 1,
           splits=("train", "heldout", "valid", "tts"), workers: int = 1) -> Path:
     """Generate the missing `splits` (train in `shards` parts, this process making part `shard`; the
     small splits are made by shard 0) in `workers` processes (the same arrays as one process);
@@ -301,7 +302,7 @@ def build(num_train: int = 6000, num_tts: int = 1500, seed: int = 0, shard: int 
         items = jobs[split]
         if split != "train" and shard != 0:
             continue
-        path = folder / (f"train.part{shard}of{shards}.npz" if split == "train" else f"{split}.npz")
+        path = folder / (f"train.part{shard}of{shards}.npz" if split == "train" else split_file(split, num_tts))
         if path.exists():
             continue
         if split == "train":
@@ -345,13 +346,20 @@ def complete_train_parts() -> None:
             build(shard=k, shards=shards, splits=("train",))
 
 
-def load_split(split: str) -> list[dict]:
-    """[{'audio': float32 (S,), 'text', 'voice', 'phonemes'}] of one split (built on first use)."""
+def split_file(split: str, num_tts: int = NUM_TTS) -> str:
+    """The cache file of a split other than `train`; a `tts` split of another size is cached apart."""
+    return f"tts-{num_tts}.npz" if split == "tts" and num_tts != NUM_TTS else f"{split}.npz"
+
+
+def load_split(split: str, num_tts: int = NUM_TTS) -> list[dict]:
+    """[{'audio': float32 (S,), 'text', 'voice', 'phonemes'}] of one split (built on first use;
+    `num_tts`: the size of the `tts` split)."""
     folder = cache_dir()
-    paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
+    paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / split_file(split, num_tts)]
     if not paths or not all(p.exists() for p in paths):
-        build(splits=(split,) if split in ("extra", "unseen") else ("train", "heldout", "valid", "tts"))
-        paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / f"{split}.npz"]
+        build(num_tts=num_tts, splits=(split,) if split in ("extra", "unseen", "tts")
+              else ("train", "heldout", "valid", "tts"))
+        paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / split_file(split, num_tts)]
     out = []
     for path in paths:
         with np.load(path) as data:     # read each array once (NpzFile re-reads on every access)
@@ -370,6 +378,8 @@ if __name__ == "__main__":
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--num-train", type=int, default=6000)
+    parser.add_argument("--num-tts", type=int, default=NUM_TTS, help="utterances of the `tts` split "
+                        f"(default {NUM_TTS}; another size is cached apart, as tts-N.npz)")
     parser.add_argument("--splits", nargs="+", default=["train", "heldout", "valid", "tts"])
     parser.add_argument("--workers", type=int, default=1, help="processes synthesising in parallel "
                         "(the same arrays as one process)")
@@ -383,4 +393,4 @@ if __name__ == "__main__":
         import json
         Path(args.save_sentences).write_text(json.dumps({"0": sentence_splits(0)}))
     else:
-        print(build(args.num_train, shard=args.shard, shards=args.shards, splits=args.splits, workers=args.workers))
+        print(build(args.num_train, args.num_tts, shard=args.shard, shards=args.shards, splits=args.splits, workers=args.workers))

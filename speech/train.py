@@ -143,6 +143,8 @@ def main(argv=None) -> int:
     parser.add_argument("--save-every", type=float, default=5.0, help="tts*: minutes between checkpoints")
     parser.add_argument("--delay-share", type=float, default=1 / 3,
                         help="tts: fraction of frame-model examples in the DELAY layout (default 1/3)")
+    parser.add_argument("--num-tts", type=int, default=data.NUM_TTS,
+                        help=f"tts*: utterances of the `tts` split to train on (default {data.NUM_TTS})")
     parser.add_argument("--bf16", action="store_true", help="asr: bfloat16 autocast (fp32 weights)")
     parser.add_argument("--decoder-rows", type=int, default=None,
                         help="asr: rows of each batch that also train the attention decoder (default all)")
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
         kind = args.model.partition("-")[2] or "frame"          # tts -> frame, tts-flat -> flat, ...
         metrics = train_tts(args.minutes or 14, args.seed, kind=kind, resume=args.resume, lr=args.lr or 1e-3,
                             out=args.out, delay_share=args.delay_share, keep_best=args.keep_best,
-                            save_every_min=args.save_every)
+                            save_every_min=args.save_every, num_tts=args.num_tts)
     print(json.dumps(metrics, indent=2))
     return 0
 

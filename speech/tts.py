@@ -206,10 +206,11 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None, frame=None, delay=None, stack=None) -> TTS:
-    """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack: another
-    folder for the frame model (`tts`), the delay model (`tts_delay`) or the stack model
-    (`tts_stack`), e.g. a new training run; the others stay the embedded ones."""
+def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None) -> TTS:
+    """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack / flat:
+    another folder for the frame model (`tts`), the delay model (`tts_delay`), the stack model
+    (`tts_stack`) or the flat model (`tts_flat`), e.g. a new training run; the others stay the
+    embedded ones."""
     from .codec import WEIGHTS, Codec
     from .tts_model import TTSModel
     root = Path(folder) if folder else WEIGHTS
@@ -218,7 +219,7 @@ def load_tts(folder=None, frame=None, delay=None, stack=None) -> TTS:
         return TTSModel.load(path) if (path / "model.safetensors").exists() else None
 
     return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"),
-               optional(root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"),
+               optional(Path(flat) if flat else root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"),
                optional(Path(stack) if stack else root / "tts_stack"))
 
 

@@ -115,7 +115,8 @@ KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay", "stack": "tts
 
 
 def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool = False, lr: float = 1e-3,
-              out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3, keep_best: bool = False) -> dict:
+              out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3, keep_best: bool = False,
+              num_tts: int = data.NUM_TTS) -> dict:
     """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
     frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
     PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock;
@@ -123,11 +124,12 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     resume: continue `out`'s checkpoint (its steps and minutes add up). delay_share: the fraction of
     frame-model examples drawn in the DELAY layout (else parallel). keep_best: a checkpoint is
     written only when its validation loss (summed over the heads) beats the best so far, so the
-    folder ends with the best one (the single-decoder models over-fit the 1500 utterances)."""
+    folder ends with the best one (the single-decoder models over-fit the 1500 utterances). num_tts:
+    the size of the `tts` split trained on."""
     from .train import _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    items = data.load_split("tts")
+    items = data.load_split("tts", num_tts)
     codec = Codec.load()
     flat = kind == "flat"
     delay_share = {"delay": 1.0, "stack": 0.0}.get(kind, delay_share)
