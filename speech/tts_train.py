@@ -178,7 +178,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     best = _checkpoint(model, folder, validate, keep_best, best, step, final=True)
     metrics = {"steps": best["step"] + previous.get("steps", 0),
                "train_minutes": minutes + previous.get("train_minutes", 0), **best["val"],
-               "params_M": sum(p.numel() for p in model.parameters()) / 1e6}
+               "params_M": sum(p.numel() for p in model.parameters()) / 1e6, "tts_utterances": len(items)}
     if keep_best:
         metrics["kept_best_of_steps"] = step
     _write_json(folder / "metrics.json", metrics)
