@@ -56,7 +56,7 @@ UNSEEN_ACCENT, UNSEEN_VARIANTS = "en-gb-x-gbcwmd", ("Gene", "edward", "anika", "
 TRAIN_VOICES = ("piper:joe",) + tuple(f"flite:{v}" for v in FLITE_TRAIN) + ("espeak:en-us",)
 HELDOUT_VOICE = "flite:rms"     # never used in train or valid
 TTS_VOICE = "flite:slt"
-NUM_TTS = 1500                  # utterances of the `tts` split (the shipped TTS weights)
+NUM_TTS = 6000                  # utterances of the `tts` split (the shipped TTS weights; 1500 before session 8)
 ALPHABET = " 'abcdefghijklmnopqrstuvwxyz"     # transcripts are normalised to these characters
 PACKAGE_SOURCES = ("numpy", "scipy", "pandas", "sympy", "networkx", "skimage", "huggingface_hub", "pip",
                    "setuptools", "PIL", "gradio", "jinja2")     # extra docstring text (site-packages)
@@ -347,8 +347,8 @@ def complete_train_parts() -> None:
 
 
 def split_file(split: str, num_tts: int = NUM_TTS) -> str:
-    """The cache file of a split other than `train`; a `tts` split of another size is cached apart."""
-    return f"tts-{num_tts}.npz" if split == "tts" and num_tts != NUM_TTS else f"{split}.npz"
+    """The cache file of a split other than `train` (`tts` splits of each size apart)."""
+    return f"tts-{num_tts}.npz" if split == "tts" else f"{split}.npz"
 
 
 def load_split(split: str, num_tts: int = NUM_TTS) -> list[dict]:
@@ -379,7 +379,7 @@ if __name__ == "__main__":
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--num-train", type=int, default=6000)
     parser.add_argument("--num-tts", type=int, default=NUM_TTS, help="utterances of the `tts` split "
-                        f"(default {NUM_TTS}; another size is cached apart, as tts-N.npz)")
+                        f"(default {NUM_TTS}, the shipped TTS weights'; cached as tts-N.npz)")
     parser.add_argument("--splits", nargs="+", default=["train", "heldout", "valid", "tts"])
     parser.add_argument("--workers", type=int, default=1, help="processes synthesising in parallel "
                         "(the same arrays as one process)")

@@ -108,6 +108,6 @@ def test_a_larger_tts_split_is_cached_apart_and_extends_the_smaller(monkeypatch,
     monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))
     small, large = data.load_split("tts", num_tts=2), data.load_split("tts", num_tts=3)
     assert sorted(p.name for p in data.cache_dir().glob("tts*.npz")) == ["tts-2.npz", "tts-3.npz"]
-    assert data.split_file("tts") == "tts.npz" and data.split_file("valid", 3) == "valid.npz"
+    assert data.split_file("tts") == f"tts-{data.NUM_TTS}.npz" and data.split_file("valid", 3) == "valid.npz"
     assert len(large) == 3 and [u["text"] for u in large[:2]] == [u["text"] for u in small]
     assert all(np.array_equal(a["audio"], b["audio"]) for a, b in zip(small, large))
