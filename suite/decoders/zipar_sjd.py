@@ -49,6 +49,7 @@ class ZipARSJD(ZipAR):
 
     def above_reach(self) -> int | None:
         # a guess in column c predicts c + 1, so it needs the row above up to column c + window
+        # (an adaptive row's pending draft, in column 0, sees none: the row above has window + 1 cells)
         return self.grid[1] - min(self.window, self.grid[1]) if self.cross_rows else None
 
     def guesses_for(self, state: DecodeState, b: int, canvas: RasterCanvas, row: int) -> list[int]:
