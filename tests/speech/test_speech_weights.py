@@ -31,11 +31,17 @@ def tts():
     return speech.load_tts()
 
 
-@pytest.mark.parametrize("name", ["codec", "asr", "tts", "tts_flat"])
+@pytest.mark.parametrize("name", ["codec", "asr", "tts", "tts_flat", "tts_delay"])
 def test_weights_are_small_safetensors_with_config(name):
     folder = WEIGHTS / name
     assert (folder / "config.json").exists() and json.loads((folder / "config.json").read_text())["model_type"]
     assert (folder / "model.safetensors").stat().st_size <= 20 * 2 ** 20
+
+
+def test_delay_runs_on_its_own_checkpoint(tts):
+    """tts_delay (the DELAY layout alone) is shipped: `delay` decodes on it, the rest on the frame model."""
+    assert tts.delay.model is not tts.frame.model and tts.stack is tts.heads["stack"]
+    assert "delay" in tts.decoders
 
 
 def test_asr_reads_an_unseen_voice(asr):
