@@ -393,4 +393,5 @@ if __name__ == "__main__":
         import json
         Path(args.save_sentences).write_text(json.dumps({"0": sentence_splits(0)}))
     else:
-        print(build(args.num_train, args.num_tts, shard=args.shard, shards=args.shards, splits=args.splits, workers=args.workers))
+        print(build(args.num_train, args.num_tts, shard=args.shard, shards=args.shards, splits=args.splits,
+                    workers=args.workers))

@@ -215,12 +215,15 @@ def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None) -> TTS:
     from .tts_model import TTSModel
     root = Path(folder) if folder else WEIGHTS
 
+    def folder_of(given, name: str) -> Path:
+        return Path(given) if given else root / name
+
     def optional(path: Path):
         return TTSModel.load(path) if (path / "model.safetensors").exists() else None
 
-    return TTS(TTSModel.load(Path(frame) if frame else root / "tts"), Codec.load(root / "codec"),
-               optional(Path(flat) if flat else root / "tts_flat"), optional(Path(delay) if delay else root / "tts_delay"),
-               optional(Path(stack) if stack else root / "tts_stack"))
+    return TTS(TTSModel.load(folder_of(frame, "tts")), Codec.load(root / "codec"),
+               optional(folder_of(flat, "tts_flat")), optional(folder_of(delay, "tts_delay")),
+               optional(folder_of(stack, "tts_stack")))
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:

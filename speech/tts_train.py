@@ -124,8 +124,8 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     resume: continue `out`'s checkpoint (its steps and minutes add up). delay_share: the fraction of
     frame-model examples drawn in the DELAY layout (else parallel). keep_best: a checkpoint is
     written only when its validation loss (summed over the heads) beats the best so far, so the
-    folder ends with the best one (the single-decoder models over-fit the 1500 utterances). num_tts:
-    the size of the `tts` split trained on."""
+    folder ends with the best one (the single-decoder models over-fitted the 1500-utterance split).
+    num_tts: the size of the `tts` split trained on."""
     from .train import _progress
     torch.manual_seed(seed)
     rng = random.Random(seed)
