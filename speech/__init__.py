@@ -1,5 +1,5 @@
 """Speech: our own multi-codebook RVQ codec, text-to-speech with codebook-parallel decoders
-(flat, delay, parallel, local_ar, local_maskgit, stack) and a CTC + attention recogniser (ctc, ctc_beam, ar, ctc_speculative).
+(flat, delay, parallel, local_ar, local_maskgit, stack, stack_local) and a CTC + attention recogniser (ctc, ctc_beam, ar, ctc_speculative).
 
     import speech
     tts = speech.load_tts()
@@ -18,7 +18,7 @@ __all__ = ["ASR", "ASRResult", "TTS", "TTSResult", "load_asr", "load_tts", "regi
 
 
 def register_decoders() -> None:
-    """Add the speech decoders (delay, parallel, local_ar, local_maskgit, stack, ctc_speculative)
+    """Add the speech decoders (delay, parallel, local_ar, local_maskgit, stack, stack_local, ctc_speculative)
     to suite's registry."""
     import suite
     from suite.decoders.ctc_speculative import CTCSpeculative
@@ -27,7 +27,8 @@ def register_decoders() -> None:
     from suite.decoders.local_maskgit import LocalMaskGIT
     from suite.decoders.parallel import Parallel
     from suite.decoders.stack import Stack
-    for cls in (Delay, Parallel, LocalAR, LocalMaskGIT, Stack, CTCSpeculative):
+    from suite.decoders.stack_local import StackLocal
+    for cls in (Delay, Parallel, LocalAR, LocalMaskGIT, Stack, StackLocal, CTCSpeculative):
         if cls.name not in suite.DECODERS:
             suite.register(cls)
 

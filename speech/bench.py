@@ -10,7 +10,7 @@
                                                  # (also --tts-stack-weights for a tts-stack run)
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
-local_maskgit, stack): backbone forwards per frame and per second of audio (and flat's rate over
+local_maskgit, stack, stack_local): backbone forwards per frame and per second of audio (and flat's rate over
 it; the local transformer's passes are not backbone forwards), real-time factor (backbone + Griffin-Lim
 vocoder), intelligibility = CER of our recogniser (ctc) and of pocketsphinx on the generated
 audio. Reference rows: the flite slt recording itself and its codec round trip.
@@ -152,8 +152,9 @@ def main(argv=None) -> int:
                         help="delay TTS folder for the `delay` decoder (default speech/weights/tts_delay when "
                         "shipped, else the frame model's delay layout)")
     parser.add_argument("--tts-stack-weights", default=None,
-                        help="stack TTS folder for the `stack` decoder (default speech/weights/tts_stack when "
-                        "shipped, else the frame model's stacked heads)")
+                        help="stack TTS folder for `stack` and `stack_local` (default speech/weights/tts_stack "
+                        "when shipped; else `stack` runs on the frame model's stacked heads and `stack_local` "
+                        "is unavailable)")
     parser.add_argument("--tts-decoders", nargs="+", default=None, help="TTS decoders to run (default: all)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -147,7 +147,11 @@ class Codec(nn.Module):
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, Q, T) -> audio (B, S)."""
+        """codes (B, Q, T) -> audio (B, S), S = (stride T - 1) hop samples (none for T = 0)."""
+        t = codes.shape[-1]
+        if t < 2:     # the decoder's convolutions and Griffin-Lim need 2 frames: decode one twice, keep one
+            audio = self.decode(codes.repeat(1, 1, 2)) if t else torch.zeros(codes.shape[0], 0)
+            return audio[:, :max(self.config.stride * t - 1, 0) * self.config.hop_length]
         return features.griffin_lim(self.decode_latent(self.rvq.decode(codes)))
 
     def save(self, folder: Path) -> None:

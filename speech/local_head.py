@@ -1,5 +1,7 @@
 """The local (depth) transformer over the Q codebooks of one frame, conditioned on the backbone's
 hidden state (RQ-Transformer, Lee et al. 2022; Moshi's depth transformer, Défossez et al. 2024).
+It may span S frames (S*Q code slots, frame by frame: the `stack_local` decoder's two frames per
+backbone step); a call may pass the first n <= S*Q slots only (`local_ar` reads the first frame).
 
 One small network, two ways to run it (a mode embedding tells them apart):
 - "ar": causal over [h, c_0, ..., c_{Q-1}]; the output at slot q predicts codebook q from h and
@@ -21,6 +23,7 @@ MODES = ("ar", "maskgit")
 class LocalTransformer(nn.Module):
     def __init__(self, backbone_hidden: int, q: int, out_vocab: int, hidden: int = 128, layers: int = 2,
                  heads: int = 4):
+        """q: the code slots (codebooks x frames spanned)."""
         super().__init__()
         self.q, self.out_vocab, self.mask_id = q, out_vocab, out_vocab   # MASK: the id after EOS
         self.proj = nn.Linear(backbone_hidden, hidden)
@@ -33,21 +36,22 @@ class LocalTransformer(nn.Module):
         self.heads = nn.Parameter(torch.randn(q, hidden, out_vocab) * hidden ** -0.5)   # (Q, d, V)
 
     def forward(self, h: torch.Tensor, codes: torch.Tensor, mode: str) -> torch.Tensor:
-        """h (M, D) backbone states, codes (M, Q) ids (MASK where unknown) -> logits (M, Q, V).
-        ar: codebook q's logits see h and codes[:, :q] only (codes[:, q:] are ignored)."""
-        m = h.shape[0]
-        offsets = torch.arange(self.q, device=codes.device) * (self.out_vocab + 1)
-        x = torch.cat([self.proj(h)[:, None], self.embed(codes + offsets)], 1)          # (M, Q+1, d)
-        x = x + self.slot.weight[None] + self.mode.weight[MODES.index(mode)]
+        """h (M, D) backbone states, codes (M, n) ids of the first n <= q slots (MASK where unknown)
+        -> logits (M, n, V). ar: slot i's logits see h and codes[:, :i] only (codes[:, i:] are ignored)."""
+        n = codes.shape[1]
+        if n > self.q:
+            raise ValueError(f"this local transformer spans {self.q} code slots, got {n}")
+        offsets = torch.arange(n, device=codes.device) * (self.out_vocab + 1)
+        x = torch.cat([self.proj(h)[:, None], self.embed(codes + offsets)], 1)          # (M, n+1, d)
+        x = x + self.slot.weight[None, :n + 1] + self.mode.weight[MODES.index(mode)]
         causal = mode == "ar"
         if self.training:
-            mask = nn.Transformer.generate_square_subsequent_mask(self.q + 1, device=h.device) if causal else None
+            mask = nn.Transformer.generate_square_subsequent_mask(n + 1, device=h.device) if causal else None
             y = self.norm(self.layers(x, mask=mask, is_causal=causal))
         else:
             y = self.norm(self._eval_layers(x, causal))
-        y = y[:, :self.q] if causal else y[:, 1:]                                          # (M, Q, d)
-        logits = torch.einsum("mqd,qdv->mqv", y, self.heads)
-        return logits.reshape(m, self.q, self.out_vocab)
+        y = y[:, :n] if causal else y[:, 1:]                                               # (M, n, d)
+        return torch.einsum("mqd,qdv->mqv", y, self.heads[:n])
 
     def _eval_layers(self, x: torch.Tensor, causal: bool) -> torch.Tensor:
         """The same pre-norm layers (same parameters, same math) as plain functional calls: over a

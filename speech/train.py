@@ -9,7 +9,8 @@
                                                  # stacked heads, duration predictor) -> speech/weights/tts/
     python -m speech.train tts-flat --minutes 8  # flattened baseline TTS -> speech/weights/tts_flat/
     python -m speech.train tts-delay --minutes 8 # delay-layout TTS (the `delay` decoder) -> speech/weights/tts_delay/
-    python -m speech.train tts-stack --minutes 8 # parallel layout + stacked heads (`stack`) -> speech/weights/tts_stack/
+    python -m speech.train tts-stack --minutes 8 # parallel layout + stacked heads + 2-frame local transformer
+                                                 # (`stack`, `stack_local`) -> speech/weights/tts_stack/
 
 Each run is bounded by --minutes (wall clock) and uses --threads torch threads (default 1: the
 machine is shared). The data are generated on first use (flite + espeak-ng, a few minutes).

@@ -9,9 +9,11 @@ per-frame conditioning (speech/alignment.py) -> codec frames by one of the decod
 Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay (MusicGen delay
 pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
 local_ar / local_maskgit (one backbone forward per frame, then a local transformer over the K
-codebooks: autoregressive, or MaskGIT in 2 passes), stack (2 frames per forward, ~T/2+1 forwards).
-Exact (sampling the model's own factorisation): flat, delay (for its layout), local_ar; not exact:
-parallel, local_maskgit, stack (codebooks or frames sampled independently; suite/decoders/*.py).
+codebooks: autoregressive, or MaskGIT in 2 passes), stack (2 frames per forward, ~T/2+1 forwards),
+stack_local (2 frames per forward, their 2K codes sampled by a local transformer; the tts_stack model).
+Exact (sampling the model's own factorisation): flat, delay (for its layout), local_ar, stack_local;
+not exact: parallel, local_maskgit, stack (codebooks or frames sampled independently;
+suite/decoders/*.py).
 The alignment (frames per phone) is fixed before decoding, so it does not change any of this.
 """
 from __future__ import annotations
@@ -29,8 +31,9 @@ from typing import Iterator
 import numpy as np
 import torch
 
-DECODERS = ("flat", "delay", "parallel", "local_ar", "local_maskgit", "stack")
-FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack"}
+DECODERS = ("flat", "delay", "parallel", "local_ar", "local_maskgit", "stack", "stack_local")
+FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack",
+                "stack_local": "local"}
 ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
 MAX_CHARS = 200
 
@@ -74,8 +77,9 @@ def check_text(text) -> str:
 class TTS:
     def __init__(self, frame_model, codec, flat_model=None, delay_model=None, stack_model=None):
         """delay_model / stack_model: checkpoints trained for one decoder alone (tts_delay: the DELAY
-        layout; tts_stack: the PARALLEL layout with stacked heads); `delay` / `stack` run on them
-        when given, else on the frame model. The alignment is always the frame model's."""
+        layout; tts_stack: the PARALLEL layout with stacked heads and a local transformer over two
+        frames); `delay` / `stack` run on them when given, else on the frame model; `stack_local`
+        needs tts_stack. The alignment is always the frame model's."""
         from .tts_model import FlatTTSAdapter, FrameTTSAdapter
         self.codec = codec
         self.heads = {out: FrameTTSAdapter(frame_model, out) for out in FrameTTSAdapter.OUTPUTS}
@@ -83,6 +87,8 @@ class TTS:
         self.flat = FlatTTSAdapter(flat_model) if flat_model is not None else None
         self.delay = FrameTTSAdapter(delay_model, "frame") if delay_model is not None else self.frame
         self.stack = FrameTTSAdapter(stack_model, "stack") if stack_model is not None else self.heads["stack"]
+        self.stack_local = FrameTTSAdapter(stack_model, "local") \
+            if stack_model is not None and stack_model.config.local_frames > 1 else None
         self.sample_rate = codec.config.sample_rate
         self.frame_rate = codec.config.frame_rate
 
@@ -90,10 +96,10 @@ class TTS:
     @property
     def decoders(self) -> tuple[str, ...]:
         """The decoders the loaded checkpoints support (flat needs tts_flat; local_* and stack need
-        the frame model's local transformer / stacked heads)."""
+        the frame model's local transformer / stacked heads; stack_local needs tts_stack)."""
         cfg = self.frame.model.config
         ok = {"flat": self.flat is not None, "local_ar": cfg.local_layers > 0, "local_maskgit": cfg.local_layers > 0,
-              "stack": self.stack.model.config.stack_frames > 1}
+              "stack": self.stack.model.config.stack_frames > 1, "stack_local": self.stack_local is not None}
         return tuple(d for d in DECODERS if ok.get(d, True))
 
     def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
@@ -136,15 +142,17 @@ class TTS:
             raise ValueError("decoder 'flat' needs the flat model (speech/weights/tts_flat); train it with "
                              "`python -m speech.train tts-flat`")
         if decoder not in self.decoders:
-            raise ValueError(f"decoder {decoder!r} needs the local transformer / stacked heads, which this TTS "
-                             "checkpoint lacks; train them with `python -m speech.train tts`")
+            what, cmd = ("the stack model (speech/weights/tts_stack)", "tts-stack") if decoder == "stack_local" \
+                else ("the local transformer / stacked heads", "tts")
+            raise ValueError(f"decoder {decoder!r} needs {what}, which these TTS weights lack; train it with "
+                             f"`python -m speech.train {cmd}`")
         if not 0.2 <= max_seconds <= 30:
             raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
         names = [p for p, _ in flite_phones(check_text(text))]
         phonemes = " ".join(names)
         params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
-        adapter = {"flat": self.flat, "delay": self.delay, "stack": self.stack}.get(decoder) or \
-            self.heads[FRAME_OUTPUT[decoder]]
+        own = {"flat": self.flat, "delay": self.delay, "stack": self.stack, "stack_local": self.stack_local}
+        adapter = own.get(decoder) or self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
         ids = cfg.phone_ids(names)
         # every decoder gets the same alignment: the frame model's durations

@@ -44,6 +44,7 @@ class TTSConfig:
     duration_hidden: int = 0       # > 0: a phone duration predictor of that width (the frame model)
     local_layers: int = 0          # > 0: a local transformer over the codebooks of a frame (local_ar, local_maskgit)
     local_hidden: int = 128
+    local_frames: int = 1          # 2: the local transformer spans the next two frames (the `stack_local` decoder)
     stack_frames: int = 1          # 2: extra heads predict the frame after next too (the `stack` decoder)
 
     @property
@@ -125,7 +126,8 @@ class TTSModel(nn.Module):
         from .local_head import LocalTransformer
         c = self.config
         if c.local_layers and not hasattr(self, "local"):
-            self.local = LocalTransformer(c.hidden_size, c.num_codebooks, c.out_vocab, c.local_hidden, c.local_layers)
+            self.local = LocalTransformer(c.hidden_size, c.num_codebooks * c.local_frames, c.out_vocab,
+                                          c.local_hidden, c.local_layers)
         if c.stack_frames > 1 and not hasattr(self, "stack_heads"):
             # (S-1) x Q heads: head [s-1][q] predicts codebook q of the frame s steps after the next
             self.stack_heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False)
@@ -190,7 +192,8 @@ class TTSModel(nn.Module):
         return torch.cat([self.head_logits(h)[..., None, :, :], _no_bos(later, c.bos)], -3)
 
     def local_logits(self, h: torch.Tensor, codes: torch.Tensor, mode: str) -> torch.Tensor:
-        """h (M, D), codes (M, Q) (MASK = out_vocab where unknown) -> (M, Q, V) of the local transformer."""
+        """h (M, D), codes (M, n) (MASK = out_vocab where unknown; n <= local_frames * Q, frame by
+        frame) -> (M, n, V) of the local transformer."""
         if not hasattr(self, "local"):
             raise ValueError("this TTS checkpoint has no local transformer (local_layers=0); retrain with "
                              "`python -m speech.train tts`")
@@ -303,7 +306,7 @@ class FrameTTSAdapter(_TTSAdapter):
     """ModelAdapter of the frame model: tokens (B, N, Q) -> by `output`:
     "frame" logits (B, N', Q, V) (delay, parallel); "stack" logits (B, N', S, Q, V) of the next S
     frames (stack); "local" a suite LocalHeadOutput: hidden (B, N', D) + the local transformer
-    (local_ar, local_maskgit)."""
+    (local_ar, local_maskgit; stack_local when it spans two frames)."""
 
     OUTPUTS = ("frame", "stack", "local")
 
@@ -326,7 +329,8 @@ class FrameTTSAdapter(_TTSAdapter):
         if self.output == "stack":
             return self.model.stack_logits(h)
         from suite.decoders._frames import LocalHeadOutput
-        return LocalHeadOutput(h, self.model.local_logits, mask_id=self.model.config.out_vocab)
+        c = self.model.config
+        return LocalHeadOutput(h, self.model.local_logits, mask_id=c.out_vocab, frames=c.local_frames)
 
 
 def eos_frame(config: TTSConfig) -> tuple:

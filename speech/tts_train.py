@@ -5,6 +5,8 @@ Data: the `tts` split (flite slt), codes from our codec, phones and their timing
 Frame model: each example is laid out as DELAY (1/3) or PARALLEL (2/3), named by its first token;
 one run trains the backbone, the frame heads, the 2-frame stacked heads (stack), the local
 transformer (local_ar, local_maskgit; on PARALLEL rows) and the duration predictor together.
+Stack model (`tts-stack`): the PARALLEL layout, the stacked heads and a local transformer over
+the next two frames (stack_local).
 Flat model: codes flattened frame by frame (T*Q positions), the same conditioning.
 """
 from __future__ import annotations
@@ -119,7 +121,8 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
               num_tts: int = data.NUM_TTS) -> dict:
     """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
     frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
-    PARALLEL layout with the stacked heads alone, for `stack`) for `minutes` of wall clock;
+    PARALLEL layout with the stacked heads and the two-frame local transformer, for `stack` and
+    `stack_local`) for `minutes` of wall clock;
     checkpoints go to `out` (default speech/weights/<KINDS[kind]>) every `save_every_min` minutes.
     resume: continue `out`'s checkpoint (its steps and minutes add up). delay_share: the fraction of
     frame-model examples drawn in the DELAY layout (else parallel). keep_best: a checkpoint is
@@ -138,7 +141,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
                     codebook_size=codec.config.codebook_size, symbols=" ".join(PHONES), max_count=MAX_COUNT,
                     hidden_size=192, num_layers=4, num_heads=4,
                     **{"frame": {"local_layers": 2, "stack_frames": 2, "duration_hidden": 128},
-                       "stack": {"stack_frames": 2}}.get(kind, {}))
+                       "stack": {"stack_frames": 2, "local_layers": 2, "local_frames": 2}}.get(kind, {}))
     model = TTSModel.load(folder).train() if resume else TTSModel(cfg)
     cfg = model.config
     previous = _previous_metrics(folder) if resume else {}
@@ -243,8 +246,9 @@ def _previous_metrics(folder) -> dict:
 
 def heads_losses(model: TTSModel, examples, tables, rng, local_frames: int = 768) -> dict:
     """CE (nats per code) of: the frame heads (both layouts), the stacked heads (frame after next),
-    the local transformer run causally (ar) and as masked prediction (maskgit); parallel rows only
-    for the last three."""
+    the local transformer run causally (ar) and as masked prediction (maskgit), or, when it spans
+    two frames, causally over the next frame and the one after (stack_local); parallel rows only
+    for all but the first."""
     tok, tgt, mask, positions, cond = collate(model, [e[:3] for e in examples], tables)
     h = model.hidden(tok, cond, positions, mask)                              # (B, N, D)
     out = {"frame": ce(model.head_logits(h), tgt)}
@@ -258,10 +262,15 @@ def heads_losses(model: TTSModel, examples, tables, rng, local_frames: int = 768
     if not model.config.local_layers:
         return out
     rows = (tgt[..., 0] != -100) & parallel[:, None]                          # (B, N) positions with a target frame
-    hs, ts = h[rows], tgt[rows]                                               # (M, D), (M, Q)
+    two = model.config.local_frames > 1
+    hs, ts = h[rows], (torch.cat([tgt, later], -1) if two else tgt)[rows]    # (M, D), (M, Q or 2Q)
     if len(hs) > local_frames:
         pick = torch.randperm(len(hs), generator=torch.Generator().manual_seed(rng.randrange(2 ** 31)))[:local_frames]
         hs, ts = hs[pick], ts[pick]
+    if two:       # after the last frame (EOS) there is no frame to predict: MASK as input, no loss
+        inputs = ts.masked_fill(ts == -100, model.config.out_vocab)
+        out["stack_local"] = ce(model.local_logits(hs, inputs, "ar"), ts)
+        return out
     out["local_ar"] = ce(model.local_logits(hs, ts, "ar"), ts)
     out["local_maskgit"] = _maskgit_loss(model, hs, ts, rng, ce)
     return out

@@ -95,11 +95,13 @@ def require_frames(decoder, model, output: str = "frame") -> dict:
 class LocalHeadOutput:
     """What a frame adapter with a local (depth) transformer returns per forward: the backbone's
     hidden states (B, N', D) and the local transformer to run on them,
-    local(h (M, D), codes (M, Q) with `mask_id` where unknown, mode "ar"|"maskgit") -> logits (M, Q, V)."""
+    local(h (M, D), codes (M, n) with `mask_id` where unknown, mode "ar"|"maskgit") -> logits (M, n, V),
+    over the first n <= frames * Q code slots of the next `frames` frames, frame by frame."""
 
     hidden: torch.Tensor
     local: Callable
     mask_id: int
+    frames: int = 1
 
 
 def last_frame_hidden(draft: Draft, out: LocalHeadOutput, rows: list[int]) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""local_ar, local_maskgit and stack: scripted adapters (exact step counts, conditioning, EOS) and
-a tiny random TTS with a local transformer and stacked heads (exactness against uncached references)."""
+"""local_ar, local_maskgit, stack and stack_local: scripted adapters (exact step counts,
+conditioning, EOS) and a tiny random TTS with a local transformer and stacked heads (exactness
+against uncached references)."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +12,7 @@ from suite.decoders.local_ar import LocalAR
 from suite.decoders.local_maskgit import LocalMaskGIT, fixed_after
 from suite.decoders.parallel import Parallel
 from suite.decoders.stack import Stack
+from suite.decoders.stack_local import StackLocal
 from speech.alignment import frame_conditioning
 from speech.tts_model import FrameTTSAdapter, TTSConfig, TTSModel
 
@@ -70,6 +72,47 @@ class ScriptedLocal(_Scripted):
                 else:
                     logits[m, q, (7 * j + q) % C] = 10.0 - q
         return logits
+
+
+class ScriptedStackLocal(_Scripted):
+    """A local transformer over 2 frames: hidden = j; code slot i (frame j + i // Q, codebook i % Q)
+    peaks at (7j + i + sum of the codes before slot i) mod C, so the second frame depends on the
+    first; EOS on codebook 0 of frame j + s when j + s = eos_at."""
+
+    def __init__(self, audio_start, eos_at, frames=2):
+        super().__init__(audio_start, eos_at, "local")
+        self.frames, self.local_passes = frames, 0
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from=0):
+        self.forwards += 1
+        return LocalHeadOutput(self.index(positions, logits_from).float()[..., None], self.local, MASK, self.frames)
+
+    def local(self, h, codes, mode):
+        self.local_passes += 1
+        n = codes.shape[1]
+        logits = torch.full((h.shape[0], n, C + 2), -10.0)
+        for m, j in enumerate(h[:, 0].long().tolist()):
+            for i in range(n):
+                if i % Q == 0 and j + i // Q == self.eos_at:
+                    logits[m, i, EOS] = 10.0
+                elif (codes[m, :i] == MASK).any():
+                    logits[m, i, C - 1] = 10.0                  # not decidable yet: a decoy
+                else:
+                    logits[m, i, (7 * j + i + int(codes[m, :i].sum())) % C] = 10.0
+        return logits
+
+
+def _stack_local_frames(frames: int) -> list[tuple]:
+    """What ScriptedStackLocal's greedy decode commits: pairs of frames from one state each."""
+    out = []
+    for j in range(0, frames, 2):
+        codes = []
+        for i in range(2 * Q):
+            if i % Q == 0 and j + i // Q == frames:
+                break
+            codes.append((7 * j + i + sum(codes)) % C)
+        out += [tuple(codes[k:k + Q]) for k in range(0, len(codes), Q)]
+    return out
 
 
 class ScriptedStack(_Scripted):
@@ -148,6 +191,25 @@ def test_stack_halves_the_forwards(frames, forwards):
     assert _frames(result.new_tokens[0]) == [tuple((7 * j + k) % C for k in range(Q)) for j in range(frames)]
 
 
+@pytest.mark.parametrize("frames, forwards", [(1, 1), (2, 2), (5, 3), (12, 7)])
+def test_stack_local_two_frames_per_forward_second_sees_first(frames, forwards):
+    """stack_local: floor(T / 2) + 1 backbone forwards, 2Q local passes each; the second frame's
+    codes are sampled after (and given) the first frame's; EOS in either frame ends the row."""
+    model = ScriptedStackLocal(audio_start=3, eos_at=frames)
+    state = _state(model)
+    result = decode(model, StackLocal().bind(model), state)
+    assert state.stats.num_forwards == model.forwards == forwards
+    assert model.local_passes == 2 * Q * forwards
+    assert result.new_tokens[0][-1] == END
+    assert _frames(result.new_tokens[0]) == _stack_local_frames(frames)
+
+
+def test_stack_local_needs_a_two_frame_local_transformer():
+    model = ScriptedStackLocal(audio_start=3, eos_at=4, frames=1)
+    with pytest.raises(ValueError, match="speech.train tts-stack"):
+        decode(model, StackLocal().bind(model), _state(model))
+
+
 def test_stack_respects_the_budget():
     model = ScriptedStack(audio_start=3, eos_at=50)
     state = _state(model, budget=5)
@@ -166,10 +228,10 @@ def test_decoders_check_the_adapter_output():
 
 # ---------------------------------------------------------------- a tiny random TTS with the heads
 
-def _tiny(seed=0):
+def _tiny(seed=0, local_frames=1):
     torch.manual_seed(seed)
     cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="a b c",
-                    local_layers=1, local_hidden=16, stack_frames=2)
+                    local_layers=1, local_hidden=16, stack_frames=2, local_frames=local_frames)
     model = TTSModel(cfg).eval()
     with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
         model.local.heads.mul_(8.0)
@@ -222,6 +284,50 @@ def test_local_ar_equals_uncached_reference(temperature):
             want.append(frame)
             seq.append(frame)
     assert got == want and len(got) >= 2
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_stack_local_equals_uncached_reference(temperature):
+    """Exact: stack_local = ancestral sampling of prod_j p(c_j | h, c_<j) over the 2Q codes of two
+    frames, h from a full uncached forward every second frame, token for token (greedy; and
+    sampling with the same random stream), in half the backbone forwards."""
+    from suite.sampling import logits_to_probs, sample
+    model = _tiny(2, local_frames=2)
+    params = SamplingParams(temperature=temperature, seed=7)
+    adapter, prompt, state, got = _tiny_run(model, "local", StackLocal(), params, budget=8)
+    gen = torch.Generator().manual_seed(7)
+    cfg = model.config
+    seq, want = list(prompt), []
+    with torch.no_grad():
+        while len(want) < 8 and (not want or want[-1][0] != cfg.eos):
+            h = _full_hidden(model, adapter, seq)[None]
+            codes = torch.full((1, 2 * Q), cfg.out_vocab, dtype=torch.long)
+            for j in range(2 * Q):
+                logits = model.local_logits(h, codes, "ar")[0, j]
+                if j % Q:
+                    logits[cfg.eos] = float("-inf")
+                codes[0, j] = sample(logits_to_probs(logits, params), gen)
+            for frame in (tuple(codes[0, :Q].tolist()), tuple(codes[0, Q:].tolist())):
+                if frame[0] == cfg.eos:
+                    want.append((cfg.eos,) * Q)
+                    break
+                want.append(frame)
+                seq.append(frame)
+    assert got == want[:8] and len(got) >= 3
+    assert state.stats.num_forwards == (len(got) + 1) // 2
+
+
+def test_local_transformer_reads_a_prefix_of_its_slots():
+    """A local transformer spanning two frames, called with the first frame's Q codes only, gives
+    the same logits as the first Q slots of a full call (causal): `local_ar` can run on it."""
+    model = _tiny(3, local_frames=2)
+    h, codes = torch.randn(3, 32), torch.randint(0, C + 3, (3, 2 * Q))
+    with torch.no_grad():
+        full = model.local_logits(h, codes, "ar")
+        first = model.local_logits(h, codes[:, :Q], "ar")
+    assert full.shape == (3, 2 * Q, C + 2) and torch.allclose(first, full[:, :Q], atol=1e-6)
+    with pytest.raises(ValueError, match="spans 8 code slots"):
+        model.local(h, torch.zeros(3, 2 * Q + 1, dtype=torch.long), "ar")
 
 
 def test_stack_equals_uncached_reference():

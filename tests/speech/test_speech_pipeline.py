@@ -36,6 +36,12 @@ def test_tts_result_shape_and_forward_counts(tiny_tts, decoder):
     assert res.stats.num_forwards in (expected, expected - 1)
 
 
+@pytest.mark.parametrize("frames, samples", [(0, 0), (1, 160), (2, 480), (3, 800)])
+def test_codec_decodes_very_short_outputs(tiny_tts, frames, samples):
+    """A model may end after 0 or 1 frames: the codec still returns (2T - 1) x 160 samples, no error."""
+    assert tiny_tts.codec.decode(torch.zeros(1, 4, frames, dtype=torch.long)).shape == (1, samples)
+
+
 def test_same_seed_same_audio(tiny_tts):
     a = tiny_tts("Hello.", decoder="parallel", seed=3, max_seconds=0.3)
     b = tiny_tts("Hello.", decoder="parallel", seed=3, max_seconds=0.3)
@@ -66,6 +72,26 @@ def test_tts_without_heads_lists_and_refuses_their_decoders(tiny_tts):
     assert tts.decoders == ("delay", "parallel") and tiny_tts.decoders[-3:] == ("local_ar", "local_maskgit", "stack")
     with pytest.raises(ValueError, match="speech.train tts"):
         tts("Hello.", decoder="local_ar")
+    with pytest.raises(ValueError, match="tts_stack.*speech.train tts-stack"):
+        tiny_tts("Hello.", decoder="stack_local")
+
+
+def test_stack_local_runs_on_the_stack_checkpoint(tiny_tts):
+    """stack_local needs tts_stack's two-frame local transformer: floor(T / 2) + 1 backbone
+    forwards, all on that checkpoint; the frame model still sets the alignment."""
+    torch.manual_seed(3)
+    own = TTSModel(TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                             symbols=SYMBOLS, stack_frames=2, local_layers=1, local_hidden=16, local_frames=2)).eval()
+    tts = TTS(tiny_tts.frame.model, tiny_tts.codec, stack_model=own)
+    assert tts.decoders[-2:] == ("stack", "stack_local")
+    calls = []
+    own.hidden = lambda *a, f=own.hidden: calls.append(1) or f(*a)
+    res = tts("Hello there.", decoder="stack_local", seed=2, max_seconds=0.3)
+    q, t = res.codes.shape
+    assert q == 4 and res.codes.max() < 16 and len(calls) == res.stats.num_forwards
+    assert res.stats.num_forwards in (t // 2 + 1, t // 2)
+    chunks = list(tts.stream("Hello there.", decoder="stack_local", seed=2, max_seconds=0.3, chunk_frames=4))
+    assert len(chunks) >= 2 and abs(sum(len(c) for c in chunks) - len(res.audio)) <= 320 * len(chunks)
 
 
 @pytest.mark.parametrize("decoder", ["delay", "stack"])

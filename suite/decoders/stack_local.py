@@ -1,0 +1,56 @@
+"""Frame stacking with a local transformer: the backbone steps 2 frames per forward (as `stack`),
+and a small local transformer spanning both frames samples their 2Q codes one after another
+(RQ-Transformer's depth decoding, Lee et al. 2022, stretched over two frames, as in UniAudio's
+multi-scale local model, Yang et al. 2023):
+p(f_2i, f_2i+1 | h) = prod_j p(c_j | h, c_<j), j over the 2Q codes, frame by frame.
+
+So the second frame is sampled knowing the first (what `stack`'s independent heads lack).
+floor(T / 2) + 1 backbone forwards for T frames (prefill included; the EOS marker is a frame too),
+like `stack`; then 2Q local passes per forward, each over at most 2Q + 1 slots. Codebook 0 of
+either frame may say EOS: the row ends there (codebooks q > 0 never emit EOS).
+
+Exact: ancestral sampling of the stack-local model's own factorisation (nothing dropped or
+approximated; greedy equals the reference computation without any cache, tested). That model is
+not `flat`'s: its backbone sees a frame only two at a time; the bench reports the quality cost.
+The adapter's forward returns a `LocalHeadOutput` whose local transformer spans 2 frames
+(speech: FrameTTSAdapter(stack_model, output="local"), trained by `python -m speech.train tts-stack`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..loop import Acceptance, DecodeState, Draft
+from ..sampling import logits_to_probs, sample
+from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden
+
+
+@dataclass(frozen=True)
+class StackLocal(FrameDecoder):
+
+    name: ClassVar[str] = "stack_local"
+    output: ClassVar[str] = "local"
+
+    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
+        if out.frames < 2:
+            raise ValueError("stack_local needs a local transformer spanning 2 frames (the tts_stack checkpoint): "
+                             "train it with `python -m speech.train tts-stack`")
+        rows = [b for b in range(state.batch) if not state.done[b]]
+        h = last_frame_hidden(draft, out, rows)                                        # (M, D)
+        q = self.codebooks
+        codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long)          # (M, 2Q)
+        for j in range(2 * q):                           # one local pass per code, frame by frame
+            logits = out.local(h, codes, "ar")[:, j]                                   # (M, V)
+            if j % q:                                    # only codebook 0 of a frame may end the row
+                logits[:, self.eos] = float("-inf")
+            codes[:, j] = sample(logits_to_probs(logits, state.params), state.generator)
+        committed = [[] for _ in range(state.batch)]
+        for both, b in zip(codes.tolist(), rows):
+            for frame in (tuple(both[:q]), tuple(both[q:])):
+                if frame[0] == self.eos:
+                    committed[b].append((self.eos,) * q)   # the end marker: the row is done
+                    break
+                committed[b].append(frame)
+        return frame_acceptance(draft, committed)
