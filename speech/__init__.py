@@ -1,5 +1,6 @@
 """Speech: our own multi-codebook RVQ codec, text-to-speech with codebook-parallel decoders
-(flat, delay, parallel, local_ar, local_maskgit, stack, stack_local) and a CTC + attention recogniser (ctc, ctc_beam, ar, ctc_speculative).
+(flat, delay, parallel, local_ar, local_maskgit, stack, stack_local) and a CTC + attention
+recogniser (ctc, ctc_beam, ar, ctc_speculative).
 
     import speech
     tts = speech.load_tts()

@@ -31,17 +31,20 @@ def tts():
     return speech.load_tts()
 
 
-@pytest.mark.parametrize("name", ["codec", "asr", "tts", "tts_flat", "tts_delay"])
+@pytest.mark.parametrize("name", ["codec", "asr", "tts", "tts_flat", "tts_delay", "tts_stack"])
 def test_weights_are_small_safetensors_with_config(name):
     folder = WEIGHTS / name
     assert (folder / "config.json").exists() and json.loads((folder / "config.json").read_text())["model_type"]
     assert (folder / "model.safetensors").stat().st_size <= 20 * 2 ** 20
 
 
-def test_delay_runs_on_its_own_checkpoint(tts):
-    """tts_delay (the DELAY layout alone) is shipped: `delay` decodes on it, the rest on the frame model."""
-    assert tts.delay.model is not tts.frame.model and tts.stack is tts.heads["stack"]
-    assert "delay" in tts.decoders
+def test_delay_and_stack_run_on_their_own_checkpoints(tts):
+    """tts_delay (the DELAY layout alone) and tts_stack (stacked heads + a two-frame local
+    transformer) are shipped: `delay`, `stack` and `stack_local` decode on them, the rest on the
+    frame model."""
+    assert tts.delay.model is not tts.frame.model and tts.stack.model is not tts.frame.model
+    assert tts.stack_local.model is tts.stack.model and tts.stack.model.config.local_frames == 2
+    assert {"delay", "stack", "stack_local"} <= set(tts.decoders)
 
 
 def test_asr_reads_an_unseen_voice(asr):
@@ -85,12 +88,13 @@ def test_codec_round_trip_stays_intelligible(tts, asr):
     assert cer([SENTENCES[0]], [asr(rt, 16000, decoder="ctc").text]) <= 0.6
 
 
-@pytest.mark.parametrize("decoder", ["flat", "delay", "parallel", "local_ar", "local_maskgit", "stack"])
+@pytest.mark.parametrize("decoder", ["flat", "delay", "parallel", "local_ar", "local_maskgit", "stack", "stack_local"])
 def test_tts_speaks_intelligibly(tts, asr, decoder):
     res = tts("Remove and return an item from the queue.", decoder=decoder, seed=0)
     q, t = res.codes.shape
     assert q == 4 and res.sample_rate == 16000 and 0.8 < res.seconds < 8
-    assert res.stats.num_forwards == {"flat": t * q + 1, "delay": t + q - 1, "stack": t // 2 + 1}.get(decoder, t + 1)
+    halved = {"stack": t // 2 + 1, "stack_local": t // 2 + 1}
+    assert res.stats.num_forwards == {"flat": t * q + 1, "delay": t + q - 1, **halved}.get(decoder, t + 1)
     # bench: CER 0.21-0.31 over 8 sentences (codec round trip 0.19); this sentence 0.08-0.25 at seed 0
     assert cer([SENTENCES[0]], [asr(res.audio, 16000, decoder="ctc").text]) <= 0.45
 
