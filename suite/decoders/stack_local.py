@@ -1,7 +1,7 @@
-"""Frame stacking with a local transformer: the backbone steps 2 frames per forward (as `stack`),
-and a small local transformer spanning both frames samples their 2Q codes one after another
-(RQ-Transformer's depth decoding, Lee et al. 2022, stretched over two frames, as in UniAudio's
-multi-scale local model, Yang et al. 2023):
+"""Frame stacking with a local transformer: the backbone steps 2 frames per forward (as `stack`,
+frames grouped as in VALL-E 2's grouped code modeling), and a small local transformer spanning
+both frames samples their 2Q codes one after another (RQ-Transformer's depth decoding, Lee et al.
+2022, stretched over the group):
 p(f_2i, f_2i+1 | h) = prod_j p(c_j | h, c_<j), j over the 2Q codes, frame by frame.
 
 So the second frame is sampled knowing the first (what `stack`'s independent heads lack).
@@ -11,7 +11,7 @@ either frame may say EOS: the row ends there (codebooks q > 0 never emit EOS).
 
 Exact: ancestral sampling of the stack-local model's own factorisation (nothing dropped or
 approximated; greedy equals the reference computation without any cache, tested). That model is
-not `flat`'s: its backbone sees a frame only two at a time; the bench reports the quality cost.
+not `flat`'s (its backbone state moves on every second frame); the bench reports the quality cost.
 The adapter's forward returns a `LocalHeadOutput` whose local transformer spans 2 frames
 (speech: FrameTTSAdapter(stack_model, output="local"), trained by `python -m speech.train tts-stack`).
 """
