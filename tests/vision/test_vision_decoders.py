@@ -1,5 +1,6 @@
 """Image decoders on tiny random priors: zipar's masks and positions, sjd/mc_sjd lossless in
-distribution over image codes (chi-square against the exact law), CFG composition."""
+distribution over image codes (chi-square against the exact law), zipar_sjd's speculative rule
+in law (full window; and window 1 on a prior of Markov rows), CFG composition."""
 import pytest
 import torch
 from chisq import goodness_of_fit
