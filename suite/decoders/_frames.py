@@ -109,6 +109,17 @@ def last_frame_hidden(draft: Draft, out: LocalHeadOutput, rows: list[int]) -> to
     return torch.stack([out.hidden[b, draft.meta.num_pending[b] - 1 - draft.logits_from] for b in rows])
 
 
+def frames_until_end(frames: list[list[int]], eos: int) -> list[tuple]:
+    """Sampled frames (lists of Q ids) -> what a row commits: each frame as a tuple, up to the first
+    whose codebook 0 says EOS, which becomes the end marker (Q EOS ids) and ends the row."""
+    out = []
+    for frame in frames:
+        if frame[0] == eos:
+            return out + [(eos,) * len(frame)]
+        out.append(tuple(frame))
+    return out
+
+
 def only_head0_ends(logits: torch.Tensor, eos: int) -> torch.Tensor:
     """(..., Q, V): codebooks q > 0 never emit EOS (only codebook 0 may end the utterance)."""
     logits = logits.clone()

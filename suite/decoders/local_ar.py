@@ -19,7 +19,7 @@ import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden, only_head0_ends
+from ._frames import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -37,5 +37,5 @@ class LocalAR(FrameDecoder):
             codes[:, q] = sample(logits_to_probs(logits, state.params), state.generator)
         committed = [[] for _ in range(state.batch)]
         for frame, b in zip(codes.tolist(), rows):
-            committed[b] = [(self.eos,) * self.codebooks] if frame[0] == self.eos else [tuple(frame)]
+            committed[b] = frames_until_end([frame], self.eos)
         return frame_acceptance(draft, committed)

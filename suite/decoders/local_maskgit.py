@@ -23,7 +23,7 @@ import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden, only_head0_ends
+from ._frames import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class LocalMaskGIT(FrameDecoder):
             codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks))
         committed = [[] for _ in range(state.batch)]
         for frame, b in zip(codes.tolist(), rows):
-            committed[b] = [(self.eos,) * self.codebooks] if frame[0] == self.eos else [tuple(frame)]
+            committed[b] = frames_until_end([frame], self.eos)
         return frame_acceptance(draft, committed)
 
     def _pass(self, state, out, h, codes, target: int) -> torch.Tensor:

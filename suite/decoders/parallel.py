@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import FrameDecoder, frame_acceptance, last_frame_logits
+from ._frames import FrameDecoder, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,9 @@ class Parallel(FrameDecoder):
             if state.done[b]:
                 committed.append([])
                 continue
-            frame_logits = last_frame_logits(draft, logits, b).clone()                   # (K, V)
-            frame_logits[1:, self.eos] = float("-inf")         # only codebook 0 may end the utterance
+            frame_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)   # (K, V)
             probs = logits_to_probs(frame_logits, state.params)
             frame = sample(probs, state.generator).tolist()
             # EOS on codebook 0 ends the row (the other heads' guesses at that slot mean nothing)
-            committed.append([(self.eos,) * self.codebooks] if frame[0] == self.eos else [tuple(frame)])
+            committed.append(frames_until_end([frame], self.eos))
         return frame_acceptance(draft, committed)

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_ends
+from ._frames import FrameDecoder, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,5 @@ class Stack(FrameDecoder):
                 continue
             frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
             frames = sample(logits_to_probs(frames_logits, state.params), state.generator).tolist()   # (S, Q)
-            row = []
-            for frame in frames:
-                if frame[0] == self.eos:
-                    row.append((self.eos,) * self.codebooks)      # the end marker: the row is done
-                    break
-                row.append(tuple(frame))
-            committed.append(row)
+            committed.append(frames_until_end(frames, self.eos))
         return frame_acceptance(draft, committed)

@@ -24,7 +24,7 @@ import torch
 
 from ..loop import Acceptance, DecodeState, Draft
 from ..sampling import logits_to_probs, sample
-from ._frames import FrameDecoder, frame_acceptance, last_frame_hidden
+from ._frames import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,9 @@ class StackLocal(FrameDecoder):
         q = self.codebooks
         codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long)          # (M, 2Q)
         for j in range(2 * q):                           # one local pass per code, frame by frame
-            logits = out.local(h, codes, "ar")[:, j]                                   # (M, V)
-            if j % q:                                    # only codebook 0 of a frame may end the row
-                logits[:, self.eos] = float("-inf")
+            logits = only_head0_ends(out.local(h, codes, "ar").unflatten(1, (2, q)), self.eos)[:, j // q, j % q]
             codes[:, j] = sample(logits_to_probs(logits, state.params), state.generator)
         committed = [[] for _ in range(state.batch)]
         for both, b in zip(codes.tolist(), rows):
-            for frame in (tuple(both[:q]), tuple(both[q:])):
-                if frame[0] == self.eos:
-                    committed[b].append((self.eos,) * q)   # the end marker: the row is done
-                    break
-                committed[b].append(frame)
+            committed[b] = frames_until_end([both[:q], both[q:]], self.eos)
         return frame_acceptance(draft, committed)
