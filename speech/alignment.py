@@ -19,14 +19,30 @@ PHONES = ("pau", "aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "b", "ch", "d"
 MAX_COUNT = 15          # frames since / left in a phone are clamped to 0..MAX_COUNT
 
 
-def flite_phones(text: str, voice: str = "slt") -> list[tuple[str, float]]:
-    """[(phone, end time in seconds)] of flite's rendering of `text` (no audio written)."""
+def flite_phones(text: str, voice: str = "slt", stretch: float | None = None) -> list[tuple[str, float]]:
+    """[(phone, end time in seconds)] of flite's rendering of `text` (no audio written), at flite's
+    `duration_stretch` when given."""
     if not shutil.which("flite"):
         raise RuntimeError("flite is not installed: apt-get install flite (requirements/apt-speech.txt)")
-    out = subprocess.run(["flite", "-voice", voice, "-psdur", "-t", text, "none"], capture_output=True, text=True,
-                         check=True).stdout
+    setf = ["--setf", f"duration_stretch={stretch}"] if stretch is not None else []
+    out = subprocess.run(["flite", "-voice", voice, *setf, "-psdur", "-t", text, "none"], capture_output=True,
+                         text=True, check=True).stdout
     pairs = [tok.rsplit(":", 1) for tok in out.split()]
     return [(p, float(t)) for p, t in pairs]
+
+
+def utterance_phones(text: str, voice: str) -> tuple[list[int], list[float]] | None:
+    """Phone ids (into PHONES) and end times (s, in the utterance's own audio) of one utterance of
+    the speech data, from its voice description (`speech.data._utterance`, e.g. 'flite:awb f0=123
+    shift=1.06 stretch=1.1'): exact for flite voices (the stretch is flite's own; a resampling
+    `shift` plays the audio that many times faster); None for other engines."""
+    engine, *params = voice.split()
+    if not engine.startswith("flite:"):
+        return None
+    p = {k: float(v) for k, v in (kv.split("=") for kv in params)}
+    pairs = flite_phones(text, engine.split(":", 1)[1], p.get("stretch"))
+    shift = p.get("shift", 1.0)
+    return [PHONES.index(ph) for ph, _ in pairs], [t / shift for _, t in pairs]
 
 
 def frame_phones(ends: list[float], num_frames: int, start_s: float = 0.0, frame_rate: int = 50) -> torch.Tensor:

@@ -34,6 +34,7 @@ class ASRConfig:
     dec_hidden: int = 144
     stride: int = 3           # mel frames per encoder frame (100 Hz -> 33 Hz)
     conv_kernel: int = 0      # > 0: a conformer conv module (this depthwise kernel) after each layer
+    phone_classes: int = 0    # > 0: a frame phone classifier on the middle layer (training's auxiliary loss)
     alphabet: str = ALPHABET
 
 
@@ -92,16 +93,20 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(d)
 
     def forward(self, mel: torch.Tensor, lengths: torch.Tensor):
-        """mel (B, 80, F), lengths (B,) mel frames -> (B, F', D), lengths (B,) with F' = ceil(F / stride)."""
+        """mel (B, 80, F), lengths (B,) mel frames -> (B, F', D), lengths (B,) with F' = ceil(F / stride),
+        and the middle layer's output (B, F', D)."""
         x = self.subsample(normalise_features(mel, lengths))
         x = (x + self.pos_conv(x)).transpose(1, 2)
         out_len = (lengths + self.stride - 1) // self.stride
         pad = torch.arange(x.shape[1], device=x.device)[None] >= out_len[:, None]
-        if not self.convs:
-            return self.norm(self.layers(x, src_key_padding_mask=pad)), out_len
-        for layer, conv in zip(self.layers.layers, self.convs):
-            x = conv(layer(x, src_key_padding_mask=pad), pad)
-        return self.norm(x), out_len
+        middle = x
+        for i, layer in enumerate(self.layers.layers):
+            x = layer(x, src_key_padding_mask=pad)
+            if self.convs:
+                x = self.convs[i](x, pad)
+            if i == (len(self.layers.layers) - 1) // 2:
+                middle = x
+        return self.norm(x), out_len, middle
 
 
 class Recogniser(nn.Module):
@@ -111,6 +116,7 @@ class Recogniser(nn.Module):
         self.config = config
         self.encoder = Encoder(config)
         self.ctc_head = nn.Linear(config.d_model, len(ALPHABET) + 1)
+        self.phone_head = nn.Linear(config.d_model, config.phone_classes) if config.phone_classes else None
         self.bridge = nn.Linear(config.d_model, config.dec_hidden)
         self.decoder = LlamaForCausalLM(LlamaConfig(
             vocab_size=DEC_VOCAB, hidden_size=config.dec_hidden, intermediate_size=2 * config.dec_hidden,
@@ -118,10 +124,12 @@ class Recogniser(nn.Module):
             max_position_embeddings=2048, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=0,
             tie_word_embeddings=False, attn_implementation="sdpa"))
 
-    def encode(self, mel: torch.Tensor, lengths: torch.Tensor):
-        """-> encoder frames (B, F', D), CTC log-probs (B, F', 29), frame lengths (B,)."""
-        enc, enc_len = self.encoder(mel, lengths)
-        return enc, self.ctc_head(enc).float().log_softmax(-1), enc_len   # fp32 even under autocast
+    def encode(self, mel: torch.Tensor, lengths: torch.Tensor, phones: bool = False):
+        """-> encoder frames (B, F', D), CTC log-probs (B, F', 29), frame lengths (B,) [and, with
+        `phones`, the middle layer's phone logits (B, F', phone_classes)]."""
+        enc, enc_len, middle = self.encoder(mel, lengths)
+        out = enc, self.ctc_head(enc).float().log_softmax(-1), enc_len   # fp32 even under autocast
+        return (*out, self.phone_head(middle).float()) if phones else out
 
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file

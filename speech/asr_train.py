@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from suite.decoders.ctc_speculative import ctc_greedy
 
 from . import data, features
+from .alignment import PHONES, frame_phones, utterance_phones
 from .asr_model import BOS, EOS, WEIGHTS, ASRConfig, Recogniser, ids_to_text, text_to_ids
 from .metrics import cer
 
@@ -54,6 +55,36 @@ def attention_loss(model: Recogniser, enc, enc_len, targets: list[list[int]]):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
 
 
+def train_phones(items: list[dict]) -> list[tuple[list[int], list[float]] | None]:
+    """Each item's flite phone ids and end times in its own audio (`alignment.utterance_phones`;
+    None where the voice is not flite), cached beside the data under a key of the texts and voices."""
+    import hashlib
+    key = hashlib.sha1("\n".join(f"{it['text']}|{it['voice']}" for it in items).encode()).hexdigest()[:12]
+    path = data.cache_dir() / f"asr_phones-{key}.json"
+    if path.exists():
+        return [tuple(a) if a else None for a in json.loads(path.read_text())]
+    from tqdm import tqdm
+    out = [utterance_phones(it["text"], it["voice"]) for it in tqdm(items, desc="flite phone timings", file=sys.stderr)]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    return out
+
+
+def frame_labels(phones: list, lengths: list[int], stride: int) -> torch.Tensor:
+    """(B, max(lengths)) phone id of each encoder frame (the phone whose span holds the frame's
+    centre; frames are stride x 10 ms apart from 0 s), -100 past a row's length or last phone, and
+    on rows without timings."""
+    out = torch.full((len(phones), max(lengths)), -100, dtype=torch.long)
+    step = stride / 100
+    for b, aligned in enumerate(phones):
+        if aligned:
+            ids, ends = aligned
+            n = min(lengths[b], int(ends[-1] / step) + 1)
+            out[b, :n] = torch.tensor(ids)[frame_phones(ends, n, start_s=-step / 2, frame_rate=1 / step)]
+    return out
+
+
 def speed_perturb(audio, factor: float):
     """Play `audio` (16 kHz) `factor` times faster (pitch and tempo both scale, as in Kaldi's recipe)."""
     return data.resample(audio, int(round(data.SAMPLE_RATE * factor))) if factor != 1.0 else audio
@@ -62,7 +93,8 @@ def speed_perturb(audio, factor: float):
 def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1.5e-3,
               speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0,
               config: dict | None = None, extra: bool = False, max_steps: int | None = None,
-              bf16: bool = False, decoder_rows: int | None = None, batch: int = 16, device: str = "cpu") -> dict:
+              bf16: bool = False, decoder_rows: int | None = None, batch: int = 16, device: str = "cpu",
+              phone_aux: float = 0.0) -> dict:
     """Train (or --resume) for `minutes` of wall clock on the `train` split (Piper + flite + espeak-ng,
     speech/data.py; with `extra`, also the `extra` split's voices) plus speed-perturbed copies of a
     quarter of it per factor and codec round trips of a twelfth; saves to `out` every
@@ -72,7 +104,9 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     (fp32 weights; about 20% faster a step on this CPU); `decoder_rows`: how many rows of each
     batch of `batch` also train the attention decoder (default all; fewer: cheaper steps, CTC sees
     all). `device`: cuda trains there (features, batches and model; speech/train_gpu.sh); the saved
-    weights are CPU tensors either way."""
+    weights are CPU tensors either way. `phone_aux`: weight of an auxiliary per-frame phone loss on
+    the encoder's middle layer, where flite's phone timings are known (its flite utterances and
+    their speed-perturbed copies; a fresh model gets the phone head)."""
     from .train import _cosine_lr, _progress
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -86,19 +120,26 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     with torch.no_grad():
         mels = [_log_mel(it["audio"], device) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
+    aligned = train_phones(items) if phone_aux else [None] * len(items)
+    phones = list(aligned)
     for k, factor in enumerate(speeds):    # speed perturbation (Ko et al. 2015): new pitches and tempi
         subset = items[k::2 * len(speeds)] if speeds else []
         with torch.no_grad():
             mels += [_log_mel(speed_perturb(it["audio"], factor), device) for it in subset]
         targets += [text_to_ids(it["text"]) for it in subset]
+        phones += [(a[0], [t / factor for t in a[1]]) if a else None for a in aligned[k::2 * len(speeds)]]
     round_trips = codec_round_trips(base[::12], device)   # also hear Griffin-Lim codec audio (what TTS outputs)
     mels += [m for m, _ in round_trips]
     targets += [t for _, t in round_trips]
+    phones += [None] * len(round_trips)
     order = sorted(range(len(mels)), key=lambda i: mels[i].shape[1])
     batches = [order[i:i + batch] for i in range(0, len(order), batch)]
     out = Path(out) if out else WEIGHTS / "asr"
     source = out if (out / "model.safetensors").exists() else WEIGHTS / "asr"
-    model = Recogniser.load(source) if resume else Recogniser(ASRConfig(**(config or {})))   # resume: continue
+    config = {**(config or {}), **({"phone_classes": len(PHONES)} if phone_aux else {})}
+    model = Recogniser.load(source) if resume else Recogniser(ASRConfig(**config))   # resume: continue
+    if phone_aux and model.phone_head is None:
+        raise ValueError("--phone-aux needs a model with a phone head: train from scratch, not --resume")
     model.to(device)
     previous = json.loads((source / "metrics.json").read_text()) if resume else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -137,10 +178,15 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
         mel, lengths = batch_features([_augment(mels[i], rng) for i in idx])
         tgt = [targets[i] for i in idx]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            enc, log_probs, enc_len = model.encode(mel.to(device), lengths.to(device))
+            enc, log_probs, enc_len, *phone_logits = model.encode(mel.to(device), lengths.to(device), phones=phone_aux > 0)
             ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.tensor(sum(tgt, []), device=device), enc_len,
                              torch.tensor([len(t) for t in tgt], device=device), blank=0, zero_infinity=True)
             loss = ctc + 0.5 * attention_loss(model, enc[:decoder_rows], enc_len[:decoder_rows], tgt[:decoder_rows])
+            if phone_logits:
+                labels = frame_labels([phones[i] for i in idx], enc_len.tolist(), model.config.stride).to(device)
+                if (labels >= 0).any():
+                    loss = loss + phone_aux * F.cross_entropy(phone_logits[0].flatten(0, 1), labels.flatten(),
+                                                              ignore_index=-100)
         _cosine_lr(opt, lr * min(1.0, (step + 1) / 150), progress())
         opt.zero_grad()
         loss.backward()

@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     parser.add_argument("--decoder-rows", type=int, default=None,
                         help="asr: rows of each batch that also train the attention decoder (default all)")
     parser.add_argument("--batch", type=int, default=16, help="asr: utterances per step (default 16)")
+    parser.add_argument("--phone-aux", type=float, default=0.0, help="asr: weight of an auxiliary per-frame "
+                        "phone loss where flite's phone timings are known (default 0: none)")
     parser.add_argument("--device", default="cpu", help="asr: cpu, or cuda to train on a GPU")
     parser.add_argument("--no-piper", action="store_true",
                         help="data without the Piper voice (speech/data.py --no-piper; cached apart)")
@@ -166,7 +168,8 @@ def main(argv=None) -> int:
         metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
                             config=json.loads(args.asr_config) if args.asr_config else None,
                             extra=args.extra, max_steps=args.steps, bf16=args.bf16,
-                            decoder_rows=args.decoder_rows, batch=args.batch, device=args.device)
+                            decoder_rows=args.decoder_rows, batch=args.batch, device=args.device,
+                            phone_aux=args.phone_aux)
     elif args.model == "asr-lm":
         from .asr_train import train_char_lm
         metrics = train_char_lm(out=args.out)

@@ -7,7 +7,8 @@ import shutil
 import pytest
 import torch
 
-from speech.alignment import MAX_COUNT, PHONES, durations, flite_phones, frame_conditioning, frame_phones
+from speech.alignment import (MAX_COUNT, PHONES, durations, flite_phones, frame_conditioning, frame_phones,
+                              utterance_phones)
 from speech.duration import DurationPredictor
 
 
@@ -49,3 +50,16 @@ def test_flite_phones_are_in_the_phone_set_and_timed():
     assert names[0] == "pau" and names[-1] == "pau" and "hh" in names and set(names) <= set(PHONES)
     ends = [t for _, t in phones]
     assert ends == sorted(ends) and 0.5 < ends[-1] < 3
+
+
+@pytest.mark.skipif(not shutil.which("flite"), reason="flite not installed")
+def test_utterance_phones_follow_the_voice_description():
+    """The ASR data's flite utterances: flite's stretch lengthens the timings, a resampling shift
+    shortens them; other engines have none."""
+    ids, ends = utterance_phones("the quick brown fox", "flite:awb f0=123 stretch=1")
+    _, slow = utterance_phones("the quick brown fox", "flite:awb f0=123 stretch=1.2")
+    _, fast = utterance_phones("the quick brown fox", "flite:awb f0=123 shift=1.1 stretch=1")
+    assert PHONES[ids[0]] == "pau" and PHONES[ids[1]] == "dh" and len(ids) == len(ends)
+    assert slow[-1] == pytest.approx(1.2 * ends[-1], rel=0.03)
+    assert fast == pytest.approx([t / 1.1 for t in ends])
+    assert utterance_phones("the quick brown fox", "espeak:en-us+m1 pitch=40") is None

@@ -103,3 +103,30 @@ def test_asr_training_on_cuda_without_a_gpu_is_a_clear_error():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
         train_asr(0.01, device="cuda")
+
+
+def test_frame_phone_labels_for_the_auxiliary_loss():
+    """Encoder frames (stride 3: 30 ms apart from 0 s) get the phone under their centre; past a
+    row's length or last phone, and on rows without timings: -100."""
+    from speech.asr_train import frame_labels
+    ends = [0.05, 0.10, 0.16]                  # centres 0, .03, .06, .09, .12, .15, .18
+    labels = frame_labels([([7, 8, 9], ends), None, ([7, 8, 9], ends)], [10, 4, 3], stride=3)
+    assert labels.tolist() == [[7, 7, 8, 8, 9, 9, -100, -100, -100, -100], [-100] * 10,
+                               [7, 7, 8] + [-100] * 7]
+
+
+def test_phone_head_reads_the_middle_layer_and_round_trips(tmp_path):
+    import torch
+    from speech.asr_model import ASRConfig, Recogniser
+    torch.manual_seed(0)
+    model = Recogniser(ASRConfig(d_model=32, enc_layers=2, heads=2, dec_layers=1, dec_hidden=32, conv_kernel=5,
+                                 phone_classes=45)).eval()
+    mel, lengths = torch.randn(2, 80, 30), torch.tensor([30, 21])
+    enc, log_probs, enc_len = model.encode(mel, lengths)
+    *same, phone_logits = model.encode(mel, lengths, phones=True)
+    assert torch.equal(same[1], log_probs) and phone_logits.shape == (2, 10, 45)
+    model.save(tmp_path)
+    assert torch.equal(Recogniser.load(tmp_path).encode(mel, lengths, phones=True)[3], phone_logits)
+    with torch.no_grad():                       # the head reads the first layer, not the last
+        model.encoder.convs[1].pw_out.weight.add_(1.0)
+    assert torch.equal(model.encode(mel, lengths, phones=True)[3], phone_logits)
