@@ -15,7 +15,8 @@
 # Environment: DEVICE (cuda), PYTHON (python3), BUNDLE (.whl/speech; empty: the system's
 # synthesisers and sentences), WORKERS (16), NUM_TRAIN (16000 train utterances, of 19707 sentences), MINUTES (5),
 # SCALE (1: multiplies MINUTES), BATCH (64), LR (2e-3), THREADS (torch threads of the trainer, 16),
-# CONFIG (ASRConfig JSON, default d_model 256, 8 encoder layers, 8.55M parameters).
+# CONFIG (ASRConfig JSON, default d_model 256, 8 encoder layers, 8.55M parameters), PHONE_AUX (0.5:
+# weight of the per-frame phone loss on flite's timings; 0: none).
 # CPU smoke test (about 2 minutes on one core; `valid` then has NUM_TRAIN utterances only):
 # BUNDLE= DEVICE=cpu SCALE=0.01 NUM_TRAIN=64 WORKERS=1 BATCH=8 THREADS=1 \
 #   CONFIG='{"d_model": 64, "enc_layers": 2, "dec_hidden": 64, "conv_kernel": 15}' speech/train_gpu.sh /tmp/asr_smoke
@@ -33,7 +34,7 @@ $PY -m speech.data --no-piper --workers "${WORKERS:-16}" --num-train "${NUM_TRAI
     --splits train heldout valid unseen > "$DEST/data.log" 2>&1
 echo "data: ${SECONDS} s"
 $PY -m speech.train asr --no-piper --device "${DEVICE:-cuda}" --bf16 --threads "${THREADS:-16}" \
-    --batch "${BATCH:-64}" --lr "${LR:-2e-3}" --asr-config "$CONFIG" --out "$DEST/asr" \
+    --batch "${BATCH:-64}" --lr "${LR:-2e-3}" --asr-config "$CONFIG" --phone-aux "${PHONE_AUX:-0.5}" --out "$DEST/asr" \
     --minutes "$($PY -c "print(${MINUTES:-5} * ${SCALE:-1})")" > "$DEST/asr.log" 2>&1
 echo "data + training: ${SECONDS} s"
 cat "$DEST/asr/metrics.json"

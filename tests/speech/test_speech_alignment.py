@@ -63,3 +63,16 @@ def test_utterance_phones_follow_the_voice_description():
     assert slow[-1] == pytest.approx(1.2 * ends[-1], rel=0.03)
     assert fast == pytest.approx([t / 1.1 for t in ends])
     assert utterance_phones("the quick brown fox", "espeak:en-us+m1 pitch=40") is None
+
+
+@pytest.mark.skipif(not shutil.which("flite"), reason="flite not installed")
+def test_train_phones_are_cached_per_data_set(monkeypatch, tmp_path):
+    from speech import asr_train
+    monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))
+    items = [{"text": "a short test", "voice": "flite:slt f0=200 stretch=1.1"},
+             {"text": "a short test", "voice": "espeak:en-us+m1 pitch=40"}]
+    first = asr_train.train_phones(items)
+    assert first[0] == utterance_phones("a short test", "flite:slt f0=200 stretch=1.1") and first[1] is None
+    monkeypatch.setattr(asr_train, "utterance_phones", None)     # a second call must not run flite
+    assert asr_train.train_phones(items) == first
+    assert len(list((tmp_path / "speech").glob("asr_phones-*.json"))) == 1
