@@ -4,6 +4,8 @@ transformers Llama attention decoder that reads the encoder frames as its prefix
 
 Features: log-mel (80, 100 Hz), per-utterance normalised -> encoder at 33 Hz (with `conv_kernel`,
 each transformer layer is followed by a conformer convolution module, Gulati et al. 2020).
+With `phone_classes`, a linear phone classifier reads the middle layer: training's auxiliary
+per-frame loss on flite's phone timings (dense supervision for the lower layers); not used to decode.
 Characters: ALPHABET (space, apostrophe, a-z). CTC ids: 0 blank, 1.. characters.
 Decoder ids: 0 pad, 1.. characters, then BOS, EOS, AUDIO (a slot filled with an encoder frame).
 """

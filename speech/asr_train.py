@@ -186,7 +186,8 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
         mel, lengths = batch_features([_augment(mels[i], rng) for i in idx])
         tgt = [targets[i] for i in idx]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            enc, log_probs, enc_len, *phone_logits = model.encode(mel.to(device), lengths.to(device), phones=phone_aux > 0)
+            enc, log_probs, enc_len, *phone_logits = model.encode(mel.to(device), lengths.to(device),
+                                                                  phones=phone_aux > 0)
             ctc = F.ctc_loss(log_probs.transpose(0, 1), torch.tensor(sum(tgt, []), device=device), enc_len,
                              torch.tensor([len(t) for t in tgt], device=device), blank=0, zero_infinity=True)
             loss = ctc + 0.5 * attention_loss(model, enc[:decoder_rows], enc_len[:decoder_rows], tgt[:decoder_rows])
