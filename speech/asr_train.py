@@ -125,10 +125,10 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     data.complete_train_parts()
     base = data.load_split("train")
     items = base + (data.load_split("extra") if extra else [])
+    aligned = train_phones(items) if phone_aux else [None] * len(items)   # forks before CUDA starts
     with torch.no_grad():
         mels = [_log_mel(it["audio"], device) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
-    aligned = train_phones(items) if phone_aux else [None] * len(items)
     phones = list(aligned)
     for k, factor in enumerate(speeds):    # speed perturbation (Ko et al. 2015): new pitches and tempi
         subset = items[k::2 * len(speeds)] if speeds else []
