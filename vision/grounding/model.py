@@ -140,6 +140,8 @@ class GroundingModel(nn.Module):
         dec._attn_implementation = "sdpa"
         self.decoder = GPT2LMHeadModel(dec)
         self._init_coord_embeddings()
+        # training's auxiliary "where are the targets" map (cfg cell_head): <sep>'s state scores every cell
+        self.cell_head = nn.Linear(d, d) if cfg.get("cell_head") else None
 
     def _init_coord_embeddings(self) -> None:
         """Coordinate tokens start as sinusoids of their value, in both halves of the width, the
@@ -154,10 +156,18 @@ class GroundingModel(nn.Module):
         """(B, S, FEATURE_DIM) frozen features -> (B, S, D) encoder states."""
         return self.proj(features.float()) + self.pos
 
-    def decoder_logits(self, tokens, positions, mask, encoder_states):
-        """tokens/positions (B, N), mask (B, 1, N, N) bool, encoder_states (B, S, D) -> (B, N, V)."""
-        return self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask,
-                            encoder_hidden_states=encoder_states, use_cache=False).logits
+    def decoder_logits(self, tokens, positions, mask, encoder_states, hidden: bool = False):
+        """tokens/positions (B, N), mask (B, 1, N, N) bool, encoder_states (B, S, D) -> (B, N, V)
+        [and the last layer's states (B, N, D), with `hidden`]."""
+        out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask,
+                           encoder_hidden_states=encoder_states, use_cache=False, output_hidden_states=hidden)
+        return (out.logits, out.hidden_states[-1]) if hidden else out.logits
+
+    def cell_logits(self, sep_states: torch.Tensor, encoder_states: torch.Tensor) -> torch.Tensor:
+        """(B, D) decoder states at <sep>, (B, S, D) encoder states -> (B, S) logits of "this cell
+        lies in a target of the query" (the cell_head's training map; decoding never uses it)."""
+        q = self.cell_head(sep_states)
+        return (encoder_states @ q[:, :, None]).squeeze(-1) / math.sqrt(q.shape[-1])
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
         """Atomic: each file is written beside its final name, then renamed (CPU tensors, from any device)."""

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from . import data
-from .model import (COORD0, GRID, MASK, PAD, TASKS, GroundingModel, QueryTokenizer, answer_tokens,
-                    default_config, feature_encoder, prompt_tokens)
+from .model import (COORD0, GRID, GRID_CELLS, IMAGE_SIZE, MASK, PAD, SEP, TASKS, GroundingModel, QueryTokenizer,
+                    answer_tokens, default_config, feature_encoder, prompt_tokens)
 from ..train import training_device
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "weights" / "grounding"
@@ -129,8 +129,25 @@ def train_mask(n_clean: int, blocks: list[int], block: int, n: int) -> torch.Ten
     return m
 
 
+def cell_targets(examples) -> torch.Tensor:
+    """(B, S) 1.0 on the feature cells that a query's targets cover (the cell centre inside a target's
+    box, and the cell under each box's centre), 0.0 elsewhere ("no match": all 0)."""
+    side = GRID_CELLS
+    centre = (torch.arange(side) + 0.5) * IMAGE_SIZE / side
+    out = torch.zeros(len(examples), side, side)
+    for b, (_, _, targets) in enumerate(examples):
+        for obj in targets:
+            x0, y0, x1, y1 = obj.box
+            inside_y, inside_x = (centre >= y0) & (centre <= y1), (centre >= x0) & (centre <= x1)
+            out[b] += (inside_y[:, None] & inside_x[None]).float()
+            cx, cy = obj.centre
+            out[b, min(int(cy * side / IMAGE_SIZE), side - 1), min(int(cx * side / IMAGE_SIZE), side - 1)] = 1.0
+    return out.clamp(max=1.0).flatten(1)
+
+
 def make_batch(examples, tok: QueryTokenizer):
-    """examples: [(task, query text, targets)] -> inputs, positions, masks (B,1,N,N), targets (B,N)."""
+    """examples: [(task, query text, targets)] -> inputs, positions, masks (B,1,N,N), targets (B,N),
+    noisy (B,N) and the cells the targets cover (B, S) (`cell_targets`)."""
     rows = []
     for task, text, targets in examples:
         block = TASKS[task][1]
@@ -160,7 +177,7 @@ def make_batch(examples, tok: QueryTokenizer):
         targets[b, :c + len(nt)] = torch.tensor(tc + nt)
         noisy[b, c:c + len(ni)] = True
         masks[b, 0] = train_mask(c, starts, block, n)
-    return inputs, positions, masks, targets, noisy
+    return inputs, positions, masks, targets, noisy, cell_targets(examples)
 
 
 def soft_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -181,14 +198,20 @@ def soft_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return loss.mean()
 
 
-def losses(model: GroundingModel, feats: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(causal, block) losses of one batch; feats (B, S, FEATURE_DIM)."""
-    inputs, positions, masks, targets, noisy = batch
-    logits = model.decoder_logits(inputs, positions, masks, model.encode(feats))   # (B, N, V)
+def losses(model: GroundingModel, feats: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(causal, block, cell) losses of one batch; feats (B, S, FEATURE_DIM). cell: binary CE of the
+    model's cell map against the cells its targets cover (0 for a model without a cell_head)."""
+    inputs, positions, masks, targets, noisy, cells = batch
+    enc = model.encode(feats)
+    logits, states = model.decoder_logits(inputs, positions, masks, enc, hidden=True)   # (B, N, V), (B, N, D)
     has = targets != -100
     causal = soft_ce(logits[has & ~noisy], targets[has & ~noisy])
     block = soft_ce(logits[has & noisy], targets[has & noisy])
-    return causal, block
+    if model.cell_head is None:
+        return causal, block, torch.zeros((), device=feats.device)
+    sep = states[torch.arange(len(inputs)), (inputs == SEP).int().argmax(1)]                # (B, D)
+    cell = F.binary_cross_entropy_with_logits(model.cell_logits(sep, enc), cells)
+    return causal, block, cell
 
 
 def sample_examples(pools, n: int, rng: random.Random, obb_share: float, hard_share: float = 0.0):
@@ -244,6 +267,9 @@ def main(argv=None) -> int:
     ap.add_argument("--obb-share", type=float, default=0.3, help="share of oriented examples per batch")
     ap.add_argument("--hard-share", type=float, default=0.0,
                     help="share of draws redrawn towards several matches or no match (see sample_examples)")
+    ap.add_argument("--cell-aux", type=float, default=0.0,
+                    help="weight of an auxiliary map of the cells the query's targets cover, scored from the "
+                         "decoder's <sep> state (a new model gets the cell head; 0: none)")
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--width", type=int, default=160, help="decoder width (a new model)")
@@ -299,12 +325,17 @@ def main(argv=None) -> int:
     else:
         cfg = default_config(len(tok.bpe_ids), args.width, args.layers, args.heads)
         cfg["query_bpe_ids"] = tok.bpe_ids
+        if args.cell_aux:
+            cfg["cell_head"] = True
         model = GroundingModel(cfg)
         out.mkdir(parents=True, exist_ok=True)
         if src.resolve() != (out / "tokenizer.json").resolve():
             tmp = out / "tokenizer.json.tmp"
             tmp.write_bytes(src.read_bytes())
             tmp.replace(out / "tokenizer.json")
+    if args.cell_aux and model.cell_head is None:
+        print(f"error: --cell-aux needs a model with a cell head; {out} has none (train from scratch)", file=sys.stderr)
+        return 2
     model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     print(f"{sum(p.numel() for p in trainable) / 1e6:.2f} M trainable parameters", flush=True)
@@ -331,18 +362,19 @@ def main(argv=None) -> int:
             draws, made = next(batches)
             feats, batch = gather(pools, draws, tok, made)
         model.train()
-        causal, block = losses(model, feats, batch)
+        causal, block, cell = losses(model, feats, batch)
         opt.zero_grad()
-        (causal + block).backward()
+        (causal + block + args.cell_aux * cell).backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         step += 1
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
-                vc, vb = losses(model, *val)
+                vc, vb, vcell = losses(model, *val)
             print(f"step {step} t={time.time() - t0:.0f}s lr={lr:.2e} causal={causal.item():.4f} block={block.item():.4f} "
-                  f"val_causal={vc.item():.4f} val_block={vb.item():.4f}", flush=True)
+                  f"cell={cell.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f} val_cell={vcell.item():.4f}",
+                  flush=True)
         if step % 200 == 0:
             save((time.time() - t0) / 60)
     model.eval()
