@@ -61,18 +61,16 @@ def train_phones(items: list[dict]) -> list[tuple[list[int], list[float]] | None
     flite runs in as many processes as torch has threads."""
     import hashlib
     key = hashlib.sha1("\n".join(f"{it['text']}|{it['voice']}" for it in items).encode()).hexdigest()[:12]
-    path = data.cache_dir() / f"asr_phones-{key}.json"
-    if path.exists():
-        return [tuple(a) if a else None for a in json.loads(path.read_text())]
+    rows = data.cached_json(f"asr_phones-{key}.json", lambda: _flite_timings(items))
+    return [tuple(a) if a else None for a in rows]
+
+
+def _flite_timings(items: list[dict]) -> list:
     from tqdm import tqdm
     jobs = [(it["text"], it["voice"]) for it in items]
     with data._pool(torch.get_num_threads()) as pool:      # --threads processes (16 in the GPU recipe)
         rows = pool.imap(_utterance_phones, jobs, chunksize=16) if pool else map(_utterance_phones, jobs)
-        out = list(tqdm(rows, total=len(jobs), desc="flite phone timings", file=sys.stderr))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)
-    return out
+        return list(tqdm(rows, total=len(jobs), desc="flite phone timings", file=sys.stderr))
 
 
 def _utterance_phones(job: tuple[str, str]):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import os
 import random
 import re
@@ -69,6 +70,18 @@ def cache_dir() -> Path:
     path = Path(root) / ("speech" if PIPER else "speech-no-piper")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cached_json(name: str, compute):
+    """`compute()`'s JSON-able result, cached under `name` in the cache folder (written atomically)."""
+    path = cache_dir() / name
+    if path.exists():
+        return json.loads(path.read_text())
+    out = compute()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    return out
 
 
 def normalize_text(text: str) -> str:

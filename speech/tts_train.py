@@ -48,14 +48,7 @@ def _trim(audio, threshold: float = 0.01, margin: int = 1600) -> tuple[int, int]
 
 def corpus_phones(items: list[dict]) -> list[list[tuple[str, float]]]:
     """flite's (phone, end time) of every item's text, cached beside the data."""
-    path = data.cache_dir() / f"tts_phones-{len(items)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    out = [flite_phones(it["text"]) for it in items]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)
-    return out
+    return data.cached_json(f"tts_phones-{len(items)}.json", lambda: [flite_phones(it["text"]) for it in items])
 
 
 def prepare(items: list[dict], codec: Codec, cfg: TTSConfig):
