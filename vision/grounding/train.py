@@ -349,7 +349,8 @@ def main(argv=None) -> int:
 
     def save(extra_min):
         model.save(out, {"train_steps": step, "train_minutes": round(done_min + extra_min, 2),
-                         "batch": args.batch, "hard_share": args.hard_share, "train_scenes": args.scenes, "train_obb_scenes": args.obb_scenes})
+                         "batch": args.batch, "hard_share": args.hard_share, "cell_aux": args.cell_aux,
+                         "train_scenes": args.scenes, "train_obb_scenes": args.obb_scenes})
 
     while time.time() - t0 < budget:
         frac = (done_min * 60 + time.time() - t0) / (total_min * 60)
