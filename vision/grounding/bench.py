@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--decoders", nargs="+", default=list(DECODERS))
     ap.add_argument("--no-real", action="store_true", help="skip the real-image checks")
     ap.add_argument("--tune", type=int, default=0, metavar="N",
-                    help="first choose hybrid's confidence floor on N validation queries (not the held-out ones)")
+                    help="first choose hybrid's confidence floor on N validation queries per task (not the held-out ones)")
     ap.add_argument("--weights", default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the numbers here (atomically)")
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     report = {"settings": {"n": args.n, "obb_n": args.obb_n, "batch": args.batch, "threads": args.threads}}
     floors = {}
     if args.tune:
-        for task, n in (("aabb", args.tune), ("obb", args.tune // 2 if args.obb_n else 0)):
+        for task, n in (("aabb", args.tune), ("obb", args.tune if args.obb_n else 0)):
             if not n:
                 continue
             floors[task], sweep = tune_floor(pipe, n, args.batch, task)
