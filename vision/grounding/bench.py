@@ -210,7 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--decoders", nargs="+", default=list(DECODERS))
     ap.add_argument("--no-real", action="store_true", help="skip the real-image checks")
     ap.add_argument("--tune", type=int, default=0, metavar="N",
-                    help="first choose hybrid's confidence floor on N validation queries per task (not the held-out ones)")
+                    help="first choose hybrid's confidence floor on N validation queries per task "
+                         "(not the held-out ones)")
     ap.add_argument("--weights", default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the numbers here (atomically)")
