@@ -175,7 +175,8 @@ class Codec(nn.Module):
         return model.eval()
 
 
-def _write_json(path: Path, obj) -> None:
+def _write_json(path: Path, obj, indent: int | None = 2) -> None:
+    """Atomic: written beside `path`, then renamed."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.write_text(json.dumps(obj, indent=indent))
     os.replace(tmp, path)

@@ -77,10 +77,9 @@ def cached_json(name: str, compute):
     path = cache_dir() / name
     if path.exists():
         return json.loads(path.read_text())
+    from .codec import _write_json
     out = compute()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)
+    _write_json(path, out, indent=None)      # compact: these caches are large
     return out
 
 
