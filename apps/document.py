@@ -19,7 +19,6 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
-DOCUMENT_DECODERS = ("ar", "block_diffusion", "s2d2", "ctc_speculative", "jacobi")
 UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
                "s2d2": {"block_size": 8},
                **DECODER_DEFAULTS}                            # the OCR's own: ctc_speculative exact
@@ -42,7 +41,8 @@ def load_pipeline():
 
 
 def decoder_choices() -> list[str]:
-    return [name for name in DOCUMENT_DECODERS if name in suite.DECODERS]
+    from document.ocr import DECODERS
+    return list(DECODERS)
 
 
 def default_options(name: str) -> str:

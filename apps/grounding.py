@@ -17,7 +17,6 @@ import suite
 from ._common import Shared, add_speedups, format_options, guarded, parse_options, stats_row, stats_table, ui_options
 
 TITLE = "Grounding"
-GROUNDING_DECODERS = ("ar", "parallel_box", "hybrid")
 DEFAULT_DECODER = "hybrid"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
 FORWARDS_NOTE = ("forwards: decoder passes for this query (the MobileNetV2 encoder runs once more); "
@@ -28,8 +27,6 @@ EXAMPLE_SCENE, EXAMPLE_QUERY = 17, "the ring left of the blue square"    # a hel
 
 def load_pipeline():
     import vision
-    from vision.grounding import register_decoders
-    register_decoders()
     grd = vision.load_grounding_pipeline()
     grd(example_scene(), EXAMPLE_QUERY, decoder="ar")               # warm up the encoder once
     return grd
@@ -42,9 +39,8 @@ def example_scene(index: int = EXAMPLE_SCENE, task: str = "aabb"):
 
 
 def decoder_choices() -> list[str]:
-    from vision.grounding import register_decoders
-    register_decoders()
-    return [d for d in GROUNDING_DECODERS if d in suite.DECODERS]
+    from vision.grounding.pipeline import DECODERS
+    return list(DECODERS)
 
 
 def default_options(name: str, pipeline=None, task: str = "aabb") -> str:

@@ -16,7 +16,6 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
-IMAGE_DECODERS = ("ar", "sjd", "mc_sjd", "zipar", "zipar_sjd", "lpd")
 UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
                "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}, "lpd": {"steps": 20}}
 DEFAULT_DECODER = "zipar"
@@ -39,7 +38,8 @@ def sampling_defaults(pipe) -> dict:
 
 
 def decoder_choices() -> list[str]:
-    return [name for name in IMAGE_DECODERS if name in suite.DECODERS]
+    from vision.pipeline import DECODERS
+    return list(DECODERS)
 
 
 def default_options(name: str) -> str:

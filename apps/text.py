@@ -18,9 +18,8 @@ from ._common import (Shared, TimedIterator, add_speedups, format_options, guard
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
-TEXT_DECODERS = suite.TEXT_DECODERS
 UI_DEFAULTS = {"speculative": {"draft": "self:8"}}     # what a decoder needs to run in the app
-DEFAULT_DECODER = "ngram"
+DEFAULT_DECODER = "auto"
 EXAMPLES = [
     ["Rewrite this function with type hints and a docstring:\n\ndef area(width, height):\n"
      "    return width * height", "ngram"],
@@ -38,7 +37,7 @@ def load_pipeline():
 
 
 def decoder_choices() -> list[str]:
-    return [name for name in TEXT_DECODERS if name in suite.DECODERS]
+    return suite.list_decoders("text")
 
 
 def default_options(name: str) -> str:

@@ -5,16 +5,6 @@
     res = ocr(line_images, decoder="block_diffusion")     # res.texts, res.stats
     pages = document.read("scan.pdf")                     # pages of lines with boxes, text, confidence
 """
-import suite
-
-from suite.decoders.block_diffusion import BlockDiffusion
-from suite.decoders.ctc_speculative import CTCSpeculative
-from suite.decoders.ngram_prior import NgramPrior
-from suite.decoders.s2d2 import S2D2
-
-for _cls in (BlockDiffusion, S2D2, NgramPrior, CTCSpeculative):
-    if _cls.name not in suite.DECODERS:
-        suite.register(_cls)
 
 
 def load_ocr(*args, **kwargs):

@@ -115,7 +115,6 @@ def main(argv=None) -> int:
         print(f"error: {root} does not exist; give an image, a PDF or a folder", file=sys.stderr)
         return 2
     import suite
-    import document  # noqa: F401  (registers the document decoders)
     if args.decoder not in suite.DECODERS:
         print(f"error: unknown decoder {args.decoder!r}; choose one of: {', '.join(sorted(suite.DECODERS))}", file=sys.stderr)
         return 2

@@ -75,24 +75,21 @@ def code_lines() -> tuple[str, ...]:
     return tuple(lines)
 
 
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+NUMBER_KINDS = (     # one random number-like string each: amount, price, ISO date, date, time, percent, phone, integer
+    lambda rng: f"{rng.uniform(0, 10000):,.2f}",
+    lambda rng: f"${rng.uniform(0, 999):.2f}",
+    lambda rng: f"{rng.randrange(1900, 2100)}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
+    lambda rng: f"{rng.randrange(1, 29)} {rng.choice(MONTHS)} {rng.randrange(1950, 2040)}",
+    lambda rng: f"{rng.randrange(0, 24):02d}:{rng.randrange(60):02d}",
+    lambda rng: f"{rng.uniform(-100, 100):.{rng.randrange(1, 4)}f}%",
+    lambda rng: "+" + "".join(rng.choice(string.digits) for _ in range(rng.randrange(6, 12))),
+    lambda rng: str(rng.randrange(0, 10 ** rng.randrange(1, 8))),
+)
+
+
 def _number(rng: random.Random) -> str:
-    kind = rng.randrange(8)
-    if kind == 0:
-        return f"{rng.uniform(0, 10000):,.2f}"
-    if kind == 1:
-        return f"${rng.uniform(0, 999):.2f}"
-    if kind == 2:
-        return f"{rng.randrange(1900, 2100)}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
-    if kind == 3:
-        months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        return f"{rng.randrange(1, 29)} {rng.choice(months)} {rng.randrange(1950, 2040)}"
-    if kind == 4:
-        return f"{rng.randrange(0, 24):02d}:{rng.randrange(60):02d}"
-    if kind == 5:
-        return f"{rng.uniform(-100, 100):.{rng.randrange(1, 4)}f}%"
-    if kind == 6:
-        return "+" + "".join(rng.choice(string.digits) for _ in range(rng.randrange(6, 12)))
-    return str(rng.randrange(0, 10 ** rng.randrange(1, 8)))
+    return NUMBER_KINDS[rng.randrange(len(NUMBER_KINDS))](rng)
 
 
 def _prose(rng: random.Random, words: tuple[str, ...]) -> str:
@@ -145,7 +142,7 @@ def font_paths() -> tuple[str, ...]:
 
 # Computer Modern (the TeX fonts most PDFs are set in: roman, sans, typewriter) from the KaTeX
 # fonts that gradio (requirements/core.txt) ships; used for training only, so the held-out set
-# (`heldout_set`) renders exactly as before. Fonts lacking a glyph of a text are not used for it.
+# (`heldout_set`) renders in the base fonts alone. Fonts lacking a glyph of a text are not used for it.
 EXTRA_FONT_GLOBS = ("KaTeX_Main-*.ttf", "KaTeX_SansSerif-*.ttf", "KaTeX_Typewriter-*.ttf")
 
 

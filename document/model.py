@@ -8,14 +8,15 @@ cross-attention K/V is computed once per request and kept beside it.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from suite import AdapterConfig, KVCache
+from suite import AdapterConfig
+from suite.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
+from suite.storage import read_json
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<mask>")
@@ -125,32 +126,16 @@ class OCRModel(nn.Module):
                             encoder_hidden_states=encoder_states, use_cache=False).logits
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
-        from safetensors.torch import save_file
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self.state_dict().items() if k != "decoder.lm_head.weight"}
-        tmp = folder / "model.safetensors.tmp"
-        save_file(state, str(tmp))
-        tmp.replace(folder / "model.safetensors")
-        cfg_tmp = folder / "config.json.tmp"
-        cfg_tmp.write_text(json.dumps({**self.cfg, **(extra or {})}, indent=1))
-        cfg_tmp.replace(folder / "config.json")
+        """Weights and config.json (the config, with `extra` such as training counters), each written whole."""
+        save_tied(self, folder, {**self.cfg, **(extra or {})})
 
     @classmethod
     def load(cls, folder: str | Path) -> "OCRModel":
-        from safetensors.torch import load_file
         folder = Path(folder)
         if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
             raise ValueError(f"no OCR weights in {folder}: it needs config.json and model.safetensors; "
                              "train them with `python -m document.train`")
-        model = cls(json.loads((folder / "config.json").read_text()))
-        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
-        missing = [k for k in missing if k != "decoder.lm_head.weight"]
-        if missing or unexpected:
-            raise ValueError(f"weights in {folder} do not match the config: missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]}")
-        model.decoder.tie_weights()
-        return model.eval()
+        return load_tied(cls(read_json(folder / "config.json")), folder).eval()
 
 
 def block_anchor(n: int, block_size: int, offset: int) -> torch.Tensor:
@@ -180,14 +165,11 @@ def block_train_mask(n: int, block_size: int, offset: int = 0) -> torch.Tensor:
     return mask
 
 
-class OCRAdapter:
+class OCRAdapter(CrossAttentionAdapter):
     """suite.ModelAdapter over OCRModel's decoder for one batch of encoded line images.
 
     `for_images(pixels)` runs the encoder once and returns an adapter bound to those images;
     decoders then call it like any adapter. Config extra: mask_token_id, bos_token_id."""
-
-    supports_custom_mask = True
-    supports_rollback = True
 
     def __init__(self, model: OCRModel, encoder_states: torch.Tensor | None = None):
         self.model = model.eval()
@@ -217,7 +199,7 @@ class OCRAdapter:
     def ctc_drafts(self) -> list[dict]:
         """`ctc_speculative`'s drafts: each line read greedily by the auxiliary CTC head over the
         encoder columns (blank = PAD; its classes are the tokenizer's ids), with frame entropies."""
-        from suite.decoders.ctc_speculative import ctc_draft
+        from suite.decoders.chain.ctc_speculative import ctc_draft
         with torch.no_grad():
             log_probs = self.model.ctc_logits(self.encoder_states).log_softmax(-1)    # (B, cols, V)
         return [ctc_draft(row, row.shape[0], blank=PAD) for row in log_probs]
@@ -226,20 +208,3 @@ class OCRAdapter:
         """pixels (B, 1, H, W) in [0, 1] -> an adapter holding their encoder states."""
         with torch.no_grad():
             return OCRAdapter(self.model, self.model.encoder(pixels))
-
-    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        from transformers import DynamicCache, EncoderDecoderCache
-        if self.encoder_states is None or self.encoder_states.shape[0] != batch:
-            raise ValueError("bind the adapter to a batch of images first: adapter.for_images(pixels)")
-        cache = KVCache(batch, DynamicCache())
-        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
-        return cache
-
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        if attention_mask is None:
-            n = tokens.shape[1]
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
-        out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
-                                 attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
-                                 use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
-        return out.logits

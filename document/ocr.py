@@ -14,13 +14,15 @@ import numpy as np
 import torch
 
 import suite
-from suite import DecodeState, DecodeStats, SamplingParams
+from suite import DecodeStats, RequestInputs
 
+from .lines import line_pieces
 from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
 # options a decoder named without them gets here: ctc_speculative verifies every CTC read (exact;
 # its entropy gate, tuned for speech, would commit unverified reads at a CER cost on lines)
+DECODERS = tuple(suite.list_decoders("document", chain=("ar", "jacobi")))   # the line decoders offered
 DECODER_DEFAULTS = {"ctc_speculative": {"max_entropy": 0.0}}
 
 
@@ -91,16 +93,22 @@ class OCR:
     def max_length(self) -> int:
         return self.adapter.config.max_length
 
+    @property
+    def decoders(self) -> tuple[str, ...]:
+        """The registered decoders this reader runs (ctc_speculative only with a CTC head)."""
+        ctc = hasattr(self.adapter, "ctc_drafts")
+        return tuple(n for n in DECODERS if (n != "ctc_speculative" or ctc) and
+                     all(getattr(self.adapter, f"supports_{c}", False) for c in suite.DECODERS[n].requires))
+
     def pixels(self, images) -> torch.Tensor:
         """Model input for a list of line images."""
         return self.adapter.pixels([as_pil(im, i) for i, im in enumerate(images)])
 
     def pieces(self, images) -> tuple[list, list[int]]:
         """(pieces, owner line of each): lines wider than the model reads well are cut at word
-        gaps (document.reader.line_pieces) when the adapter asks for it (`split_lines`)."""
+        gaps (document.lines.line_pieces) when the adapter asks for it (`split_lines`)."""
         if not getattr(self.adapter, "split_lines", False):
             return images, list(range(len(images)))
-        from .reader import line_pieces
         pieces, owner = [], []
         for i, im in enumerate(images):
             cut = line_pieces(im) or [im]
@@ -134,15 +142,12 @@ class OCR:
         for lo in range(0, len(pieces), size):
             rows = order[lo:lo + size]
             bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
-            d = dec.bind(bound) if hasattr(dec, "bind") else dec
-            state = DecodeState(tokens=[[bound.start_token_id] for _ in rows], cache=bound.new_cache(len(rows)),
-                                params=SamplingParams(), max_new_tokens=self.max_length - 1,
-                                eos_token_ids=eos, max_length=self.max_length)
-            if dec.name == "ctc_speculative":
-                state.scratch["ctc"] = bound.ctc_drafts()
-            if prior_texts is not None:
-                state.scratch["prior_tokens"] = [bound.prior_tokens(prior_texts[owner[i]]) for i in rows]
-            result = suite.decode(bound, d, state)
+            inputs = RequestInputs(
+                ctc=tuple(bound.ctc_drafts()) if dec.name == "ctc_speculative" else None,
+                prior_tokens=None if prior_texts is None else tuple(bound.prior_tokens(prior_texts[owner[i]]) for i in rows))
+            adapter, d, state = suite.prepare(bound, [[bound.start_token_id] for _ in rows], decoder=dec,
+                                              max_new_tokens=self.max_length - 1, inputs=inputs)
+            result = suite.decode(adapter, d, state)
             stats.add(result.stats, len(rows))
             row_confs = confidence(bound, result.new_tokens) if score else [0.0] * len(rows)
             for i, new, conf in zip(rows, result.new_tokens, row_confs):

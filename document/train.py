@@ -11,21 +11,22 @@ uses it.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from suite.storage import atomic_path, cache_dir
+from suite.training import Budget, ClockBar, log, optimizer_step, set_learning_rate, warmup_cosine
+
 from . import data
 from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "ocr-small"
-DEFAULT_STATE = Path.home() / ".cache" / "parasuite" / "document-train-state.pt"
+DEFAULT_STATE = cache_dir("document-train-state.pt")
 BLOCK_SIZES = (2, 4, 8, 16)
 CTC_WEIGHT = 0.5
 
@@ -118,42 +119,34 @@ def main(argv=None) -> int:
         saved = torch.load(args.state, weights_only=True)
         if saved.get("train_steps") == start_step:
             opt.load_state_dict(saved["optimizer"])
-            print(f"resumed optimizer state from {args.state}", flush=True)
-    print(f"training from step {start_step} for {args.minutes} min", flush=True)
+            log(f"resumed optimizer state from {args.state}")
+    log(f"training from step {start_step} for {args.minutes} min")
     val = data.make_samples(64, seed=999, split="heldout")
     val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
-    budget, t0, step = args.minutes * 60, time.time(), 0
+    budget, step = Budget(args.minutes), 0
     minutes_done = float(model.cfg.get("train_minutes", 0)) if args.resume else 0.0
-    from tqdm import tqdm
-    bar = tqdm(total=int(budget), unit="s", desc="train", file=sys.stderr)
-    while time.time() - t0 < budget:
-        frac = (time.time() - t0) / budget
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.5 * (1 + math.cos(math.pi * frac)) * 0.95 + 0.05)
-        for g in opt.param_groups:
-            g["lr"] = lr
+    bar, status = ClockBar(args.minutes * 60, "train"), ""
+    while not budget.spent():
+        lr = set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), args.warmup))
         batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31), fonts=data.training_font_paths())
         model.train()
         causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
-        opt.zero_grad()
-        (causal + block + CTC_WEIGHT * ctc).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, causal + block + CTC_WEIGHT * ctc)
         step += 1
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
                 vc, vb, _ = losses(model, val_px, val_ids, random.Random(0))
-            bar.set_postfix(step=step, causal=f"{causal.item():.3f}", block=f"{block.item():.3f}",
-                            val_causal=f"{vc.item():.3f}", val_block=f"{vb.item():.3f}")
-            print(f"step {start_step + step} t={time.time() - t0:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
-                  f"block={block.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f}", flush=True)
+            status = (f"step {step} causal {causal.item():.3f} block {block.item():.3f} "
+                      f"val_causal {vc.item():.3f} val_block {vb.item():.3f}")
+            log(f"step {start_step + step} t={budget.elapsed_s:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
+                f"block={block.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f}")
         if step % 500 == 0:
-            checkpoint(model, opt, args, start_step + step, minutes_done + (time.time() - t0) / 60)
-        bar.n = int(time.time() - t0)
-        bar.refresh()
+            checkpoint(model, opt, args, start_step + step, minutes_done + budget.elapsed_s / 60)
+        bar.show(budget.elapsed_s, status)
     bar.close()
     model.eval()
-    checkpoint(model, opt, args, start_step + step, minutes_done + (time.time() - t0) / 60)
+    checkpoint(model, opt, args, start_step + step, minutes_done + budget.elapsed_s / 60)
     print(f"saved {args.out} after {start_step + step} steps ({step} in this run)")
     return 0
 
@@ -163,8 +156,8 @@ def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float) -> None:
     model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch})
     state = Path(args.state)
     state.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"train_steps": steps, "optimizer": opt.state_dict()}, state.with_suffix(".tmp"))
-    state.with_suffix(".tmp").replace(state)
+    with atomic_path(state) as tmp:
+        torch.save({"train_steps": steps, "optimizer": opt.state_dict()}, tmp)
 
 
 if __name__ == "__main__":

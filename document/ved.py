@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from suite import AdapterConfig, KVCache
+from suite import AdapterConfig
+from suite.encoder_decoder import CrossAttentionAdapter, causal_mask
 
 
-class VEDAdapter:
-    supports_custom_mask = True
-    supports_rollback = True
+class VEDAdapter(CrossAttentionAdapter):
+    """suite.ModelAdapter and line reader over a VisionEncoderDecoderModel (see the module notes)."""
 
     def __init__(self, model, tokenizer, processor, encoder_states: torch.Tensor | None = None):
         self.model, self.tokenizer, self.processor = model.eval(), tokenizer, processor
@@ -86,20 +86,11 @@ class VEDAdapter:
         bound.__dict__.update(self.__dict__, encoder_states=states)
         return bound
 
-    # ---- suite.ModelAdapter ------------------------------------------------------------------
-
-    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        from transformers import DynamicCache, EncoderDecoderCache
-        if self.encoder_states is None or self.encoder_states.shape[0] != batch:
-            raise ValueError("bind the adapter to a batch of images first: adapter.for_images(pixels)")
-        cache = KVCache(batch, DynamicCache())
-        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
-        return cache
+    # ---- suite.ModelAdapter (new_cache: CrossAttentionAdapter's) ------------------------------
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        n = tokens.shape[1]
         if attention_mask is None:
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
+            attention_mask = causal_mask(cache, tokens)
         dtype = self.model.dtype
         additive = torch.zeros(attention_mask.shape, dtype=dtype).masked_fill(~attention_mask, torch.finfo(dtype).min)
         kwargs = dict(attention_mask=additive, encoder_hidden_states=self.encoder_states, cache=cache.encdec,

@@ -15,36 +15,16 @@ recogniser (ctc, ctc_beam, ar, ctc_speculative).
 """
 from __future__ import annotations
 
-__all__ = ["ASR", "ASRResult", "TTS", "TTSResult", "load_asr", "load_tts", "register_decoders"]
-
-
-def register_decoders() -> None:
-    """Add the speech decoders (delay, parallel, local_ar, local_maskgit, stack, stack_local, ctc_speculative)
-    to suite's registry."""
-    import suite
-    from suite.decoders.ctc_speculative import CTCSpeculative
-    from suite.decoders.delay import Delay
-    from suite.decoders.local_ar import LocalAR
-    from suite.decoders.local_maskgit import LocalMaskGIT
-    from suite.decoders.parallel import Parallel
-    from suite.decoders.stack import Stack
-    from suite.decoders.stack_local import StackLocal
-    for cls in (Delay, Parallel, LocalAR, LocalMaskGIT, Stack, StackLocal, CTCSpeculative):
-        if cls.name not in suite.DECODERS:
-            suite.register(cls)
+__all__ = ["ASR", "ASRResult", "TTS", "TTSResult", "load_asr", "load_tts"]
 
 
 def __getattr__(name: str):
     if name in ("ASR", "ASRResult", "load_asr"):
         from . import asr
-        register_decoders()
         return getattr(asr, name)
     if name in ("TTS", "TTSResult", "load_tts"):
         from . import tts
-        register_decoders()
         return getattr(tts, name)
-    if name == "register_decoders":
-        return register_decoders
     raise AttributeError(f"module 'speech' has no attribute {name!r}")
 
 

@@ -22,9 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import suite
+
 from .data import SAMPLE_RATE, resample
 
-DECODERS = ("ctc", "ctc_beam", "ar", "ctc_speculative")
+# "ctc" and "ctc_beam" read the CTC head alone (no decoder forward); the rest are registry decoders
+DECODERS = ("ctc", "ctc_beam") + tuple(suite.list_decoders("asr", chain=("ar",)))
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3"}
 MAX_SECONDS = 30.0
 
@@ -94,9 +97,8 @@ class ASR:
         max_entropy = opts["max_entropy"] if max_entropy is None else max_entropy
         min_ratio = opts["min_ratio"] if min_ratio is None else min_ratio
         realign = opts["realign"] if realign is None else realign
-        from suite import DecodeState, DecodeStats, SamplingParams, decode
-        from suite.decoders.ar import AR
-        from suite.decoders.ctc_speculative import CTCSpeculative, ctc_frame_entropy, ctc_greedy
+        from suite import CTCHypothesis, DecodeStats, RequestInputs, decode, prepare
+        from suite.decoders.chain.ctc_speculative import CTCSpeculative, ctc_frame_entropy, ctc_greedy
 
         from . import features
         from .asr_model import AUDIO, BOS, EOS, AudioPrefixLM, ids_to_text
@@ -119,14 +121,13 @@ class ASR:
             else:
                 adapter = AudioPrefixLM(self.model, self.model.bridge(enc))
                 frames = int(enc_len[0])
-                state = DecodeState(tokens=[[AUDIO] * frames + [BOS]], cache=adapter.new_cache(1),
-                                    params=SamplingParams(), max_new_tokens=400, eos_token_ids=frozenset({EOS}),
-                                    max_length=adapter.config.max_length)
                 if decoder == "ar":
-                    dec = AR()
+                    dec, inputs = "ar", None
                 else:
-                    state.scratch["ctc"] = [{"hypothesis": hyp, "entropy": ctc_frame_entropy(log_probs[0], frames)}]
                     dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio, realign=realign)
+                    inputs = RequestInputs(ctc=(CTCHypothesis(hyp, ctc_frame_entropy(log_probs[0], frames)),))
+                adapter, dec, state = prepare(adapter, [[AUDIO] * frames + [BOS]], decoder=dec, max_new_tokens=400,
+                                              eos_token_id=EOS, inputs=inputs)
                 result = decode(adapter, dec, state)
                 stats = result.stats
                 text = ids_to_text([t for t in result.new_tokens[0] if t != EOS])

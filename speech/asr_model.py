@@ -11,13 +11,13 @@ Decoder ids: 0 pad, 1.. characters, then BOS, EOS, AUDIO (a slot filled with an 
 """
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from suite.storage import ConfigModule
 
 from . import features
 from .data import ALPHABET
@@ -111,7 +111,10 @@ class Encoder(nn.Module):
         return self.norm(x), out_len, middle
 
 
-class Recogniser(nn.Module):
+class Recogniser(ConfigModule, nn.Module):
+    model_type, config_class, what = "parasuite-ctc-attention-asr", ASRConfig, "ASR"
+    train_command, default_folder = "python -m speech.train asr", WEIGHTS / "asr"
+
     def __init__(self, config: ASRConfig):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -132,28 +135,6 @@ class Recogniser(nn.Module):
         enc, enc_len, middle = self.encoder(mel, lengths)
         out = enc, self.ctc_head(enc).float().log_softmax(-1), enc_len   # fp32 even under autocast
         return (*out, self.phone_head(middle).float()) if phones else out
-
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
-        os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
-        tmp = folder / "config.json.tmp"
-        tmp.write_text(json.dumps({"model_type": "parasuite-ctc-attention-asr", **asdict(self.config)}, indent=2))
-        os.replace(tmp, folder / "config.json")
-
-    @classmethod
-    def load(cls, folder: Path | str | None = None) -> "Recogniser":
-        from safetensors.torch import load_file
-        folder = Path(folder) if folder else WEIGHTS / "asr"
-        if not (folder / "model.safetensors").exists():
-            raise FileNotFoundError(f"no ASR weights in {folder}; train them with `python -m speech.train asr`")
-        cfg = json.loads((folder / "config.json").read_text())
-        cfg.pop("model_type", None)
-        model = cls(ASRConfig(**cfg))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
-        return model.eval()
 
 
 class AudioPrefixLM:

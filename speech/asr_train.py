@@ -1,7 +1,7 @@
 """Training loop of the CTC + attention recogniser (called by `python -m speech.train asr`)."""
 from __future__ import annotations
 
-import json
+import hashlib
 import random
 import sys
 import time
@@ -10,11 +10,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from suite.decoders.ctc_speculative import ctc_greedy
+from suite.decoders.chain.ctc_speculative import ctc_greedy
+from suite.storage import atomic_path, write_json
+from suite.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, training_device, \
+    warmup_cosine
 
 from . import data, features
 from .alignment import PHONES, frame_phones, utterance_phones
 from .asr_model import BOS, EOS, WEIGHTS, ASRConfig, Recogniser, ids_to_text, text_to_ids
+from .codec import WEIGHTS as CODEC_WEIGHTS, Codec
 from .metrics import cer
 
 
@@ -55,20 +59,19 @@ def attention_loss(model: Recogniser, enc, enc_len, targets: list[list[int]]):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
 
 
-def train_phones(items: list[dict]) -> list[tuple[list[int], list[float]] | None]:
+def train_phones(items: list[dict], piper: bool = True) -> list[tuple[list[int], list[float]] | None]:
     """Each item's flite phone ids and end times in its own audio (`alignment.utterance_phones`;
     None where the voice is not flite), cached beside the data under a key of the texts and voices;
     flite runs in as many processes as torch has threads."""
-    import hashlib
     key = hashlib.sha1("\n".join(f"{it['text']}|{it['voice']}" for it in items).encode()).hexdigest()[:12]
-    rows = data.cached_json(f"asr_phones-{key}.json", lambda: _flite_timings(items))
+    rows = data.cached_json(f"asr_phones-{key}.json", lambda: _flite_timings(items), piper)
     return [tuple(a) if a else None for a in rows]
 
 
 def _flite_timings(items: list[dict]) -> list:
     from tqdm import tqdm
     jobs = [(it["text"], it["voice"]) for it in items]
-    with data._pool(torch.get_num_threads()) as pool:      # --threads processes (16 in the GPU recipe)
+    with data.worker_pool(torch.get_num_threads()) as pool:      # --threads processes (16 in the GPU recipe)
         rows = pool.imap(_utterance_phones, jobs, chunksize=16) if pool else map(_utterance_phones, jobs)
         return list(tqdm(rows, total=len(jobs), desc="flite phone timings", file=sys.stderr))
 
@@ -100,7 +103,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
               speeds: tuple[float, ...] = (0.9, 1.1), out=None, checkpoint_minutes: float = 5.0,
               config: dict | None = None, extra: bool = False, max_steps: int | None = None,
               bf16: bool = False, decoder_rows: int | None = None, batch: int = 16, device: str = "cpu",
-              phone_aux: float = 0.0) -> dict:
+              phone_aux: float = 0.0, piper: bool = True) -> dict:
     """Train (or --resume) for `minutes` of wall clock on the `train` split (Piper + flite + espeak-ng,
     speech/data.py; with `extra`, also the `extra` split's voices) plus speed-perturbed copies of a
     quarter of it per factor and codec round trips of a twelfth; saves to `out` every
@@ -112,18 +115,16 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     all). `device`: cuda trains there (features, batches and model; speech/train_gpu.sh); the saved
     weights are CPU tensors either way. `phone_aux`: weight of an auxiliary per-frame phone loss on
     the encoder's middle layer, where flite's phone timings are known (its flite utterances and
-    their speed-perturbed copies; a fresh model gets the phone head)."""
-    from .train import _cosine_lr, _progress
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda needs a CUDA GPU; use --device cpu")
+    their speed-perturbed copies; a fresh model gets the phone head). `piper`: the data with or
+    without the Piper voice (speech/data.py)."""
+    device = training_device(device, tf32=False)
     decoder_rows = batch if decoder_rows is None else decoder_rows
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    data.complete_train_parts()
-    base = data.load_split("train")
-    items = base + (data.load_split("extra") if extra else [])
-    aligned = train_phones(items) if phone_aux else [None] * len(items)   # forks before CUDA starts
+    data.complete_train_parts(piper)
+    base = data.load_split("train", piper=piper)
+    items = base + (data.load_split("extra", piper=piper) if extra else [])
+    aligned = train_phones(items, piper) if phone_aux else [None] * len(items)   # forks before CUDA starts
     with torch.no_grad():
         mels = [_log_mel(it["audio"], device) for it in items]
     targets = [text_to_ids(it["text"]) for it in items]
@@ -134,7 +135,7 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
             mels += [_log_mel(speed_perturb(it["audio"], factor), device) for it in subset]
         targets += [text_to_ids(it["text"]) for it in subset]
         phones += [(a[0], [t / factor for t in a[1]]) if a else None for a in aligned[k::2 * len(speeds)]]
-    round_trips = codec_round_trips(base[::12], device)   # also hear Griffin-Lim codec audio (what TTS outputs)
+    round_trips = codec_round_trips(base[::12], device, piper)   # also hear Griffin-Lim codec audio (what TTS outputs)
     mels += [m for m, _ in round_trips]
     targets += [t for _, t in round_trips]
     phones += [None] * len(round_trips)
@@ -147,36 +148,30 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
     if phone_aux and model.phone_head is None:
         raise ValueError("--phone-aux needs a model with a phone head: train from scratch, not --resume")
     model.to(device)
-    previous = json.loads((source / "metrics.json").read_text()) if resume else {}
+    previous = previous_metrics(source) if resume else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    budget, t0, step = minutes * 60, time.time(), 0
+    budget, step = Budget(None if max_steps else minutes, max_steps), 0
     print(f"asr: {len(mels)} training utterances ({len(items)} generated), {len(batches)} batches, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters on {device}", file=sys.stderr)
-    bar = _progress(budget, "asr")
-    last_save = t0
+    bar = ClockBar(minutes * 60, "asr")
+    last_save = time.time()
 
     def save(final: bool) -> dict:
         model.eval()
-        elapsed = (time.time() - t0) / 60
         metrics = {"steps": step + previous.get("steps", 0),
-                   "train_minutes": round(elapsed + previous.get("train_minutes", 0), 2),
+                   "train_minutes": round(budget.elapsed_s / 60 + previous.get("train_minutes", 0), 2),
                    "final": final}
         if final:
-            metrics["valid_ctc_cer"] = split_ctc_cer(model, "valid")
-            metrics["unseen_ctc_cer"] = split_ctc_cer(model, "unseen")
-            metrics["heldout_ctc_cer"] = heldout_ctc_cer(model)
+            metrics["valid_ctc_cer"] = split_ctc_cer(model, "valid", piper=piper)
+            metrics["unseen_ctc_cer"] = split_ctc_cer(model, "unseen", piper=piper)
+            metrics["heldout_ctc_cer"] = heldout_ctc_cer(model, piper=piper)
         model.save(out)
-        from .codec import _write_json
-        _write_json(out / "metrics.json", metrics)
+        write_json(out / "metrics.json", metrics)
         model.train()
         return metrics
 
     model.train()
-
-    def progress() -> float:
-        return step / max_steps if max_steps else (time.time() - t0) / budget
-
-    while progress() < 1.0:
+    while not budget.spent(step):
         if time.time() - last_save > checkpoint_minutes * 60:
             save(final=False)
             last_save = time.time()
@@ -194,16 +189,11 @@ def train_asr(minutes: float, seed: int = 0, resume: bool = False, lr: float = 1
                 if (labels >= 0).any():
                     loss = loss + phone_aux * F.cross_entropy(phone_logits[0].flatten(0, 1), labels.flatten(),
                                                               ignore_index=-100)
-        _cosine_lr(opt, lr * min(1.0, (step + 1) / 150), progress())
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        set_learning_rate(opt, warmup_cosine(lr, step, budget.progress(step), warmup=150))
+        optimizer_step(opt, loss)
         step += 1
         if step % 10 == 0:
-            bar.n = int(time.time() - t0)
-            bar.set_postfix_str(f"step {step} ctc {ctc.item():.3f} loss {loss.item():.3f}")
-            bar.refresh()
+            bar.show(budget.elapsed_s, f"step {step} ctc {ctc.item():.3f} loss {loss.item():.3f}")
     bar.close()
     return save(final=True)
 
@@ -214,16 +204,16 @@ def _log_mel(audio, device: torch.device) -> torch.Tensor:
 
 
 @torch.no_grad()
-def codec_round_trips(items: list[dict], device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, list[int]]]:
-    """(log-mel, target) of items passed through our codec on `device` (skipped when no codec is trained)."""
+def codec_round_trips(items: list[dict], device: torch.device | str = "cpu",
+                      piper: bool = True) -> list[tuple[torch.Tensor, list[int]]]:
+    """(log-mel, target) of items passed through our codec on `device` (skipped when no codec is
+    trained), cached in the data's cache folder."""
     from tqdm import tqdm
-    from .codec import WEIGHTS as CODEC_WEIGHTS, Codec
     weights = CODEC_WEIGHTS / "codec" / "model.safetensors"
     if not weights.exists():
         return []
-    import hashlib
     key = hashlib.sha1(weights.read_bytes()).hexdigest()[:12] + f"-{len(items)}"
-    cached = data.cache_dir() / f"codec_round_trips-{key}.pt"    # Griffin-Lim is slow: compute once per codec
+    cached = data.cache_dir(piper) / f"codec_round_trips-{key}.pt"    # Griffin-Lim is slow: compute once per codec
     if cached.exists():
         return torch.load(cached)
     codec = Codec.load().to(device)
@@ -231,20 +221,20 @@ def codec_round_trips(items: list[dict], device: torch.device | str = "cpu") -> 
     for it in tqdm(items, desc="codec round trips", file=sys.stderr):
         audio = codec.decode(codec.encode(torch.from_numpy(it["audio"]).to(device)[None]))[0]
         out.append((features.log_mel(audio).cpu(), text_to_ids(it["text"])))
-    torch.save(out, cached.with_suffix(".tmp"))
-    cached.with_suffix(".tmp").replace(cached)
+    with atomic_path(cached) as tmp:
+        torch.save(out, tmp)
     return out
 
 
 @torch.no_grad()
-def heldout_ctc_cer(model: Recogniser, limit: int | None = None) -> float:
-    return split_ctc_cer(model, "heldout", limit)
+def heldout_ctc_cer(model: Recogniser, limit: int | None = None, piper: bool = True) -> float:
+    return split_ctc_cer(model, "heldout", limit, piper)
 
 
 @torch.no_grad()
-def split_ctc_cer(model: Recogniser, split: str, limit: int | None = None) -> float:
+def split_ctc_cer(model: Recogniser, split: str, limit: int | None = None, piper: bool = True) -> float:
     """Greedy CTC CER of `model` on a data split (batched by 16)."""
-    items = data.load_split(split)[:limit]
+    items = data.load_split(split, piper=piper)[:limit]
     hyps = [ids_to_text(ctc_greedy(lp, len(lp))) for lp in ctc_posteriors(model, items)]
     return cer([it["text"] for it in items], hyps)
 
@@ -264,7 +254,7 @@ def ctc_posteriors(model: Recogniser, items: list[dict]) -> list[torch.Tensor]:
 
 def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 1.0), (0.5, 0.5), (0.5, 1.0),
                                                   (0.5, 1.5), (0.7, 1.0), (0.7, 1.5), (0.7, 2.0), (1.0, 1.5),
-                                                  (1.0, 2.0), (1.0, 2.5))) -> dict:
+                                                  (1.0, 2.0), (1.0, 2.5)), piper: bool = True) -> dict:
     """Build the character n-gram LM from every training sentence (never `valid` or `heldout`),
     pick (alpha, beta) by CTC prefix beam search CER on `valid`, save next to the recogniser."""
     from .ctc_lm import CharNGramLM, prefix_beam_search
@@ -272,7 +262,7 @@ def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 
     sentences = data.sentence_splits()["train"]
     lm = CharNGramLM.train(sentences, order=order)
     model = Recogniser.load(out if (out / "model.safetensors").exists() else None)
-    items = data.load_split("valid")
+    items = data.load_split("valid", piper=piper)
     posteriors = ctc_posteriors(model, items)
     refs = [it["text"] for it in items]
     greedy = cer(refs, [ids_to_text(ctc_greedy(lp, len(lp))) for lp in posteriors])
@@ -289,7 +279,7 @@ def train_char_lm(out=None, order: int = 6, grid=((0.0, 0.0), (0.3, 0.5), (0.3, 
             "beta": lm.beta, "valid_greedy_cer": greedy, "valid_beam_cer": scores[(lm.alpha, lm.beta)]}
 
 
-def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
+def tune_gate(out=None, cer_slack: float = 1.05, piper: bool = True) -> dict:
     """Pick ctc_speculative's gate on the `valid` split (never `heldout`): among max_entropy x
     min_ratio settings (realign on) whose CER is at most `cer_slack` x ar's and that still send
     some utterances to the decoder, the one with the fewest decoder forwards; saved as
@@ -297,7 +287,7 @@ def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
     from .asr import load_asr
     out = Path(out) if out else WEIGHTS / "asr"
     asr = load_asr(out)
-    items = data.load_split("valid")
+    items = data.load_split("valid", piper=piper)
     refs = [it["text"] for it in items]
 
     def run(decoder, **kw):
@@ -323,6 +313,5 @@ def tune_gate(out=None, cer_slack: float = 1.05) -> dict:
         or sorted(rows, key=lambda r: r["cer"])[:1]
     best = min(ok, key=lambda r: (r["forwards"], r["cer"]))
     choice = {k: best[k] for k in ("max_entropy", "min_ratio", "realign")}
-    from .codec import _write_json
-    _write_json(out / "decoding.json", choice)
+    write_json(out / "decoding.json", choice)
     return {"ar_valid": ar, "chosen": best, "grid": rows}

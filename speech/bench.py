@@ -27,6 +27,8 @@ import time
 import numpy as np
 import torch
 
+from suite.storage import write_json
+
 from . import data
 from .metrics import cer
 
@@ -179,9 +181,7 @@ def main(argv=None) -> int:
         print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_frame", "forwards_per_audio_s",
                                         "fewer_forwards_than_flat", "rtf", "cer_ours", "cer_pocketsphinx"]) + "\n")
     if args.json:
-        from .codec import _write_json
-        from pathlib import Path
-        _write_json(Path(args.json), results)
+        write_json(args.json, results)
     return 0
 
 

@@ -8,13 +8,13 @@ One frame = 20 ms = Q codes. Weights: speech/weights/codec/ (config.json + model
 """
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from suite.storage import ConfigModule
 
 from . import features
 
@@ -113,7 +113,10 @@ class ResidualVQ(nn.Module):
             self.ema_count[q][dead] = 1.0
 
 
-class Codec(nn.Module):
+class Codec(ConfigModule, nn.Module):
+    model_type, config_class, what = "parasuite-rvq-codec", CodecConfig, "codec"
+    train_command, default_folder = "python -m speech.train codec", WEIGHTS / "codec"
+
     def __init__(self, config: CodecConfig):
         super().__init__()
         self.config = c = config
@@ -154,29 +157,3 @@ class Codec(nn.Module):
             return audio[:, :max(self.config.stride * t - 1, 0) * self.config.hop_length]
         return features.griffin_lim(self.decode_latent(self.rvq.decode(codes)))
 
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
-        os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
-        _write_json(folder / "config.json", {"model_type": "parasuite-rvq-codec", **asdict(self.config)})
-
-    @classmethod
-    def load(cls, folder: Path | str | None = None) -> "Codec":
-        from safetensors.torch import load_file
-        folder = Path(folder) if folder else WEIGHTS / "codec"
-        if not (folder / "model.safetensors").exists():
-            raise FileNotFoundError(f"no codec weights in {folder}; train them with `python -m speech.train codec`")
-        cfg = json.loads((folder / "config.json").read_text())
-        cfg.pop("model_type", None)
-        model = cls(CodecConfig(**cfg))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
-        return model.eval()
-
-
-def _write_json(path: Path, obj, indent: int | None = 2) -> None:
-    """Atomic: written beside `path`, then renamed."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=indent))
-    os.replace(tmp, path)

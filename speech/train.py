@@ -20,34 +20,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
-import sys
-import time
 
 import torch
 
+from suite.storage import write_json
+from suite.training import Budget, ClockBar, optimizer_step, set_learning_rate, warmup_cosine
+
 from . import data, features
-from .codec import WEIGHTS, Codec, CodecConfig, _write_json
-
-
-def _progress(total_s: float, desc: str):
-    from tqdm import tqdm
-    return tqdm(total=int(total_s), desc=desc, unit="s", file=sys.stderr,
-                bar_format="{desc}: {n_fmt}/{total_fmt}s {postfix}")
-
-
-def _cosine_lr(opt, base: float, frac: float) -> None:
-    for g in opt.param_groups:
-        g["lr"] = base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+from .asr_train import train_asr, train_char_lm, tune_gate
+from .codec import WEIGHTS, Codec, CodecConfig
+from .tts_train import train_tts
 
 
 # ---------------------------------------------------------------- codec
 
-def train_codec(minutes: float, seed: int = 0) -> dict:
+def train_codec(minutes: float, seed: int = 0, piper: bool = True) -> dict:
+    """The codec on the `train` split for `minutes` of wall clock -> speech/weights/codec."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    items = data.load_split("train")
+    items = data.load_split("train", piper=piper)
     mels, mags = [], []
     with torch.no_grad():
         for it in items:
@@ -56,10 +48,10 @@ def train_codec(minutes: float, seed: int = 0) -> dict:
             mags.append(features.log_magnitude(a[None])[0])
     model = Codec(CodecConfig())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    crop, batch, budget = 128, 12, minutes * 60
-    t0, step, bar = time.time(), 0, _progress(budget, "codec")
+    crop, batch, budget, step = 128, 12, Budget(minutes), 0
+    bar = ClockBar(minutes * 60, "codec")
     model.train()
-    while time.time() - t0 < budget:
+    while not budget.spent():
         mel_b, mag_b = [], []
         for _ in range(batch):
             i = rng.randrange(len(mels))
@@ -72,22 +64,17 @@ def train_codec(minutes: float, seed: int = 0) -> dict:
         zq, commit = model.rvq(z)
         pred = model.decode_latent(zq)
         loss = (pred - mag_b).abs().mean() + 0.25 * commit
-        _cosine_lr(opt, 1e-3, (time.time() - t0) / budget)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        set_learning_rate(opt, warmup_cosine(1e-3, step, budget.progress()))
+        optimizer_step(opt, loss)
         step += 1
         if step % 20 == 0:
-            bar.n = int(time.time() - t0)
-            bar.set_postfix_str(f"step {step} loss {loss.item():.3f}")
-            bar.refresh()
+            bar.show(budget.elapsed_s, f"step {step} loss {loss.item():.3f}")
     bar.close()
     model.eval()
-    metrics = {"steps": step, "train_minutes": minutes, **evaluate_codec(model)}
+    metrics = {"steps": step, "train_minutes": minutes, **evaluate_codec(model, piper=piper)}
     folder = WEIGHTS / "codec"
     model.save(folder)
-    _write_json(folder / "metrics.json", metrics)
+    write_json(folder / "metrics.json", metrics)
     return metrics
 
 
@@ -97,10 +84,10 @@ def _pad_to(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, n - x.shape[-1]), value=float(x.min()))
 
 
-def evaluate_codec(model: Codec, limit: int = 40) -> dict:
+def evaluate_codec(model: Codec, limit: int = 40, piper: bool = True) -> dict:
     """Held-out voice: log-mel L1 of the Griffin-Lim round trip (and of the original through
     Griffin-Lim from its true magnitude: the vocoder's own floor)."""
-    items = data.load_split("heldout")[:limit]
+    items = data.load_split("heldout", piper=piper)[:limit]
     codec_l1, vocoder_l1 = [], []
     with torch.no_grad():
         for it in items:
@@ -157,31 +144,27 @@ def main(argv=None) -> int:
                         help="data without the Piper voice (speech/data.py --no-piper; cached apart)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    data.PIPER = not args.no_piper
+    piper = not args.no_piper
     if args.model == "data":
-        print(data.build())
+        print(data.build(piper=piper))
         return 0
     if args.model == "codec":
-        metrics = train_codec(args.minutes or 6, args.seed)
+        metrics = train_codec(args.minutes or 6, args.seed, piper=piper)
     elif args.model == "asr":
-        from .asr_train import train_asr
         metrics = train_asr(args.minutes or 15, args.seed, resume=args.resume, lr=args.lr or 1.5e-3, out=args.out,
                             config=json.loads(args.asr_config) if args.asr_config else None,
                             extra=args.extra, max_steps=args.steps, bf16=args.bf16,
                             decoder_rows=args.decoder_rows, batch=args.batch, device=args.device,
-                            phone_aux=args.phone_aux)
+                            phone_aux=args.phone_aux, piper=piper)
     elif args.model == "asr-lm":
-        from .asr_train import train_char_lm
-        metrics = train_char_lm(out=args.out)
+        metrics = train_char_lm(out=args.out, piper=piper)
     elif args.model == "asr-gate":
-        from .asr_train import tune_gate
-        metrics = tune_gate(out=args.out)
+        metrics = tune_gate(out=args.out, piper=piper)
     else:
-        from .tts_train import train_tts
         kind = args.model.partition("-")[2] or "frame"          # tts -> frame, tts-flat -> flat, ...
         metrics = train_tts(args.minutes or 14, args.seed, kind=kind, resume=args.resume, lr=args.lr or 1e-3,
                             out=args.out, delay_share=args.delay_share, keep_best=args.keep_best,
-                            save_every_min=args.save_every, num_tts=args.num_tts)
+                            save_every_min=args.save_every, num_tts=args.num_tts, piper=piper)
     print(json.dumps(metrics, indent=2))
     return 0
 

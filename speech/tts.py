@@ -31,7 +31,10 @@ from typing import Iterator
 import numpy as np
 import torch
 
-DECODERS = ("flat", "delay", "parallel", "local_ar", "local_maskgit", "stack", "stack_local")
+import suite
+
+# "flat": `ar` over the flattened-codes model; the rest are the registry's frame decoders
+DECODERS = ("flat",) + tuple(suite.list_decoders("speech", chain=()))
 FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack",
                 "stack_local": "local"}
 ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
@@ -104,7 +107,7 @@ class TTS:
 
     def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
                  top_k: int | None = 40, max_seconds: float = 12.0) -> TTSResult:
-        steps, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
+        steps, _, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
         t0 = time.perf_counter()
         for _ in steps:
             pass
@@ -116,8 +119,7 @@ class TTS:
     def stream(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
                top_k: int | None = 40, max_seconds: float = 12.0, chunk_frames: int = 25) -> Iterator[np.ndarray]:
         """Yield audio chunks (float32, 16 kHz) as frames are committed (every `chunk_frames`)."""
-        steps, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
-        state = self._state
+        steps, state, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
         emitted = 0
         for _ in steps:
             codes = self._codes_so_far(decoder, state)
@@ -130,12 +132,8 @@ class TTS:
 
     # ------------------------------------------------------------ internals
     def _start(self, text, decoder, seed, temperature, top_k, max_seconds):
-        from suite import DecodeState, SamplingParams, decode_steps
-        from suite.decoders.ar import AR
-        from suite.registry import get_decoder_class
+        from suite import decode_steps, prepare
         from .alignment import flite_phones, frame_conditioning
-        from . import register_decoders
-        register_decoders()
         if decoder not in DECODERS:
             raise ValueError(f"unknown TTS decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
         if decoder == "flat" and self.flat is None:
@@ -150,7 +148,6 @@ class TTS:
             raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
         names = [p for p, _ in flite_phones(check_text(text))]
         phonemes = " ".join(names)
-        params = SamplingParams(temperature=temperature, top_k=top_k, seed=seed)
         own = {"flat": self.flat, "delay": self.delay, "stack": self.stack, "stack_local": self.stack_local}
         adapter = own.get(decoder) or self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
@@ -160,25 +157,24 @@ class TTS:
         frames = int(min(max_seconds * self.frame_rate, len(table) + self.frame_rate / 2))
         q = cfg.num_codebooks
         if decoder == "flat":
-            prompt, budget, dec = [cfg.bos], frames * q + 1, AR()
+            prompt, budget = [cfg.bos], frames * q + 1
         else:
             layout = cfg.delay_token if decoder == "delay" else cfg.parallel_token
             prompt = [(layout,) + (cfg.pad,) * (q - 1), (cfg.bos,) * q]
             budget = frames + q + 1
-            dec = get_decoder_class(decoder)().bind(adapter)
-        adapter.bind_request([len(prompt) - 1], [table])
-        state = DecodeState(tokens=[prompt], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
-                            eos_token_ids=adapter.config.eos_token_ids, max_length=cfg.max_positions)
-        self._state = state
+        request = adapter.for_request([len(prompt) - 1], [table])
+        request, dec, state = prepare(request, [prompt], decoder="ar" if decoder == "flat" else decoder,
+                                      max_new_tokens=budget, temperature=temperature, top_k=top_k, seed=seed)
 
         def finish():
             return self._codes_so_far(decoder, state, final=True), state.stats, phonemes
 
-        return decode_steps(adapter, dec, state), finish
+        return decode_steps(request, dec, state), state, finish
 
     def _codes_so_far(self, decoder: str, state, final: bool = False) -> torch.Tensor:
         """(Q, T) codes committed so far (for delay: the frames whose every codebook is known)."""
-        from .tts_model import undelay, unflatten_codes
+        from suite.decoders.frames.delay import Delay, undelay
+        from .tts_model import unflatten_codes
         cfg = (self.flat if decoder == "flat" else self.frame).model.config
         q, c = cfg.num_codebooks, cfg.codebook_size
         new = state.new_tokens(0)
@@ -190,7 +186,7 @@ class TTS:
             codes = torch.tensor(frames, dtype=torch.long).T if frames else torch.zeros(q, 0, dtype=torch.long)
         else:
             cols = [f for f in new if f != (cfg.eos,) * q]
-            known = state.scratch.get("num_frames", [None])[0]
+            known = Delay.num_frames(state, 0)
             t = max(min(known if known is not None else len(cols), len(cols) - q + 1), 0)
             codes = undelay(torch.tensor(cols, dtype=torch.long).T, t) if t > 0 else torch.zeros(q, 0, dtype=torch.long)
         return _sanitise(codes, c)

@@ -18,13 +18,14 @@ prompt is just BOS (flat) or (DELAY|PARALLEL, PAD, ..., PAD), (BOS, ..., BOS) (f
 """
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass
+import copy
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from suite.storage import ConfigModule
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -66,33 +67,14 @@ class TTSConfig:
     def code_vocab(self) -> int:       # ids a head may predict before EOS
         return self.codebook_size if self.layout == "frame" else self.codebook_size * self.num_codebooks
 
-    @property
-    def bos(self) -> int:
-        return self.code_vocab
-
-    @property
-    def eos(self) -> int:
-        return self.code_vocab + 1
-
-    @property
-    def pad(self) -> int:
-        return self.code_vocab + 2
-
-    @property
-    def delay_token(self) -> int:
-        return self.code_vocab + 3
-
-    @property
-    def parallel_token(self) -> int:
-        return self.code_vocab + 4
-
-    @property
-    def out_vocab(self) -> int:        # codes, BOS (never predicted), EOS
-        return self.code_vocab + 2
-
-    @property
-    def in_vocab(self) -> int:
-        return self.code_vocab + 5
+    # the ids after the codes: BOS, EOS, PAD, DELAY, PARALLEL
+    bos = property(lambda self: self.code_vocab)
+    eos = property(lambda self: self.code_vocab + 1)
+    pad = property(lambda self: self.code_vocab + 2)
+    delay_token = property(lambda self: self.code_vocab + 3)
+    parallel_token = property(lambda self: self.code_vocab + 4)
+    out_vocab = property(lambda self: self.code_vocab + 2, doc="ids a head scores: codes, BOS (never predicted), EOS")
+    in_vocab = property(lambda self: self.code_vocab + 5, doc="ids of an input stream")
 
     def phone_ids(self, phones: list[str]) -> list[int]:
         bad = sorted({p for p in phones if p not in self.phones})
@@ -102,7 +84,10 @@ class TTSConfig:
         return [self.phones.index(p) for p in phones]
 
 
-class TTSModel(nn.Module):
+class TTSModel(ConfigModule, nn.Module):
+    model_type, config_class, what = "parasuite-codebook-tts", TTSConfig, "TTS"
+    train_command = "python -m speech.train tts"
+
     def __init__(self, config: TTSConfig):
         super().__init__()
         from transformers import LlamaConfig, LlamaModel
@@ -199,28 +184,11 @@ class TTSModel(nn.Module):
                              "`python -m speech.train tts`")
         return _no_bos(self.local(h, codes, mode), self.config.bos)
 
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
-        os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
-        tmp = folder / "config.json.tmp"
-        tmp.write_text(json.dumps({"model_type": "parasuite-codebook-tts", **asdict(self.config)}, indent=2))
-        os.replace(tmp, folder / "config.json")
-
     @classmethod
     def load(cls, folder: Path | str, **new_heads) -> "TTSModel":
         """new_heads (e.g. local_layers=2, stack_frames=2) add freshly initialised heads to a checkpoint
         that lacks them (training continues from its backbone)."""
-        from safetensors.torch import load_file
-        folder = Path(folder)
-        if not (folder / "model.safetensors").exists():
-            raise FileNotFoundError(f"no TTS weights in {folder}; train them with `python -m speech.train tts`")
-        cfg = json.loads((folder / "config.json").read_text())
-        cfg.pop("model_type", None)
-        model = cls(TTSConfig(**cfg))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        model = super().load(folder)
         if new_heads:
             for k, v in new_heads.items():
                 setattr(model.config, k, v)
@@ -233,36 +201,7 @@ def _no_bos(logits: torch.Tensor, bos: int) -> torch.Tensor:
     return logits
 
 
-# ---------------------------------------------------------------- layouts (pure functions)
-
-def delay_pattern(codes: torch.Tensor, bos: int, eos: int, pad: int) -> torch.Tensor:
-    """codes (Q, T) -> delayed columns (Q, T + Q): row k is [BOS]*k, codes k, EOS, PAD..."""
-    q, t = codes.shape
-    out = torch.full((q, t + q), pad, dtype=torch.long)
-    for k in range(q):
-        out[k, :k] = bos
-        out[k, k:k + t] = codes[k]
-        out[k, k + t] = eos
-    return out
-
-
-def undelay(columns: torch.Tensor, num_frames: int) -> torch.Tensor:
-    """Delayed columns (Q, S) -> codes (Q, T): codes[k, t] = columns[k, t + k]."""
-    q = columns.shape[0]
-    return torch.stack([columns[k, k:k + num_frames] for k in range(q)])
-
-
-def delay_column(step: int, k: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
-    """The forced value of codebook k at delayed step `step`, or None when it is to be sampled.
-    num_frames is T once codebook 0 has emitted EOS (None before)."""
-    if step < k:
-        return bos
-    if num_frames is not None and step - k == num_frames:
-        return eos
-    if num_frames is not None and step - k > num_frames:
-        return pad
-    return None
-
+# ---------------------------------------------------------------- layouts (pure functions; the delay layout: suite.decoders.frames.delay)
 
 def flatten_codes(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     """codes (Q, T) -> flat ids (T*Q,) frame by frame, id = q*C + c."""
@@ -283,10 +222,13 @@ class _TTSAdapter:
     supports_custom_mask = True
     supports_rollback = True
 
-    def bind_request(self, audio_start: list[int], tables: list[torch.Tensor]) -> None:
-        """Per request: each row's BOS position and frame conditioning (T, 5) (alignment.frame_conditioning)."""
-        self.audio_start = torch.tensor(audio_start)
-        self.tables = list(tables)
+    def for_request(self, audio_start: list[int], tables: list[torch.Tensor]):
+        """A copy bound to one request: each row's BOS position and frame conditioning (T, 5)
+        (alignment.frame_conditioning). The shared adapter stays unbound, so requests never meet."""
+        bound = copy.copy(self)
+        bound.audio_start = torch.tensor(audio_start)
+        bound.tables = list(tables)
+        return bound
 
     def new_cache(self, batch: int, max_len: int | None = None):
         from transformers import DynamicCache
@@ -295,7 +237,7 @@ class _TTSAdapter:
 
     def _check_bound(self) -> None:
         if self.audio_start is None:
-            raise ValueError("call adapter.bind_request(audio_start, tables) before decoding")
+            raise ValueError("decode with adapter.for_request(audio_start, tables), a copy bound to the request")
 
     def _conditioning(self, positions: torch.Tensor) -> torch.Tensor:
         self._check_bound()
@@ -328,7 +270,7 @@ class FrameTTSAdapter(_TTSAdapter):
             return self.model.head_logits(h)
         if self.output == "stack":
             return self.model.stack_logits(h)
-        from suite.decoders._frames import LocalHeadOutput
+        from suite.decoders.frames.base import LocalHeadOutput
         c = self.model.config
         return LocalHeadOutput(h, self.model.local_logits, mask_id=c.out_vocab, frames=c.local_frames)
 
@@ -341,7 +283,7 @@ def eos_frame(config: TTSConfig) -> tuple:
 class FlatTTSAdapter(_TTSAdapter):
     """ModelAdapter of the flat model: tokens (B, N) -> logits (B, N', V). A grammar keeps the
     stream well formed: the j-th code after the prompt comes from codebook j mod Q, and EOS may
-    only start a frame. `bind_request` sets each row's BOS position before decoding."""
+    only start a frame. `for_request` binds each row's BOS position before decoding."""
 
     def __init__(self, model: TTSModel):
         from suite import AdapterConfig

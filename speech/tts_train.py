@@ -12,7 +12,6 @@ Flat model: codes flattened frame by frame (T*Q positions), the same conditionin
 from __future__ import annotations
 
 import functools
-import json
 import math
 import random
 import time
@@ -21,10 +20,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from suite.storage import write_json
+from suite.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, warmup_cosine
+
 from . import data
 from .alignment import PHONES, MAX_COUNT, durations, flite_phones, frame_conditioning, frame_phones
-from .codec import Codec, _write_json
-from .tts_model import WEIGHTS, TTSConfig, TTSModel, delay_pattern, flatten_codes
+from .codec import Codec
+from suite.decoders.frames.delay import delay_pattern
+
+from .tts_model import WEIGHTS, TTSConfig, TTSModel, flatten_codes
 
 
 def encode_corpus(codec: Codec, items: list[dict]) -> tuple[list[torch.Tensor], list[int]]:
@@ -46,16 +50,17 @@ def _trim(audio, threshold: float = 0.01, margin: int = 1600) -> tuple[int, int]
     return max(loud[0] - margin, 0), loud[-1] + margin
 
 
-def corpus_phones(items: list[dict]) -> list[list[tuple[str, float]]]:
+def corpus_phones(items: list[dict], piper: bool = True) -> list[list[tuple[str, float]]]:
     """flite's (phone, end time) of every item's text, cached beside the data."""
-    return data.cached_json(f"tts_phones-{len(items)}.json", lambda: [flite_phones(it["text"]) for it in items])
+    return data.cached_json(f"tts_phones-{len(items)}.json", lambda: [flite_phones(it["text"]) for it in items],
+                            piper)
 
 
-def prepare(items: list[dict], codec: Codec, cfg: TTSConfig):
+def prepare(items: list[dict], codec: Codec, cfg: TTSConfig, piper: bool = True):
     """-> codes (Q, T), conditioning (T, 5), phone ids (P,), frames per phone (P,) per utterance."""
     codes, starts = encode_corpus(codec, items)
     tables, ids, durs = [], [], []
-    for c, start, phones in zip(codes, starts, corpus_phones(items)):
+    for c, start, phones in zip(codes, starts, corpus_phones(items, piper)):
         pid = cfg.phone_ids([p for p, _ in phones])
         which = frame_phones([e for _, e in phones], c.shape[1], start / data.SAMPLE_RATE, codec.config.frame_rate)
         d = durations(which, len(pid))
@@ -111,7 +116,7 @@ KINDS = {"frame": "tts", "flat": "tts_flat", "delay": "tts_delay", "stack": "tts
 
 def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool = False, lr: float = 1e-3,
               out=None, save_every_min: float = 5.0, delay_share: float = 1 / 3, keep_best: bool = False,
-              num_tts: int = data.NUM_TTS) -> dict:
+              num_tts: int = data.NUM_TTS, piper: bool = True) -> dict:
     """Train the frame model (all heads + duration predictor), the flat model, the delay model (the
     frame backbone on the DELAY layout alone, for the `delay` decoder) or the stack model (the
     PARALLEL layout with the stacked heads and the two-frame local transformer, for `stack` and
@@ -121,11 +126,11 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
     frame-model examples drawn in the DELAY layout (else parallel). keep_best: a checkpoint is
     written only when its validation loss (summed over the heads) beats the best so far, so the
     folder ends with the best one (the single-decoder models over-fitted the 1500-utterance split).
-    num_tts: the size of the `tts` split trained on."""
-    from .train import _progress
+    num_tts: the size of the `tts` split trained on; piper: the data folder with or without the
+    Piper voice (speech/data.py; the `tts` split is flite either way)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    items = data.load_split("tts", num_tts)
+    items = data.load_split("tts", num_tts, piper)
     codec = Codec.load()
     flat = kind == "flat"
     delay_share = {"delay": 1.0, "stack": 0.0}.get(kind, delay_share)
@@ -137,8 +142,8 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
                        "stack": {"stack_frames": 2, "local_layers": 2, "local_frames": 2}}.get(kind, {}))
     model = TTSModel.load(folder).train() if resume else TTSModel(cfg)
     cfg = model.config
-    previous = _previous_metrics(folder) if resume else {}
-    codes, tables, ids, durs = prepare(items, codec, cfg)
+    previous = previous_metrics(folder) if resume else {}
+    codes, tables, ids, durs = prepare(items, codec, cfg, piper)
     held = set(range(0, len(items), 50))                     # 2% kept aside for the validation loss
     order = sorted((i for i in range(len(items)) if i not in held), key=lambda i: codes[i].shape[1])
     size = 8 if flat else 16
@@ -148,25 +153,18 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
               {"params": [p for p in model.parameters() if id(p) in new], "scale": 2.0}]
     opt = torch.optim.AdamW(groups, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     validate = functools.partial(validation_losses, model, kind, held, codes, tables, ids, durs)
-    budget, t0, step, last_save, best = minutes * 60, time.time(), 0, time.time(), None
-    bar = _progress(budget, "tts" if kind == "frame" else f"tts-{kind}")
+    budget, step, last_save, best = Budget(minutes), 0, time.time(), None
+    bar = ClockBar(minutes * 60, "tts" if kind == "frame" else f"tts-{kind}")
     model.train()
-    while time.time() - t0 < budget:
+    while not budget.spent():
         idx = rng.choice(batches)
         losses = _losses(model, idx, codes, tables, ids, durs, rng, delay_share=delay_share)
         loss = sum(losses.values())
-        frac = (time.time() - t0) / budget
-        for g in opt.param_groups:
-            g["lr"] = g["scale"] * lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        set_learning_rate(opt, warmup_cosine(lr, step, budget.progress(), warmup=100))   # times each group's scale
+        optimizer_step(opt, loss, model.parameters())
         step += 1
         if step % 10 == 0:
-            bar.n = int(time.time() - t0)
-            bar.set_postfix_str(f"step {step} " + " ".join(f"{k} {v.item():.2f}" for k, v in losses.items()))
-            bar.refresh()
+            bar.show(budget.elapsed_s, f"step {step} " + " ".join(f"{k} {v.item():.2f}" for k, v in losses.items()))
         if time.time() - last_save > save_every_min * 60:
             best = _checkpoint(model, folder, validate, keep_best, best, step)
             last_save = time.time()
@@ -177,7 +175,7 @@ def train_tts(minutes: float, seed: int = 0, kind: str = "frame", resume: bool =
                "params_M": sum(p.numel() for p in model.parameters()) / 1e6, "tts_utterances": len(items)}
     if keep_best:
         metrics["kept_best_of_steps"] = step
-    _write_json(folder / "metrics.json", metrics)
+    write_json(folder / "metrics.json", metrics)
     return metrics
 
 
@@ -228,11 +226,6 @@ def _losses(model, idx, codes, tables, ids, durs, rng, delay=None, delay_share=1
     frames = torch.stack([F.pad(durs[i], (0, p - len(durs[i]))) for i in idx])
     out["duration"] = model.duration.loss(pid, frames)
     return out
-
-
-def _previous_metrics(folder) -> dict:
-    path = Path(folder) / "metrics.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 # ---------------------------------------------------------------- frame model: all heads

@@ -47,6 +47,8 @@ class HFCausalLM:
 
     supports_custom_mask = True
     supports_rollback = True
+    supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
+    supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
 
     def __init__(self, model, eos_token_id=None, pad_token_id=None):
         self.model = model.eval()
@@ -70,15 +72,16 @@ class HFCausalLM:
         from transformers import DynamicCache
         return KVCache(batch, DynamicCache(), device=self.device)
 
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         if attention_mask is None:
             n = tokens.shape[1]
             attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
         dev = self.device
         mask = None if _is_plain_causal(attention_mask) else attention_mask.to(dev)
         out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                         attention_mask=mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
-        return out.logits
+                         attention_mask=mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from,
+                         output_hidden_states=output_hidden)
+        return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits
 
 
 def _is_plain_causal(mask: torch.Tensor) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from .adapters import as_adapter
+from .inputs import RequestInputs
 from .loop import DecodeState, decode, decode_steps
 from .registry import make_decoder
 from .sampling import SamplingParams
@@ -20,8 +21,12 @@ class GenerateOutput:
 
 
 def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
-            temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None, **options):
-    """Resolve the adapter, decoder and per-request state of a `generate` call."""
+            temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
+            inputs: RequestInputs | None = None, **options):
+    """The one way into the loop: resolve the adapter, the decoder (a registered name with its
+    options, or a decoder object) and the request's state. input_ids: (B, P) ids (left-padded with
+    attention_mask), or a list of rows (lists of ids, or of frames for multi-codebook models);
+    inputs: the request's typed inputs for decoders that read them."""
     adapter = as_adapter(model)
     if isinstance(decoder, str):
         decoder = make_decoder(decoder, **options)
@@ -46,17 +51,18 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
     state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)),
                         params=SamplingParams(temperature, top_k, top_p, seed),
-                        max_new_tokens=max_new_tokens, eos_token_ids=eos, max_length=limit)
+                        max_new_tokens=max_new_tokens, eos_token_ids=eos, max_length=limit,
+                        inputs=inputs or RequestInputs())
     return adapter, decoder, state
 
 
 def generate(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
              temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
-             **options) -> GenerateOutput:
+             inputs: RequestInputs | None = None, **options) -> GenerateOutput:
     """Generate with any registered decoder. input_ids (B, P), left-padded with attention_mask
     for ragged prompts (as tokenizers give them for transformers' generate)."""
     adapter, dec, state = prepare(model, input_ids, attention_mask, decoder, max_new_tokens,
-                                  temperature, top_k, top_p, seed, eos_token_id, **options)
+                                  temperature, top_k, top_p, seed, eos_token_id, inputs, **options)
     result = decode(adapter, dec, state)
     return GenerateOutput(_sequences(input_ids, result.new_tokens, adapter.config.pad_token_id),
                           result.new_tokens, result.stats)
@@ -68,7 +74,10 @@ def stream(model, input_ids, attention_mask=None, decoder="ar", **kwargs):
     yield from decode_steps(adapter, dec, state)
 
 
-def _rows(input_ids, attention_mask) -> list[list[int]]:
+def _rows(input_ids, attention_mask) -> list[list]:
+    if isinstance(input_ids, (list, tuple)) and attention_mask is None and all(
+            isinstance(r, (list, tuple)) for r in input_ids):
+        return [list(r) for r in input_ids]
     ids = torch.as_tensor(input_ids)
     if ids.dim() == 1:
         ids = ids[None]

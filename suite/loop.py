@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Iterator, Protocol
 import torch
 
 from .cache import KVCache
+from .inputs import RequestInputs
 from .sampling import SamplingParams
 from .stats import DecodeStats
 
@@ -32,6 +33,8 @@ class Draft:
     logits_from: int = 0     # logits are needed for slots >= this only (prefill needs one)
     past_mask: torch.Tensor | None = None   # (B, N, S) cached slots each draft slot may see
                                             # (AND the cache's validity); None = every live slot
+    want_hidden: bool = False               # ask the forward for the target's last hidden states
+    hidden: torch.Tensor | None = None      # (B, N, D) filled by the loop when want_hidden (every slot)
 
     @staticmethod
     def from_rows(tokens: list[list[int]], positions: list[list[int]],
@@ -80,7 +83,8 @@ class DecodeState:
     eos_token_ids: frozenset[int] = frozenset()
     max_length: int | None = None         # model context; rows stop there
     generator: torch.Generator | None = None
-    scratch: dict = field(default_factory=dict)   # decoder bookkeeping (guesses, pools, draft caches)
+    inputs: RequestInputs = field(default_factory=RequestInputs)   # typed request inputs (CTC drafts, priors)
+    scratch: dict = field(default_factory=dict)   # the decoder's own bookkeeping (guesses, pools, draft caches)
     stats: DecodeStats = field(default_factory=DecodeStats)
 
     def __post_init__(self):
@@ -112,8 +116,9 @@ class DecodeState:
             left = min(left, self.max_length - len(self.tokens[b]))
         return max(left, 0)
 
-    def commit(self, acc: Acceptance) -> list[list[int]]:
-        """Append each row's tokens, cut at EOS and at its room; returns what was committed."""
+    def commit(self, acc: Acceptance, scored: bool = True) -> list[list[int]]:
+        """Append each row's tokens, cut at EOS and at its room; returns what was committed.
+        scored=False: tokens committed without a forward (a decoder's `start`), no progress needed."""
         out = []
         for b, new in enumerate(acc.committed):
             if self.done[b]:
@@ -126,7 +131,7 @@ class DecodeState:
                     break
             self.num_cached[b] += int(acc.keep[b].sum())
             self.tokens[b].extend(new)
-            if not new and not acc.keep[b].any():
+            if scored and not new and not acc.keep[b].any():
                 raise RuntimeError(f"decoder made no progress on row {b}")
             self.done[b] = self.room(b) == 0 or (bool(new) and new[-1] in self.eos_token_ids)
             out.append(new)
@@ -137,7 +142,7 @@ class Decoder(Protocol):
     name: ClassVar[str]
     requires: ClassVar[frozenset[str]]   # adapter capabilities, e.g. {"custom_mask"}
 
-    def start(self, state: DecodeState) -> None: ...
+    def start(self, state: DecodeState) -> Acceptance | None: ...   # tokens known before any forward
     def propose(self, state: DecodeState) -> Draft: ...
     def accept(self, state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance: ...
 
@@ -146,25 +151,39 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     """Yield one Step per target forward until every row is done. wall_time_s counts decoding
     only, not the time the caller spends between steps."""
     t0 = time.perf_counter()
-    decoder.start(state)
     index = 0
+    known = decoder.start(state)
+    if known is not None:
+        committed = state.commit(known, scored=False)
+        state.stats.num_new_tokens += sum(len(c) for c in committed)   # not a forward: no accepted length
+        state.stats.wall_time_s += time.perf_counter() - t0
+        yield Step(index, committed, 0, list(state.done), state.stats)
+        t0, index = time.perf_counter(), index + 1
     while not all(state.done):
         draft = decoder.propose(state)
         with torch.no_grad():
             mask = state.cache.attention_mask(draft.mask, draft.past_mask)
-            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
+            if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
+                logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
+                                             logits_from=draft.logits_from, output_hidden=True)
+            else:
+                logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
         slots = state.cache.append(draft.positions, draft.valid)
         state.stats.num_forwards += 1
         acc = decoder.accept(state, draft, logits)
         state.cache.discard(_dead_slots(state.cache, slots, acc.keep))
         committed = state.commit(acc)
         state.cache.compact()
-        state.stats.num_new_tokens += sum(len(c) for c in committed)
-        state.stats.accepted_lengths.append([len(c) for c in committed])
-        state.stats.wall_time_s += time.perf_counter() - t0
+        _count(state, committed, t0)
         yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
         t0 = time.perf_counter()
         index += 1
+
+
+def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:
+    state.stats.num_new_tokens += sum(len(c) for c in committed)
+    state.stats.accepted_lengths.append([len(c) for c in committed])
+    state.stats.wall_time_s += time.perf_counter() - t0
 
 
 def _dead_slots(cache: KVCache, slots: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

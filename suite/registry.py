@@ -1,25 +1,136 @@
-"""The one registry of decoders: CLIs, apps and the test matrix all read it."""
+"""The one registry of decoders: a static table, complete after `import suite`, resolved lazily.
+
+Each entry names its class as "module:Class" (imported on first use, as transformers' auto
+mappings do), the modalities it decodes ("any" for every causal LM) and its guarantee with its
+default options: "exact" (greedy output equals the reference token for token), "in distribution"
+(also lossless when sampling: the χ² test) or "lossy" (the bench reports the quality cost). The
+CLIs' choices, the apps' dropdowns, the guarantee markers and the contract test read it.
+"""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from .decoders.ar import AR
-from .decoders.jacobi import Jacobi
-from .decoders.lookahead import Lookahead
-from .decoders.mc_sjd import MCSJD
-from .decoders.ngram import Ngram
-from .decoders.sjd import SJD
-from .decoders.speculative import Speculative
-
-DECODERS: dict[str, type] = {cls.name: cls for cls in (AR, Jacobi, SJD, MCSJD, Lookahead, Ngram, Speculative)}
-# the decoders that run on any causal LM (domain packages register theirs, e.g. block_diffusion)
-TEXT_DECODERS: tuple[str, ...] = tuple(DECODERS)
+GUARANTEES = ("exact", "in distribution", "lossy")
+MODALITIES = ("text", "image", "video", "document", "grounding", "speech", "asr")
 
 
-def register(cls: type) -> type:
-    """Add a decoder class (a frozen dataclass with `name`) to the registry; usable as a decorator."""
-    DECODERS[cls.name] = cls
-    return cls
+@dataclass(frozen=True)
+class DecoderEntry:
+    name: str
+    target: str                    # "package.module:Class"
+    modalities: tuple[str, ...]    # "any": every causal LM (text, image priors, OCR, ASR decoders)
+    guarantee: str                 # with the decoder's default options
+    summary: str                   # one line for --help and the apps
+    reference: str = "ar"          # what "exact" is measured against
+
+    def load(self) -> type:
+        module, _, cls = self.target.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def decodes(self, modality: str) -> bool:
+        return "any" in self.modalities or modality in self.modalities
+
+
+_D = "suite.decoders."
+_OWN = "the model's own factorisation"
+ENTRIES: tuple[DecoderEntry, ...] = (
+    DecoderEntry("ar", _D + "chain.ar:AR", ("any",), "exact", "one token per forward: the baseline and test oracle"),
+    DecoderEntry("jacobi", _D + "chain.jacobi:Jacobi", ("any",), "exact",
+                 "greedy fixed-point iteration over a window of guesses (greedy only)"),
+    DecoderEntry("sjd", _D + "chain.sjd:SJD", ("any",), "in distribution",
+                 "speculative Jacobi: drafts carry their q, min(1, p/q) acceptance"),
+    DecoderEntry("mc_sjd", _D + "chain.mc_sjd:MCSJD", ("any",), "in distribution",
+                 "SJD with maximally coupled redraws of the unaccepted drafts"),
+    DecoderEntry("lookahead", _D + "chain.lookahead:Lookahead", ("any",), "in distribution",
+                 "2-D Jacobi window + n-gram pool + verification branch in one forward"),
+    DecoderEntry("ngram", _D + "chain.ngram:Ngram", ("any",), "in distribution",
+                 "prompt lookup with an adaptive multi-level n-gram table"),
+    DecoderEntry("speculative", _D + "chain.speculative:Speculative", ("any",), "in distribution",
+                 "draft model (draft_model=) or layer-truncated self-draft (draft='self:N')"),
+    DecoderEntry("ngram_prior", _D + "chain.ngram_prior:NgramPrior", ("document",), "in distribution",
+                 "drafts from a previous version of the text (prior_texts=), verified"),
+    DecoderEntry("ctc_speculative", _D + "chain.ctc_speculative:CTCSpeculative", ("document", "asr"), "lossy",
+                 "the CTC hypothesis drafts the decoder; confident ones skip it (exact with max_entropy=0)"),
+    DecoderEntry("zipar", _D + "raster.zipar:ZipAR", ("image",), "lossy",
+                 "next-set rows: row r+1 starts once row r has `window` tokens"),
+    DecoderEntry("zipar_sjd", _D + "raster.zipar_sjd:ZipARSJD", ("image",), "lossy",
+                 "ZipAR rows with speculative Jacobi inside each row"),
+    DecoderEntry("lpd", _D + "raster.lpd:LPD", ("image",), "lossy",
+                 "locality-aware parallel decoding with position queries (16x16 in 20 forwards)"),
+    DecoderEntry("block_diffusion", _D + "blocks.block_diffusion:BlockDiffusion", ("document",), "lossy",
+                 "masked blocks filled by confidence threshold, exact K/V for committed tokens"),
+    DecoderEntry("s2d2", _D + "blocks.s2d2:S2D2", ("document",), "in distribution",
+                 "block-diffusion drafts verified by the causal model (self-speculative)"),
+    DecoderEntry("parallel_box", "vision.grounding.parallel_box:ParallelBox", ("grounding",), "lossy",
+                 "a whole box block per forward"),
+    DecoderEntry("hybrid", "vision.grounding.hybrid_box:HybridBox", ("grounding",), "lossy",
+                 "parallel box blocks, validated; failing blocks re-decoded exactly as ar"),
+    DecoderEntry("delay", _D + "frames.delay:Delay", ("speech",), "exact",
+                 "MusicGen delay pattern: all codebooks per forward, codebook k lags k frames", reference=_OWN),
+    DecoderEntry("parallel", _D + "frames.parallel:Parallel", ("speech",), "lossy",
+                 "all codebooks of a frame sampled independently per forward"),
+    DecoderEntry("local_ar", _D + "frames.local_ar:LocalAR", ("speech",), "exact",
+                 "one backbone forward per frame, codebooks by a local transformer", reference=_OWN),
+    DecoderEntry("local_maskgit", _D + "frames.local_maskgit:LocalMaskGIT", ("speech",), "lossy",
+                 "codebooks of a frame filled by a local transformer in a few MaskGIT steps"),
+    DecoderEntry("stack", _D + "frames.stack:Stack", ("speech",), "lossy", "2 frames per forward, the second blind"),
+    DecoderEntry("stack_local", _D + "frames.stack_local:StackLocal", ("speech",), "exact",
+                 "2 frames per forward, their codes sampled by a local transformer", reference=_OWN),
+)
+REGISTRY: dict[str, DecoderEntry] = {e.name: e for e in ENTRIES}
+
+
+class _LazyDecoders(Mapping):
+    """name -> decoder class, importing each class on first access."""
+
+    def __getitem__(self, name: str) -> type:
+        return REGISTRY[name].load()
+
+    def __iter__(self):
+        return iter(REGISTRY)
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+    def __contains__(self, name) -> bool:
+        return name in REGISTRY
+
+
+DECODERS: Mapping[str, type] = _LazyDecoders()
+TEXT_DECODERS: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.modalities == ("any",))
+
+
+def list_decoders(modality: str | None = None, adapter=None, guarantee: str | None = None,
+                  chain: tuple[str, ...] | None = None) -> list[str]:
+    """Registered decoder names: those for a modality (with every "any" decoder, or only the ones
+    named in `chain` when a pipeline runs just those), those whose capability needs (`requires`)
+    the adapter meets, those with a guarantee."""
+    if modality is not None and modality not in MODALITIES:
+        raise ValueError(f"unknown modality {modality!r}; choose one of: {', '.join(MODALITIES)}")
+
+    def wanted(e: DecoderEntry) -> bool:
+        if modality is not None and not e.decodes(modality):
+            return False
+        if chain is not None and e.modalities == ("any",) and e.name not in chain:
+            return False
+        return guarantee is None or e.guarantee == guarantee
+    names = [e.name for e in ENTRIES if wanted(e)]
+    if adapter is not None:
+        names = [n for n in names if all(getattr(adapter, f"supports_{c}", False) for c in DECODERS[n].requires)]
+    return names
+
+
+def decoder_entry(name: str) -> DecoderEntry:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown decoder {name!r}; choose one of: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def guarantee(name: str) -> str:
+    return decoder_entry(name).guarantee
 
 
 def decoder_options(name: str) -> dict[str, object]:
@@ -46,9 +157,7 @@ def parse_option(item: str) -> tuple[str, object]:
 
 
 def get_decoder_class(name: str) -> type:
-    if name not in DECODERS:
-        raise ValueError(f"unknown decoder {name!r}; choose one of: {', '.join(sorted(DECODERS))}")
-    return DECODERS[name]
+    return decoder_entry(name).load()
 
 
 def make_decoder(name: str, **options):

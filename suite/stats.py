@@ -11,6 +11,11 @@ class DecodeStats:
     num_new_tokens: int = 0        # committed new tokens, summed over the batch
     accepted_lengths: list[list[int]] = field(default_factory=list)  # per step, tokens committed per row
     wall_time_s: float = 0.0
+    draft_time_s: float = 0.0      # of wall_time_s, the time spent drafting (eagle's head, a draft model)
+    events: dict[str, int] = field(default_factory=dict)   # counts a decoder reports (e.g. box blocks, fallbacks)
+
+    def count(self, event: str, n: int = 1) -> None:
+        self.events[event] = self.events.get(event, 0) + n
 
     @property
     def tokens_per_forward(self) -> float:
@@ -35,4 +40,4 @@ class DecodeStats:
         return {"num_forwards": self.num_forwards, "num_draft_forwards": self.num_draft_forwards,
                 "num_new_tokens": self.num_new_tokens, "tokens_per_forward": self.tokens_per_forward,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
-                "wall_time_s": self.wall_time_s}
+                "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s}

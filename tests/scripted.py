@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from suite import AdapterConfig, KVCache
+from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
 
 
 class _Layer:
@@ -66,3 +67,40 @@ class ScriptedModel:
 def successor(vocab: int):
     """The next token is the last one plus one (mod vocab)."""
     return lambda history: (history[-1] + 1) % vocab
+
+
+# ---------------------------------------------------------------- a scripted grounding model
+
+C = COORD0
+PROMPT = [1, 5, 1100, 1101, 4]                    # BOS, task, two query tokens, SEP
+TWO_BOXES = [OBJ, C + 100, C + 200, C + 300, C + 400, END, OBJ, C + 500, C + 50, C + 900, C + 350, END, EOS]
+
+
+class BoxScript(ScriptedModel):
+    """Clean slots predict the scripted answer; MASK (noisy) slots call `noisy(target, slot in block)`."""
+
+    def __init__(self, answers, noisy=lambda t, j: t, block=6):
+        super().__init__(lambda h: 0, vocab=COORD0 + GRID + 1 + 200, eos=EOS)
+        self.answers, self.noisy, self.block = answers, noisy, block
+        self.config = AdapterConfig(
+            vocab_size=self.config.vocab_size, eos_token_ids=frozenset([EOS, NONE]), pad_token_id=0, max_length=200,
+            extra={"mask_token_id": MASK, "block_size": block, "block_head_id": OBJ, "block_end_id": END,
+                   "coord_lo": COORD0, "coord_hi": COORD0 + GRID, "box_format": "xyxy"})
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        self.calls += 1
+        cached = cache.backend.layers[0].keys[:, 0, :, 0]
+        slot_tokens, slot_pos = torch.cat([cached, tokens], 1), torch.cat([cache.positions, positions], 1)
+        b, n = tokens.shape
+        logits = torch.full((b, n, self.config.vocab_size), -10.0)
+        for r in range(b):
+            seq = PROMPT + self.answers[r]
+            for i in range(n):
+                p = int(positions[r, i])
+                target = seq[p + 1] if p + 1 < len(seq) else EOS
+                if int(tokens[r, i]) == MASK:
+                    first = min(int(q) for q, t in zip(positions[r], tokens[r]) if int(t) == MASK)
+                    target = self.noisy(target, p - first + 2)          # slot index in its block (2..B-1)
+                logits[r, i, target] = 10.0
+        cache.backend.write(tokens)
+        return logits[:, logits_from:]

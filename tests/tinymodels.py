@@ -39,3 +39,18 @@ def tiny_prior(codebook=16, classes=3, grid=(4, 4), seed=0, sharpen=4.0):
         model.get_output_embeddings().weight.mul_(sharpen)
     meta = {"codebook_size": codebook, "classes": [f"c{i}" for i in range(classes)], "grid": list(grid)}
     return ImagePrior(model, meta)
+
+
+def tiny_tts(seed=0, local_frames=1, codebooks=4, codebook_size=16):
+    """A tiny random TTS frame model (speech's layout) with a local transformer and stacked heads."""
+    from speech.tts_model import TTSConfig, TTSModel
+    torch.manual_seed(seed)
+    cfg = TTSConfig(num_codebooks=codebooks, codebook_size=codebook_size, hidden_size=32, num_layers=2, num_heads=2,
+                    symbols="a b c", local_layers=1, local_hidden=16, stack_frames=2, local_frames=local_frames)
+    model = TTSModel(cfg).eval()
+    with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
+        model.local.heads.mul_(8.0)
+        for head in list(model.heads) + list(model.stack_heads):
+            head.weight.mul_(8.0)
+    return model
+

@@ -34,7 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m text", description="Generate text with parasuite's parallel decoders.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="the prompt (or use --input)")
-    p.add_argument("--decoder", default="ar", choices=sorted(TEXT_DECODERS), help="decoding algorithm (default: ar)")
+    p.add_argument("--decoder", default="auto", choices=sorted(set(TEXT_DECODERS) | {"eagle", "auto"}),
+                   help="decoding algorithm (default: auto, the fastest lossless one measured per request)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
     p.add_argument("--model", metavar="PATH", help="a local transformers causal LM folder (default: embedded SmolLM2)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")

@@ -1,7 +1,9 @@
-"""`python -m text.bench`: every decoder and transformers' own `generate` (greedy, prompt lookup,
-assisted by the same self-draft) on the embedded SmolLM2, interleaved prompt by prompt in one
-process. Reports forwards, tokens per forward, tokens/s, speedup over `ar` and exact match with
-`ar`, per prompt group; then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
+"""`python -m text.bench`: every decoder (eagle and auto included) and transformers' own `generate`
+(greedy, prompt lookup, assisted by the same self-draft) on the embedded SmolLM2, interleaved
+prompt by prompt in one process. Reports forwards, tokens per forward, accepted tokens per step,
+tokens/s, speedup over `ar`, exact match with `ar`, the draft's share of the decode time and
+auto's choices, per prompt group (the held-out prompts of the EAGLE head's training set are a
+group of their own); then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from tqdm import tqdm
 import suite
 from suite import layer_truncated_draft
 
-from .prompts import CHAT, GROUNDED, GROUPS
+from .prompts import CHAT, GROUNDED, GROUPS, held_out_group
+
+BENCH_DECODERS = tuple(suite.TEXT_DECODERS) + tuple(d for d in ("eagle", "auto") if d not in suite.TEXT_DECODERS)
 
 MARK_START, MARK_END = "<!-- text-bench:start -->", "<!-- text-bench:end -->"
 
@@ -36,10 +40,11 @@ def cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
     return ids
 
 
-def suite_runner(model, name, options, sampling):
+def suite_runner(gen, name, options, sampling):
     def run(ids, mask, max_new):
-        out = suite.generate(model, ids, mask, decoder=name, max_new_tokens=max_new, **sampling, **options)
-        return out.new_tokens, out.stats.num_forwards, out.stats.mean_accepted
+        dec = gen.decoder(name, **options)
+        out = suite.generate(gen.model, ids, mask, decoder=dec, max_new_tokens=max_new, **sampling)
+        return out.new_tokens, out.stats.num_forwards, out.stats
     return run
 
 
@@ -49,7 +54,7 @@ def hf_runner(model, counter, eos, **extra):
         seq = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
                              eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **extra)
         new = [cut_at_eos(row.tolist(), eos) for row in seq[:, ids.shape[1]:]]
-        return new, counter["n"], float("nan")
+        return new, counter["n"], None
     return run
 
 
@@ -58,7 +63,7 @@ def configs(gen, args, sampling=None):
     model, eos = gen.model, gen.eos_token_ids
     draft = layer_truncated_draft(model, args.self_layers)
     options = {"speculative": {"draft_model": draft, "num_draft": args.num_draft}}
-    out = [(name, suite_runner(model, name, options.get(name, {}), sampling or {}))
+    out = [(name, suite_runner(gen, name, options.get(name, {}), sampling or {}))
            for name in args.decoders if sampling is None or name not in ("jacobi",)]
     if sampling is None and args.hf:
         counter = count_forwards(model)
@@ -76,7 +81,7 @@ def measure(gen, cases, runners, max_new, desc):
         reference = None
         for label, run in runners:
             t0 = time.perf_counter()
-            new, forwards, accepted = run(ids, mask, max_new)
+            new, forwards, stats = run(ids, mask, max_new)
             wall = time.perf_counter() - t0
             new = [cut_at_eos(n, gen.eos_token_ids) for n in new]
             reference = new if reference is None else reference
@@ -86,13 +91,33 @@ def measure(gen, cases, runners, max_new, desc):
             r["time"] += wall
             r["exact"] += sum(a == b for a, b in zip(new, reference))
             r["prompts"] += len(new)
-            r["accepted"] += accepted if accepted == accepted else 0.0
+            if stats is not None:
+                r["steps"] += len(stats.accepted_lengths)
+                r["accepted"] += sum(n for step in stats.accepted_lengths for n in step)
+                r["row_steps"] += sum(1 for step in stats.accepted_lengths for n in step if n)
+                r["draft_time"] += stats.draft_time_s
+                r["decode_time"] += stats.wall_time_s
+                for event, n in stats.events.items():
+                    if event.startswith("auto:"):
+                        r["auto " + event[5:]] += n
     return rows
 
 
+def _notes(r) -> str:
+    """The draft's share of the decode time and auto's choices (share of its steps)."""
+    notes = []
+    if r["draft_time"]:
+        notes.append(f"draft {100 * r['draft_time'] / max(r['decode_time'], 1e-9):.0f}%")
+    choices = {k[5:]: v for k, v in r.items() if k.startswith("auto ")}
+    total = sum(choices.values())
+    if total:
+        notes.append(", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(choices.items(), key=lambda kv: -kv[1])))
+    return "; ".join(notes)
+
+
 def table(rows, groups, labels, title, exact=True) -> str:
-    head = "| group | decoder | forwards | tok/forward | tok/s | speedup vs ar | " + (
-        "exact = ar |" if exact else "accepted/step |")
+    head = ("| group | decoder | forwards | tok/forward | accepted/step | tok/s | speedup vs ar | "
+            + ("exact = ar | " if exact else "") + "draft time, auto's choices |")
     lines = [f"**{title}**", "", head, "|" + "---|" * (head.count("|") - 1)]
     for group in groups:
         base = rows[(group, labels[0])]
@@ -100,9 +125,10 @@ def table(rows, groups, labels, title, exact=True) -> str:
         for label in labels:
             r = rows[(group, label)]
             tps = r["tokens"] / r["time"]
-            last = f"{int(r['exact'])}/{int(r['prompts'])}" if exact else f"{r['accepted'] / max(r['prompts'], 1):.2f}"
-            lines.append(f"| {group} | {label} | {int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f} | "
-                         f"{tps:.1f} | {tps / base_tps:.2f}x | {last} |")
+            acc = f"{r['accepted'] / r['row_steps']:.2f}" if r["row_steps"] else "–"
+            ex = f"{int(r['exact'])}/{int(r['prompts'])} | " if exact else ""
+            lines.append(f"| {group} | {label} | {int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f} | {acc} | "
+                         f"{tps:.1f} | {tps / base_tps:.2f}x | {ex}{_notes(r)} |")
     return "\n".join(lines)
 
 
@@ -124,7 +150,7 @@ def parse_args(argv=None):
                                 epilog="examples:\n  python -m text.bench\n"
                                        "  python -m text.bench --quick --no-write\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
-    p.add_argument("--decoders", nargs="+", default=list(suite.TEXT_DECODERS), choices=suite.TEXT_DECODERS)
+    p.add_argument("--decoders", nargs="+", default=list(BENCH_DECODERS), choices=BENCH_DECODERS)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--self-layers", type=int, default=8, help="layers of the self-draft (speculative)")
     p.add_argument("--num-draft", type=int, default=3, help="draft tokens per step (speculative)")
@@ -132,6 +158,8 @@ def parse_args(argv=None):
     p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
+                   help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
     if "ar" in args.decoders:
         args.decoders.remove("ar")
@@ -144,7 +172,16 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
     gen = text.load()
-    cases = [(g, [p], chat) for g, (prompts, chat) in GROUPS.items() for p in (prompts[:1] if args.quick else prompts)]
+    if args.refresh_cost:
+        from suite.cost import forward_cost
+        for masked in (False, True):
+            forward_cost(suite.as_adapter(gen.model), masked=masked, refresh=True)
+    groups = dict(GROUPS)
+    held = held_out_group()
+    if held:
+        groups["held-out"] = held
+    cases = [(g, [p], chat) for g, prompts in groups.items() for p, chat in
+             (prompts[:1] if args.quick else prompts)]
     greedy = configs(gen, args)
     for _, run in greedy:   # warm up every path once (first calls pay one-off setup costs)
         run(*gen.encode(["Hello"], chat=True), 4)
@@ -152,7 +189,7 @@ def main(argv=None) -> None:
     parts = [f"Command: `python -m text.bench{' --quick' if args.quick else ''}`; {torch.get_num_threads()} threads, "
              f"max_new_tokens={args.max_new_tokens}, speculative draft = first {args.self_layers} of "
              f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
-             table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), GROUPS, labels,
+             table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), list(groups), labels,
                    "Greedy, batch 1")]
     if not args.quick:
         batch = [("batch of 4", GROUNDED[:2] + CHAT[:2], True)]
@@ -164,6 +201,8 @@ def main(argv=None) -> None:
         parts.append(table(measure(gen, [(g, [p], c) for g, ps, c in cases_t for p in ps], sampled,
                                    args.max_new_tokens, "sampling"), [g for g, _, _ in cases_t],
                            [label for label, _ in sampled], "Sampling, temperature 0.7, seed 0", exact=False))
+        if held:
+            parts.append("Held-out prompts: " + "; ".join(f"`{p[:50]!r}`" for p, _ in held))
     body = "\n\n".join(parts)
     print(body)
     if args.write:

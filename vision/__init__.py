@@ -14,22 +14,11 @@ __all__ = ["ImagePipeline", "ImageResult", "load_image_pipeline"]
 _GROUNDING = ["GroundingPipeline", "GroundingResult", "load_grounding_pipeline"]
 
 
-def _register_decoders() -> None:
-    """Image decoders live in suite/decoders/; register them until suite's registry lists them."""
-    import suite
-    from suite.decoders.zipar import ZipAR
-    from suite.decoders.lpd import LPD
-    from suite.decoders.zipar_sjd import ZipARSJD
-    for cls in (ZipAR, ZipARSJD, LPD):
-        suite.DECODERS.setdefault(cls.name, cls)
-
-
 def __getattr__(name: str):
     if name in _GROUNDING:   # box grounding: vision/grounding/
         from . import grounding
         return getattr(grounding, name)
     if name in __all__:
-        _register_decoders()
         from . import pipeline
         return getattr(pipeline, name)
     raise AttributeError(f"module 'vision' has no attribute {name!r}")

@@ -13,12 +13,13 @@ more than one over 1 slot: the wall-clock column says what that leaves of the fo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 import numpy as np
+
+from suite.storage import write_json
 
 DEFAULT_DECODERS = {
     "ar": {},
@@ -184,11 +185,8 @@ def _main(args) -> int:
     print("References (same metrics, same image count): " + "; ".join(
         f"{name}: class acc {100 * acc:.1f}%" + (f", FD {fd:.1f}" if fd is not None else "") for name, acc, fd in refs))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"settings": header, "results": results,
-                       "references": [dict(name=n, class_accuracy=a, frechet=f) for n, a, f in refs]}, f, indent=1)
-        os.replace(tmp, args.json)
+        write_json(args.json, {"settings": header, "results": results,
+                               "references": [dict(name=n, class_accuracy=a, frechet=f) for n, a, f in refs]}, indent=1)
     return 0
 
 

@@ -39,8 +39,10 @@ def _polygon(n_vertices, r, inner=None):
     return pts
 
 
-def draw_image(label: int, rng: np.random.Generator) -> np.ndarray:
-    """One (SIZE, SIZE, 3) uint8 image of class `label`."""
+def draw_image(label: int, rng: np.random.Generator, pose: dict | None = None) -> np.ndarray:
+    """One (SIZE, SIZE, 3) uint8 image of class `label`. `pose` (video frames) changes the drawn
+    shape after the same random draws: "center" (x, y) in pixels, "scale" (size factor, patterns'
+    period too) and "turn" (radians added; patterns turn too)."""
     s = SIZE * _SUPER
     fg = FOREGROUNDS[rng.integers(len(FOREGROUNDS))]
     bg = BACKGROUNDS[rng.integers(len(BACKGROUNDS))]
@@ -50,6 +52,11 @@ def draw_image(label: int, rng: np.random.Generator) -> np.ndarray:
     cx, cy = s / 2 + rng.uniform(-0.1, 0.1) * s, s / 2 + rng.uniform(-0.1, 0.1) * s
     angle = rng.uniform(-0.35, 0.35)
     name = CLASSES[label]
+    if pose is not None:
+        if pose.get("center") is not None:
+            cx, cy = (v * _SUPER for v in pose["center"])
+        r *= pose.get("scale", 1.0)
+        angle += pose.get("turn", 0.0)
     if name == "circle":
         d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fg)
     elif name == "ring":
@@ -70,12 +77,17 @@ def draw_image(label: int, rng: np.random.Generator) -> np.ndarray:
     elif name == "stripes":
         period = s / rng.choice([4, 5, 6])
         vertical = bool(rng.integers(2))
+        if pose is not None:
+            return _posed_pattern(img, fg, period * pose.get("scale", 1.0), cx, cy, pose.get("turn", 0.0),
+                                  "vertical" if vertical else "horizontal")
         for k in range(-1, int(s / period) + 2):
             a = k * period + rng.uniform(0, 0) + (cx % period)
             box = [a, 0, a + period / 2, s] if vertical else [0, a, s, a + period / 2]
             d.rectangle(box, fill=fg)
     elif name == "checker":
         cell = s / rng.choice([4, 5, 6])
+        if pose is not None:
+            return _posed_pattern(img, fg, cell * pose.get("scale", 1.0), cx, cy, pose.get("turn", 0.0), "checker")
         off = cx % cell
         for i in range(-1, int(s / cell) + 2):
             for j in range(-1, int(s / cell) + 2):
@@ -88,6 +100,24 @@ def draw_image(label: int, rng: np.random.Generator) -> np.ndarray:
         ImageDraw.Draw(glyph).text((cx, cy), char, font=font, fill=255, anchor="mm")
         glyph = glyph.rotate(math.degrees(angle), center=(cx, cy), resample=Image.BILINEAR)
         img.paste(Image.new("RGB", (s, s), fg), mask=glyph)
+    return np.asarray(img.resize((SIZE, SIZE), Image.LANCZOS), dtype=np.uint8)
+
+
+def _posed_pattern(img, fg, period: float, cx: float, cy: float, turn: float, kind: str) -> np.ndarray:
+    """Stripes (half-period bands) or a checker of cell `period` anchored at (cx, cy) and turned by
+    `turn`, on the supersampled canvas `img` -> the (SIZE, SIZE, 3) image."""
+    d, s = ImageDraw.Draw(img), img.size[0]
+    n = int(s / period) + 2
+    for i in range(-n, n):
+        for j in range(-n, n) if kind == "checker" else (0,):
+            if kind == "checker" and (i + j) % 2:
+                continue
+            u0, u1 = i * period, i * period + (period if kind == "checker" else period / 2)
+            v0, v1 = (j * period, (j + 1) * period) if kind == "checker" else (-s, s)
+            box = [(u0, v0), (u1, v0), (u1, v1), (u0, v1)]
+            if kind == "horizontal":
+                box = [(v, u) for u, v in box]
+            d.polygon(_rotated(box, cx, cy, turn), fill=fg)
     return np.asarray(img.resize((SIZE, SIZE), Image.LANCZOS), dtype=np.uint8)
 
 

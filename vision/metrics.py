@@ -7,12 +7,13 @@
 """
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import numpy as np
 import torch
+
+from suite.storage import atomic_folder, read_json, write_json
+from suite.training import Budget, log, optimizer_step
 
 from .data import CLASSES, make_split, to_tensor
 
@@ -24,16 +25,22 @@ class SmallClassifier(torch.nn.Module):
 
     def __init__(self, num_classes: int = len(CLASSES), width: int = 24):
         super().__init__()
-        layers, c = [], 3
-        for out in (width, width * 2, width * 4, width * 4):
-            layers += [torch.nn.Conv2d(c, out, 3, padding=1), torch.nn.BatchNorm2d(out), torch.nn.ReLU(),
-                       torch.nn.MaxPool2d(2)]
-            c = out
-        self.features = torch.nn.Sequential(*layers)
-        self.head = torch.nn.Linear(c, num_classes)
+        self.features = conv_features(3, (width, width * 2, width * 4, width * 4))
+        self.head = torch.nn.Linear(width * 4, num_classes)
 
     def forward(self, x):
         return self.head(self.features(x).mean((2, 3)))
+
+
+def conv_features(channels: int, widths) -> torch.nn.Sequential:
+    """(B, channels, H, W) -> (B, widths[-1], H / 2^n, W / 2^n): n blocks of 3x3 conv, batch norm,
+    ReLU and 2x2 max pooling."""
+    layers = []
+    for out in widths:
+        layers += [torch.nn.Conv2d(channels, out, 3, padding=1), torch.nn.BatchNorm2d(out), torch.nn.ReLU(),
+                   torch.nn.MaxPool2d(2)]
+        channels = out
+    return torch.nn.Sequential(*layers)
 
 
 def load_classifier(folder: str) -> SmallClassifier:
@@ -43,8 +50,7 @@ def load_classifier(folder: str) -> SmallClassifier:
     if not (os.path.isfile(path) and os.path.isfile(cfg_path)):
         raise ValueError(f"no classifier in {folder}; train it with `python -m vision.train classifier`")
     try:
-        with open(cfg_path) as f:
-            cfg = json.load(f)
+        cfg = read_json(cfg_path)
         model = SmallClassifier(len(cfg["classes"]), cfg["width"])
         model.load_state_dict(load_file(path))
     except Exception as e:
@@ -85,37 +91,33 @@ def augment(x: torch.Tensor) -> torch.Tensor:
     return (x + 0.08 * torch.randn_like(x)).clamp(-1, 1)
 
 
-def train_classifier_model(args) -> None:
+def train_classifier_model(args, weights: str) -> None:
+    """The classifier that scores generated images -> `weights`/classifier."""
     from safetensors.torch import save_file
-    import tempfile
-    from .train import WEIGHTS, _log, _swap_in, _write_json
     torch.manual_seed(args.seed)
     images, labels = make_split("train", args.per_class)
     x_all, y_all = to_tensor(images), torch.from_numpy(labels)
     model = SmallClassifier()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    t0 = time.time()
+    budget = Budget(args.minutes)
     model.train()
     for step in range(args.steps):
         idx = torch.randint(len(x_all), (args.batch,))
         x = augment(x_all[idx])
         loss = torch.nn.functional.cross_entropy(model(x), y_all[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        optimizer_step(opt, loss, clip=None)
         if step % 50 == 0:
-            _log(f"classifier step {step}/{args.steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
-        if args.minutes and time.time() - t0 > 60 * args.minutes:
+            log(f"classifier step {step}/{args.steps} loss {loss.item():.4f} {budget.elapsed_s:.0f}s")
+        if budget.spent():
             break
     model.eval()
     test, test_labels = make_split("test", 50)
     acc = class_accuracy(model, test, test_labels)
-    _log(f"held-out accuracy {acc:.3f}")
-    tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".classifier-")
-    save_file(model.state_dict(), os.path.join(tmp, CLASSIFIER_FILE))
-    _write_json(os.path.join(tmp, "config.json"), {"classes": list(CLASSES), "width": 24})
-    _write_json(os.path.join(tmp, "metrics.json"), {"test_accuracy": acc, "steps": step + 1})
-    _swap_in(tmp, os.path.join(WEIGHTS, "classifier"))
+    log(f"held-out accuracy {acc:.3f}")
+    with atomic_folder(os.path.join(weights, "classifier")) as tmp:
+        save_file(model.state_dict(), str(tmp / CLASSIFIER_FILE))
+        write_json(tmp / "config.json", {"classes": list(CLASSES), "width": 24}, indent=1)
+        write_json(tmp / "metrics.json", {"test_accuracy": acc, "steps": step + 1}, indent=1)
 
 
 # ---------------------------------------------------------------- Frechet distance

@@ -18,13 +18,12 @@ import torch
 import suite
 from suite.api import prepare
 
-from . import _register_decoders
 from .data import to_uint8
 from .prior import ImagePrior
 from .tokenizer import VQTokenizer
 
-_register_decoders()
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
+DECODERS = tuple(suite.list_decoders("image", chain=("ar", "sjd", "mc_sjd")))   # jacobi is greedy only
 IMAGE_DEFAULTS = {"sjd": {"init": "left"}, "mc_sjd": {"init": "left"}}   # left-neighbour drafts
 
 
@@ -60,6 +59,12 @@ class ImagePipeline:
     @property
     def grid(self) -> tuple[int, int]:
         return self.prior.grid
+
+    @property
+    def decoders(self) -> tuple[str, ...]:
+        """The registered decoders this pipeline runs: the image ones and the chain decoders that sample."""
+        return tuple(n for n in DECODERS if all(getattr(self.prior, f"supports_{c}", False)
+                                                for c in suite.DECODERS[n].requires))
 
     def label_ids(self, labels: Sequence) -> list[int]:
         """Class names or ids -> ids; unknown ones are a ValueError listing the valid names."""
@@ -127,22 +132,22 @@ class ImagePipeline:
         ids, adapter, dec, state, _ = self._prepare(labels, decoder, guidance_scale, temperature,
                                                     top_k, top_p, seed, grid, decoder_options)
         for step in suite.decode_steps(adapter, dec, state):
-            tokens, known = self._partial(state)
+            tokens, known = self._partial(dec, state)
             yield ImageStep(step.index, self.decode_tokens(tokens, known), known, state.stats, all(step.done))
 
     def _grid_tokens(self, state) -> torch.Tensor:
         h, w = self.grid
         return torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, h, w)
 
-    def _partial(self, state) -> tuple[torch.Tensor, torch.Tensor]:
+    def _partial(self, dec, state) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, H, W) tokens with 0 where unknown, and the (B, H, W) known mask; decoders that fill the
         grid out of order (zipar) show their canvas, the rest their committed raster prefix."""
         h, w = self.grid
-        canvases = state.scratch.get("canvas")
+        canvases = dec.canvas(state) if hasattr(dec, "canvas") else None
         flat = torch.full((state.batch, h * w), -1, dtype=torch.long)
         for b in range(state.batch):
             if canvases is not None:
-                flat[b] = torch.tensor(canvases[b].tokens)
+                flat[b] = torch.tensor(canvases[b])
             else:
                 new = state.new_tokens(b)
                 flat[b, :len(new)] = torch.tensor(new, dtype=torch.long)

@@ -5,7 +5,7 @@ from any generated subset, so the same weights serve `ar` and `lpd`.
 
 Query tokens: id `query_offset + cell` (one learnable embedding per cell, added to the vocabulary),
 placed at the cell's own position. A training sequence is laid out in one generation order o
-(locality-aware groups, as `suite.decoders.lpd` decodes):
+(locality-aware groups, as `suite.decoders.raster.lpd` decodes):
 
     [class] ++ codes[o] at positions 1 + o ++ queries(o) at positions 1 + o        (1 + 2*H*W,)
 
@@ -21,6 +21,13 @@ import time
 
 import torch
 
+from suite.storage import atomic_folder, read_json, write_json
+from suite.training import Budget, log, optimizer_step, previous_metrics, set_learning_rate, training_device, \
+    warmup_cosine
+
+from . import data as vdata
+from .prior import PRIOR_FILE, cached_codes, encode_split, save_prior
+from .tokenizer import VQTokenizer
 from .zipar_views import zipar_layout, zipar_loss
 
 QUERY_KEYS = ("query_offset", "lpd")
@@ -78,50 +85,45 @@ def raster_loss(model, seqs: torch.Tensor, k: int) -> torch.Tensor:
 
 def order_pool(h: int, w: int, steps: int, count: int, seed: int) -> tuple[torch.Tensor, list[int]]:
     """(count, H*W) locality-aware orders (cells group by group) and the group sizes."""
-    from suite.decoders.lpd import group_sizes, lpd_order
+    from suite.decoders.raster.lpd import group_sizes, lpd_order
     sizes = group_sizes(h * w, steps)
     g = torch.Generator().manual_seed(seed)
     orders = [sum(lpd_order(h, w, sizes, g), []) for _ in range(count)]
     return torch.tensor(orders), sizes
 
 
-def train_lpd_model(args) -> None:
-    """Continue the raster prior with the mixed raster + position-query objective."""
-    import json
+def train_lpd_model(args, weights: str) -> None:
+    """Continue the raster prior (`args.init`, default `weights`/prior) with the mixed raster +
+    position-query objective -> `args.out` (default `weights`/prior)."""
     from transformers import LlamaForCausalLM
-    from . import data as vdata
-    from .prior import PRIOR_FILE, cached_codes
-    from .tokenizer import VQTokenizer
-    from .train import WEIGHTS, _log, _lr, _previous_steps, progress, training_device
     torch.manual_seed(args.seed)
     device = training_device(args.device)
-    src = args.init or os.path.join(WEIGHTS, "prior")
-    out = args.out or os.path.join(WEIGHTS, "prior")
-    with open(os.path.join(src, PRIOR_FILE)) as f:
-        meta = json.load(f)
+    src = args.init or os.path.join(weights, "prior")
+    out = args.out or os.path.join(weights, "prior")
+    meta = read_json(os.path.join(src, PRIOR_FILE))
     model = LlamaForCausalLM.from_pretrained(src, dtype=torch.float32)
     meta = add_query_tokens(model, meta)
     model.to(device)
     k, c, offset = meta["codebook_size"], len(meta["classes"]), meta["query_offset"]
     h, w = meta["grid"]
-    tok = VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer"))
+    tok = VQTokenizer.load(os.path.join(weights, "tokenizer"))
     tok.vq.to(device)
     images, labels = vdata.make_split("train", args.per_class)
-    codes = cached_codes(tok, images, os.path.join(WEIGHTS, "tokenizer"), args.per_class).reshape(len(images), -1)
+    codes = cached_codes(tok, images, os.path.join(weights, "tokenizer"), args.per_class).reshape(len(images), -1)
     codes, labels = codes.to(device), torch.from_numpy(labels).to(device)
     t0 = time.time()
     orders, sizes = order_pool(h, w, args.lpd_steps, args.orders, args.seed)
     orders, mask = orders.to(device), block_mask(sizes).to(device)
     views = zipar_layout(h, w, args.zipar_window).to(device) if args.zipar_batch else None
-    _log(f"{len(orders)} locality-aware orders ({args.lpd_steps} steps) in {time.time() - t0:.0f}s; "
-         f"from {src} ({_previous_steps(src)} steps), query tokens at {offset}")
-    prev_steps = _previous_steps(src)
+    prev_steps = int(previous_metrics(src).get("steps", 0))
+    log(f"{len(orders)} locality-aware orders ({args.lpd_steps} steps) in {time.time() - t0:.0f}s; "
+        f"from {src} ({prev_steps} steps), query tokens at {offset}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     model.train()
-    t0 = last_save = time.time()
+    budget = Budget(args.minutes, args.steps)
+    last_save = time.time()
     for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = _lr(progress(step, args, t0), step, args.lr)
+        set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(step), warmup=50))
         loss_ar = raster_loss(model, _with_null(torch.cat([labels[:, None] + k, codes], 1), args.batch, k + c), k)
         loss_q = query_loss(model, *_draw(codes, labels, args.lpd_batch, k, k + c),
                             orders[torch.randint(len(orders), (args.lpd_batch,), device=device)], offset, mask, k)
@@ -129,21 +131,18 @@ def train_lpd_model(args) -> None:
         if views is not None:
             loss_z = zipar_loss(model, *_draw(codes, labels, args.zipar_batch, k, k + c), views, k)
             loss = loss + loss_z
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, loss)
         if step % 25 == 0:
             zipar = f" zipar {loss_z.item():.4f}" if views is not None else ""
-            _log(f"lpd step {step}/{args.steps} raster {loss_ar.item():.4f} queries {loss_q.item():.4f}{zipar} "
-                 f"{time.time() - t0:.0f}s")
-        done = step + 1 == args.steps or progress(step, args, t0) >= 1.0
+            log(f"lpd step {step}/{args.steps} raster {loss_ar.item():.4f} queries {loss_q.item():.4f}{zipar} "
+                f"{budget.elapsed_s:.0f}s")
+        done = step + 1 == args.steps or budget.spent(step)
         if done or (args.save_every and time.time() - last_save > 60 * args.save_every):
-            _save(model, meta, sizes, args, out, prev_steps + step + 1, t0, tok, mask, offset, views)
+            _save(model, meta, sizes, args, out, prev_steps + step + 1, budget, tok, mask, offset, views)
             model.train()
             last_save = time.time()
         if done:
-            _log(f"time budget reached at step {step}")
+            log(f"time budget reached at step {step}")
             break
 
 
@@ -162,8 +161,6 @@ def _with_null(seqs: torch.Tensor, batch: int, null: int) -> torch.Tensor:
 @torch.no_grad()
 def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor, views=None) -> dict:
     """Raster, query (fixed orders) and, given ZipAR views, zipar nats/code on 200 held-out images."""
-    from . import data as vdata
-    from .prior import encode_split
     test, test_labels = vdata.make_split("test", 20)
     device = mask.device
     codes = encode_split(tok, test).reshape(len(test), -1).to(device)
@@ -180,25 +177,20 @@ def held_out_losses(model, tok, mask, offset: int, k: int, orders: torch.Tensor,
     return {**losses, "test_zipar_loss": zipar / len(codes)} if views is not None else losses
 
 
-def _save(model, meta, sizes, args, out, steps, t0, tok, mask, offset, views) -> None:
-    import tempfile
-    from .prior import PRIOR_FILE, save_prior
-    from .train import _log, _swap_in, _write_json
+def _save(model, meta, sizes, args, out, steps, budget, tok, mask, offset, views) -> None:
     model.eval()
     h, w = meta["grid"]
     test_orders, _ = order_pool(h, w, args.lpd_steps, 50, seed=12345)
     losses = held_out_losses(model, tok, mask, offset, meta["codebook_size"], test_orders, views)
-    _log("held-out nats/code: " + ", ".join(f"{key} {v:.4f}" for key, v in losses.items()))
+    log("held-out nats/code: " + ", ".join(f"{key} {v:.4f}" for key, v in losses.items()))
     meta = {**meta, "lpd": {"steps": args.lpd_steps, "group_sizes": sizes}}
     if views is not None:
         meta["zipar_views"] = {"window": args.zipar_window}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".prior-")
-    save_prior(model, tmp)
-    model.to(mask.device)
-    _write_json(os.path.join(tmp, PRIOR_FILE), meta)
     objective = "raster + position queries" + (" + zipar views" if views is not None else "")
-    _write_json(os.path.join(tmp, "metrics.json"), {**losses, "steps": steps, "seconds": time.time() - t0,
-                                                    "objective": objective})
-    _swap_in(tmp, out)
-    _log(f"saved {out} ({steps} steps)")
+    with atomic_folder(os.path.abspath(out)) as tmp:
+        save_prior(model, tmp)
+        model.to(mask.device)
+        write_json(tmp / PRIOR_FILE, meta, indent=1)
+        write_json(tmp / "metrics.json", {**losses, "steps": steps, "seconds": budget.elapsed_s,
+                                          "objective": objective}, indent=1)
+    log(f"saved {out} ({steps} steps)")

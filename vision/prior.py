@@ -7,13 +7,20 @@ adapter exposes only the K code logits and tells decoders the grid through `conf
 """
 from __future__ import annotations
 
-import json
+import hashlib
 import os
+import tempfile
 import time
 
 import torch
 
 from suite import AdapterConfig, HFCausalLM, KVCache
+from suite.storage import atomic_folder, atomic_path, read_json, write_json
+from suite.training import Budget, log, optimizer_step, previous_metrics, set_learning_rate, training_device, \
+    warmup_cosine
+
+from . import data as vdata
+from .tokenizer import VQTokenizer, require_files
 
 PRIOR_FILE = "image_prior.json"
 SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
@@ -67,19 +74,21 @@ class ImagePrior:
 
     @classmethod
     def load(cls, folder: str) -> "ImagePrior":
-        from transformers import LlamaForCausalLM
-        from .tokenizer import _require_files
-        sharded = os.path.isfile(os.path.join(folder, SHARD_INDEX))
-        _require_files(folder, ("config.json", SHARD_INDEX if sharded else "model.safetensors", PRIOR_FILE),
-                       "python -m vision.train prior")
-        try:
-            with open(os.path.join(folder, PRIOR_FILE)) as f:
-                meta = json.load(f)
-            model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)   # fp32 whatever the file holds
-        except Exception as e:
-            raise ValueError(f"cannot load the image prior from {folder}: {e}; "
-                             "re-create it with `python -m vision.train prior`") from e
-        return cls(model.eval(), meta)
+        return cls(*load_llama_prior(folder, PRIOR_FILE, "image prior", "python -m vision.train prior"))
+
+
+def load_llama_prior(folder: str, meta_file: str, what: str, fix: str):
+    """(the fp32 Llama in `folder`, one file or shards, in eval mode; its meta JSON `meta_file`);
+    a missing or unreadable file fails with `fix`, the command that re-creates the folder."""
+    from transformers import LlamaForCausalLM
+    sharded = os.path.isfile(os.path.join(folder, SHARD_INDEX))
+    require_files(folder, ("config.json", SHARD_INDEX if sharded else "model.safetensors", meta_file), fix)
+    try:
+        meta = read_json(os.path.join(folder, meta_file))
+        model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)   # fp32 whatever the file holds
+    except Exception as e:
+        raise ValueError(f"cannot load the {what} from {folder}: {e}; re-create it with `{fix}`") from e
+    return model.eval(), meta
 
 
 # ---------------------------------------------------------------- training
@@ -91,75 +100,63 @@ def save_prior(model, folder: str) -> None:
 
 def encode_split(tokenizer, images, batch: int = 100) -> torch.Tensor:
     """(N, H, W, 3) uint8 -> (N, h, w) codes (on the CPU, whatever device the tokenizer is on)."""
-    from .data import to_tensor
     device = next(tokenizer.vq.parameters()).device
-    out = [tokenizer.encode(to_tensor(images[i:i + batch]).to(device)).cpu() for i in range(0, len(images), batch)]
+    out = [tokenizer.encode(vdata.to_tensor(images[i:i + batch]).to(device)).cpu() for i in range(0, len(images), batch)]
     return torch.cat(out)
 
 
 def cached_codes(tokenizer, images, tokenizer_folder: str, per_class: int) -> torch.Tensor:
     """Codes of the training split, cached in the temp folder per tokenizer file version."""
-    import hashlib
-    import tempfile
     st = os.stat(os.path.join(tokenizer_folder, "diffusion_pytorch_model.safetensors"))
     key = hashlib.sha1(f"{st.st_size}-{st.st_mtime_ns}-{per_class}".encode()).hexdigest()[:16]
     path = os.path.join(tempfile.gettempdir(), f"parasuite-vision-codes-{key}.pt")
     if os.path.exists(path):
         return torch.load(path)
     codes = encode_split(tokenizer, images)
-    torch.save(codes, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    with atomic_path(path) as tmp:
+        torch.save(codes, tmp)
     return codes
 
 
-def train_prior_model(args) -> None:
-    from . import data as vdata
-    from .train import WEIGHTS, _log, _lr, _swap_in, _write_json, progress, training_device
-    from .tokenizer import VQTokenizer
-    import tempfile
+def train_prior_model(args, weights: str) -> None:
+    """The raster prior over the codes of `weights`/tokenizer -> `weights`/prior."""
     torch.manual_seed(args.seed)
     device = training_device(args.device)
-    tok = VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer"))
+    folder = os.path.join(weights, "prior")
+    tok = VQTokenizer.load(os.path.join(weights, "tokenizer"))
     tok.vq.to(device)
     images, labels = vdata.make_split("train", args.per_class)
     t0 = time.time()
-    codes = cached_codes(tok, images, os.path.join(WEIGHTS, "tokenizer"), args.per_class)   # (N, H, W)
+    codes = cached_codes(tok, images, os.path.join(weights, "tokenizer"), args.per_class)   # (N, H, W)
     n, h, w = codes.shape
-    _log(f"encoded {n} images to {h}x{w} codes in {time.time() - t0:.0f}s")
+    log(f"encoded {n} images to {h}x{w} codes in {time.time() - t0:.0f}s")
     k, c = tok.codebook_size, len(vdata.CLASSES)
     prev_steps = 0
     if getattr(args, "resume", False):
         from transformers import LlamaForCausalLM
-        from .train import _previous_steps
-        folder = os.path.join(WEIGHTS, "prior")
         model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        prev_steps = _previous_steps(folder)
-        _log(f"resuming from {folder} ({prev_steps} steps)")
+        prev_steps = int(previous_metrics(folder).get("steps", 0))
+        log(f"resuming from {folder} ({prev_steps} steps)")
     else:
         model = build_prior(k, c, (h, w), hidden=args.hidden, layers=args.layers, heads=args.heads)
     model.to(device)
-    _log(f"prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    log(f"prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     seqs = torch.cat([(labels[:, None] if torch.is_tensor(labels) else torch.from_numpy(labels)[:, None]) + k,
                       codes.reshape(n, -1)], 1).to(device)   # (N, 1 + H*W)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     model.train()
-    t0 = time.time()
+    budget = Budget(args.minutes, args.steps)
     for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = _lr(progress(step, args, t0), step, args.lr)
+        set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(step), warmup=50))
         x = seqs[torch.randint(n, (args.batch,), device=device)].clone()
         drop = torch.rand(args.batch, device=device) < 0.1    # null class for classifier-free guidance
         x[drop, 0] = k + c
         logits = model(input_ids=x[:, :-1]).logits[..., :k]   # predict codes only
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, k), x[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, loss)
         if step % 50 == 0:
-            _log(f"prior step {step}/{args.steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
-        if progress(step, args, t0) >= 1.0:
-            _log(f"time budget reached at step {step}")
+            log(f"prior step {step}/{args.steps} loss {loss.item():.4f} {budget.elapsed_s:.0f}s")
+        if budget.over(step):
             break
     model.eval()
     test, test_labels = vdata.make_split("test", 20)
@@ -168,17 +165,14 @@ def train_prior_model(args) -> None:
     with torch.no_grad():
         tl = model(input_ids=ts[:, :-1]).logits[..., :k]
         test_loss = float(torch.nn.functional.cross_entropy(tl.reshape(-1, k), ts[:, 1:].reshape(-1)))
-    _log(f"test loss {test_loss:.4f} nats/token")
+    log(f"test loss {test_loss:.4f} nats/token")
     meta = {"codebook_size": k, "classes": list(vdata.CLASSES), "grid": [h, w], "order": "raster",
             "image_size": vdata.SIZE, "sampling": SAMPLING}
     if getattr(args, "resume", False):      # a resumed prior keeps its LPD query tokens
-        with open(os.path.join(WEIGHTS, "prior", PRIOR_FILE)) as f:
-            old = json.load(f)
+        old = read_json(os.path.join(folder, PRIOR_FILE))
         meta.update({key: old[key] for key in ("query_offset", "lpd", "zipar_views", "sampling") if key in old})
-    tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".prior-")
-    save_prior(model, tmp)
-    _write_json(os.path.join(tmp, PRIOR_FILE), meta)
-    _write_json(os.path.join(tmp, "metrics.json"), {"test_loss": test_loss, "train_loss": float(loss.detach()),
-                                                    "steps": prev_steps + step + 1,
-                                                    "seconds": time.time() - t0})
-    _swap_in(tmp, os.path.join(WEIGHTS, "prior"))
+    with atomic_folder(folder) as tmp:
+        save_prior(model, tmp)
+        write_json(tmp / PRIOR_FILE, meta, indent=1)
+        write_json(tmp / "metrics.json", {"test_loss": test_loss, "train_loss": float(loss.detach()),
+                                          "steps": prev_steps + step + 1, "seconds": budget.elapsed_s}, indent=1)

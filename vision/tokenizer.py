@@ -32,7 +32,7 @@ class VQTokenizer:
     @classmethod
     def load(cls, folder: str) -> "VQTokenizer":
         from diffusers import VQModel
-        _require_files(folder, ("config.json", "diffusion_pytorch_model.safetensors"), "python -m vision.train tokenizer")
+        require_files(folder, ("config.json", "diffusion_pytorch_model.safetensors"), "python -m vision.train tokenizer")
         try:
             vq = VQModel.from_pretrained(folder)
         except Exception as e:  # a truncated or foreign file
@@ -56,7 +56,8 @@ class VQTokenizer:
         return self.vq.decode(z, force_not_quantize=True).sample
 
 
-def _require_files(folder: str, names, fix: str) -> None:
+def require_files(folder: str, names, fix: str) -> None:
+    """Fail with the fix spelled out when `folder` or one of its files `names` is missing."""
     if not os.path.isdir(folder):
         raise ValueError(f"weights folder {folder} does not exist; create it with `{fix}`")
     missing = [n for n in names if not os.path.isfile(os.path.join(folder, n))]

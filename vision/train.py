@@ -10,100 +10,61 @@ Each writes into a temporary folder and swaps it in only when complete.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import shutil
 import sys
-import tempfile
-import time
 
 import torch
 
+from suite.storage import atomic_folder, write_json
+from suite.training import Budget, exit_status, log, optimizer_step, previous_metrics, set_learning_rate, \
+    training_device, warmup_cosine
+
 from . import data as vdata
+from .grounding.train import main as grounding_main
+from .metrics import train_classifier_model
+from .position_queries import train_lpd_model
+from .prior import train_prior_model
+from .tokenizer import VQTokenizer, build_vq
 
 WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
 
 
-def _log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _swap_in(tmp: str, dest: str) -> None:
-    """Replace dest by the finished tmp folder (never leaves a half-written dest)."""
-    os.chmod(tmp, 0o755)
-    for name in os.listdir(tmp):
-        os.chmod(os.path.join(tmp, name), 0o644)
-    old = dest + ".old"
-    if os.path.exists(old):
-        shutil.rmtree(old)
-    if os.path.exists(dest):
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    if os.path.exists(old):
-        shutil.rmtree(old)
-
-
-def _lr(progress: float, step: int, base: float, warmup: int = 50) -> float:
-    """Warmup, then cosine decay over `progress` in [0, 1] (steps or time budget, whichever is further)."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    return base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def training_device(name: str) -> torch.device:
-    """The device to train on; a GPU gets TF32 matmuls (the weights stay fp32)."""
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda needs a CUDA GPU; use --device cpu")
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    return torch.device(name)
-
-
-def progress(step: int, args, t0: float) -> float:
-    by_time = (time.time() - t0) / (60 * args.minutes) if args.minutes else 0.0
-    return max(step / args.steps, by_time)
-
-
 # ---------------------------------------------------------------- tokenizer
 
-def train_tokenizer(args) -> None:
-    from .tokenizer import VQTokenizer, build_vq
+def train_tokenizer(args, weights: str) -> None:
+    """The VQ autoencoder -> `weights`/tokenizer."""
     torch.manual_seed(args.seed)
     device = training_device(args.device)
     images, _ = vdata.make_split("train", args.per_class)
     x_all = vdata.to_tensor(images).to(device)
+    folder = os.path.join(weights, "tokenizer")
     if args.resume:
         from diffusers import VQModel
-        vq = VQModel.from_pretrained(os.path.join(WEIGHTS, "tokenizer"))
-        _log("resuming from vision/weights/tokenizer")
+        vq = VQModel.from_pretrained(folder)
+        log(f"resuming from {folder}")
     else:
         vq = build_vq(num_vq_embeddings=args.codebook)
     vq.to(device)
     opt = torch.optim.Adam(vq.parameters(), lr=args.lr)
     usage = torch.zeros(vq.config.num_vq_embeddings, device=device)
-    prev_steps = _previous_steps(os.path.join(WEIGHTS, "tokenizer")) if args.resume else 0
-    t0 = time.time()
+    prev_steps = int(previous_metrics(folder).get("steps", 0)) if args.resume else 0
+    budget = Budget(args.minutes, args.steps)
     vq.train()
     for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = _lr(progress(step, args, t0), step, args.lr)
+        set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(step), warmup=50))
         x = x_all[torch.randint(len(x_all), (args.batch,), device=device)]
         h = vq.encode(x).latents
         zq, commit, (_, _, idx) = vq.quantize(h)
         rec = vq.decode(zq, force_not_quantize=True).sample
         loss = (rec - x).abs().mean() + ((rec - x) ** 2).mean() + commit.mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        optimizer_step(opt, loss, clip=None)
         usage += torch.bincount(idx.flatten(), minlength=len(usage)).float()
-        if (step + 1) % args.restart_every == 0 and progress(step, args, t0) < 0.7:
+        if (step + 1) % args.restart_every == 0 and budget.progress(step) < 0.7:
             _restart_dead_codes(vq, usage, h.detach())
             usage.zero_()
         if step % 50 == 0:
-            _log(f"tokenizer step {step}/{args.steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
-        if progress(step, args, t0) >= 1.0:
-            _log(f"time budget reached at step {step}")
+            log(f"tokenizer step {step}/{args.steps} loss {loss.item():.4f} {budget.elapsed_s:.0f}s")
+        if budget.over(step):
             break
     vq.eval()
     tok = VQTokenizer(vq)
@@ -113,12 +74,11 @@ def train_tokenizer(args) -> None:
         codes = tok.encode(xt)
         mse = float(((tok.decode(codes) - xt) ** 2).mean())
     used = int(torch.unique(codes).numel())
-    _log(f"test reconstruction mse {mse:.5f} (in [-1,1] units), codes used {used}/{tok.codebook_size}")
-    tmp = tempfile.mkdtemp(dir=WEIGHTS, prefix=".tokenizer-")
-    vq.to("cpu").save_pretrained(tmp, safe_serialization=True)
-    _write_json(os.path.join(tmp, "metrics.json"), {"test_mse": mse, "codes_used": used, "steps": step + 1 + prev_steps,
-                                                    "train_images": len(images), "seconds": time.time() - t0})
-    _swap_in(tmp, os.path.join(WEIGHTS, "tokenizer"))
+    log(f"test reconstruction mse {mse:.5f} (in [-1,1] units), codes used {used}/{tok.codebook_size}")
+    with atomic_folder(folder) as tmp:
+        vq.to("cpu").save_pretrained(tmp, safe_serialization=True)
+        write_json(tmp / "metrics.json", {"test_mse": mse, "codes_used": used, "steps": step + 1 + prev_steps,
+                                          "train_images": len(images), "seconds": budget.elapsed_s}, indent=1)
 
 
 def _restart_dead_codes(vq, usage: torch.Tensor, h: torch.Tensor) -> None:
@@ -130,28 +90,15 @@ def _restart_dead_codes(vq, usage: torch.Tensor, h: torch.Tensor) -> None:
     pick = vectors[torch.randint(len(vectors), (dead.numel(),), device=h.device)]
     with torch.no_grad():
         vq.quantize.embedding.weight[dead] = pick + 0.01 * torch.randn_like(pick)
-    _log(f"restarted {dead.numel()} dead codes")
-
-
-def _previous_steps(folder: str) -> int:
-    try:
-        with open(os.path.join(folder, "metrics.json")) as f:
-            return int(json.load(f)["steps"])
-    except (OSError, KeyError, ValueError):
-        return 0
-
-
-def _write_json(path: str, obj) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
+    log(f"restarted {dead.numel()} dead codes")
 
 
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["grounding"]:   # box grounding: vision/grounding/train.py
-        from .grounding.train import main as grounding_main
-        return grounding_main((sys.argv[1:] if argv is None else argv)[1:])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["grounding"]:        # box grounding: vision/grounding/train.py
+        return grounding_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["tokenizer", "prior", "classifier", "lpd"])
@@ -187,28 +134,9 @@ def main(argv=None) -> int:
     args.steps = args.steps or defaults[0]
     args.batch = args.batch or defaults[1]
     args.lr = args.lr or defaults[2]
-    try:
-        {"tokenizer": train_tokenizer, "prior": train_prior, "classifier": train_classifier,
-         "lpd": train_lpd}[args.what](args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def train_prior(args):
-    from .prior import train_prior_model
-    train_prior_model(args)
-
-
-def train_lpd(args):
-    from .position_queries import train_lpd_model
-    train_lpd_model(args)
-
-
-def train_classifier(args):
-    from .metrics import train_classifier_model
-    train_classifier_model(args)
+    train = {"tokenizer": train_tokenizer, "prior": train_prior_model, "classifier": train_classifier_model,
+             "lpd": train_lpd_model}[args.what]
+    return exit_status(train, args, WEIGHTS)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """ZipAR's views as a training objective: teach the raster prior to predict each cell from exactly
-what `suite.decoders.zipar` shows it, so next-set decoding stays close to `ar` in quality.
+what `suite.decoders.raster.zipar` shows it, so next-set decoding stays close to `ar` in quality.
 
 With window w, cell (r, c) is sampled at step t = r*w + c, and the slot that predicts it sees the
 class token and the cells of earlier steps at raster-earlier positions (the decoder's 4-D mask).

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from suite.storage import atomic_path
+
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
 CHROMIUM = os.environ.get("PARASUITE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -120,17 +121,22 @@ def smol():
     return text.load(progress=False)
 
 
-def save_screenshot(page, name: str) -> Path:
-    """Full-page screenshot into docs/<name>, written whole (temp file, then rename)."""
-    DOCS.mkdir(exist_ok=True)
-    target = DOCS / name
-    tmp = target.with_suffix(".tmp.png")
-    page.screenshot(path=str(tmp), full_page=True)
-    os.replace(tmp, target)
-    return target
+@pytest.fixture(scope="session")
+def screenshot_dir(tmp_path_factory) -> Path:
+    """Where the tests' screenshots go: $PARASUITE_SCREENSHOTS (`PARASUITE_SCREENSHOTS=docs make test`
+    refreshes the README's docs/app-*.png), else a temporary folder: a test run leaves the
+    tracked tree alone."""
+    folder = os.environ.get("PARASUITE_SCREENSHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
 
 
 @pytest.fixture
-def screenshot():
-    return save_screenshot
+def screenshot(screenshot_dir):
+    """screenshot(page, name) -> the full-page screenshot written whole to screenshot_dir / name."""
+    def save(page, name: str) -> Path:
+        screenshot_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_path(screenshot_dir / name) as tmp:
+            page.screenshot(path=str(tmp), full_page=True)
+        return screenshot_dir / name
+    return save
 

@@ -34,11 +34,24 @@ SETTINGS = {"t1": dict(temperature=1.0), "topk": dict(temperature=1.0, top_k=3),
             "topp": dict(temperature=1.0, top_p=0.8)}
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("decoder", ["ar", "sjd", "mc_sjd", "speculative", "ngram", "lookahead"])
+def decoder_options(name: str) -> dict:
+    """What each in-distribution decoder needs beyond the model (a new one without an entry fails)."""
+    return {"ar": {}, "sjd": {}, "mc_sjd": {}, "ngram": {}, "lookahead": {},
+            "speculative": {"draft_model": tiny_model("llama", vocab=V, seed=1, sharpen=3.0)},
+            "s2d2": {"mask_token_id": 3, "block_size": 3, "route_threshold": 0.0},
+            "ngram_prior": {"inputs": suite.RequestInputs(prior_tokens=(PROMPT + PROMPT[:4],) * ROWS)}}[name]
+
+
+def cases() -> list[tuple[str, str]]:
+    """Every in-distribution decoder at T = 1; the causal-LM ones also under top-k and top-p."""
+    names = ["ar"] + suite.list_decoders(guarantee="in distribution")
+    return [(n, s) for n in names for s in SETTINGS if s == "t1" or n in suite.TEXT_DECODERS]
+
+
+@pytest.mark.parametrize("decoder,setting", cases())
 def test_sampling_matches_target(model, decoder, setting):
     kw = SETTINGS[setting]
-    opts = {"draft_model": tiny_model("llama", vocab=V, seed=1, sharpen=3.0)} if decoder == "speculative" else {}
+    opts = decoder_options(decoder)
     law = exact_law(model, SamplingParams(**kw))
     samples, longest = [], 0
     for seed in range(BATCHES):

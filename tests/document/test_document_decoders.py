@@ -6,8 +6,8 @@ from scripted import ScriptedModel
 from tinymodels import tiny_model
 
 import suite
-from suite.decoders.block_diffusion import BlockDiffusion, block_mask
-from suite.decoders.s2d2 import S2D2
+from suite.decoders.blocks.block_diffusion import BlockDiffusion, block_mask
+from suite.decoders.blocks.s2d2 import S2D2
 
 PROMPTS = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11],
                         [0, 0, 0, 20, 21, 22, 20, 21, 23, 24],
@@ -111,10 +111,10 @@ def test_missing_mask_token_is_a_clear_error():
 
 
 def test_ngram_prior_is_lossless_and_uses_the_prior(model):
-    from suite.decoders.ngram_prior import NgramPrior
+    from suite.decoders.chain.ngram_prior import NgramPrior
     ar = suite.generate(model, PROMPTS[:1], max_new_tokens=NEW)
-    _, dec, state = suite.prepare(model, PROMPTS[:1], decoder=NgramPrior(), max_new_tokens=NEW)
-    state.scratch["prior_tokens"] = [PROMPTS[0].tolist() + ar.new_tokens[0]]   # the previous version
+    previous = suite.RequestInputs(prior_tokens=(PROMPTS[0].tolist() + ar.new_tokens[0],))
+    _, dec, state = suite.prepare(model, PROMPTS[:1], decoder=NgramPrior(), max_new_tokens=NEW, inputs=previous)
     out = suite.decode(suite.as_adapter(model), dec, state)
     assert out.new_tokens == ar.new_tokens
     assert out.stats.num_forwards < NEW // 2

@@ -195,7 +195,7 @@ def test_cli_leaves_nothing_half_written_when_writing_fails(ocr, tmp_path, monke
 
 
 def test_long_lines_are_cut_between_words_without_overlap():
-    from document.reader import line_pieces, split_line
+    from document.lines import line_pieces, split_line
     text = "the quick brown fox jumps over the lazy dog and keeps running far away"
     img = text_page([text], size=(1400, 80)).convert("L")
     gray = np.asarray(img, dtype=np.float32)
@@ -225,7 +225,7 @@ def test_pdf_ground_truth_takes_characters_centred_in_the_box():
 
 def test_pieces_are_cut_at_the_widest_gaps_not_inside_numbers():
     """A monospaced line with wide gaps around '.', '-' and '%' is cut only at its word spaces."""
-    from document.reader import PIECE_WIDTH, _runs, line_pieces, split_line
+    from document.lines import PIECE_WIDTH, ink_runs, line_pieces, split_line
     font = data._font(next(p for p in data.font_paths() if p.endswith("DejaVuSansMono.ttf")), 28)
     words = ["$264.01", "+762320", "-33.91%", "1961-08-26", "7,806.63"]
     img = Image.new("L", (900, 50), 255)
@@ -233,7 +233,7 @@ def test_pieces_are_cut_at_the_widest_gaps_not_inside_numbers():
     gray = np.asarray(img, dtype=np.float32)
     boxes = split_line(gray, (0, 0, img.width, img.height))
     assert len(boxes) >= 2 and PIECE_WIDTH < 1
-    runs = _runs((gray < 128).any(0), min_gap=1)
+    runs = ink_runs((gray < 128).any(0), min_gap=1)
     gaps = sorted(((c - b, b, c) for (_, b), (c, _) in zip(runs, runs[1:])), reverse=True)
     spaces = gaps[:len(words) - 1]               # the word spaces: wider than any gap inside a word
     assert spaces[-1][0] > gaps[len(words) - 1][0]

@@ -72,21 +72,20 @@ def test_flite_stretch_slows_speech_down():
 def test_without_piper_only_piper_draws_change(monkeypatch, tmp_path):
     seeds = [f"0-train-{i}" for i in range(500)]
     with_piper = [data.draw_voice(random.Random(s)) for s in seeds]
-    monkeypatch.setattr(data, "PIPER", False)
-    without = [data.draw_voice(random.Random(s)) for s in seeds]
+    without = [data.draw_voice(random.Random(s), piper=False) for s in seeds]
     assert all(a == b for a, b in zip(with_piper, without) if not a[0].startswith("piper"))
     engines = collections.Counter(v.split(":")[0] for v, _, _ in without)
     assert set(engines) == {"flite", "espeak"} and 1.6 < engines["flite"] / engines["espeak"] < 2.5
     monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))
-    assert data.cache_dir() == tmp_path / "speech-no-piper"
+    assert data.cache_dir(piper=False) == tmp_path / "speech-no-piper"
+    assert data.cache_dir() == tmp_path / "speech"
 
 
 def test_parallel_generation_equals_serial(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "PIPER", False)
     arrays = []
     for workers in (1, 2):
         monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path / str(workers)))
-        path = data.build(num_train=6, splits=("train",), workers=workers) / "train.part0of1.npz"
+        path = data.build(num_train=6, splits=("train",), workers=workers, piper=False) / "train.part0of1.npz"
         with np.load(path) as npz:
             arrays.append({k: npz[k] for k in npz.files})
     assert arrays[0].keys() == arrays[1].keys() and len(arrays[0]["lengths"]) == 6

@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite import AdapterConfig, DecodeState, KVCache, SamplingParams, decode
-from suite.decoders.ar import AR
-from suite.decoders.ctc_speculative import CTCSpeculative
-from suite.decoders.delay import Delay
-from suite.decoders.parallel import Parallel
-from speech.tts_model import (TTSConfig, TTSModel, delay_pattern, flatten_codes, undelay,
-                              unflatten_codes)
+from suite import (AdapterConfig, CTCHypothesis, DecodeState, KVCache, RequestInputs, SamplingParams, decode,
+                   prepare)
+from suite.decoders.chain.ar import AR
+from suite.decoders.chain.ctc_speculative import CTCSpeculative
+from suite.decoders.frames.delay import Delay, delay_pattern, undelay
+from suite.decoders.frames.parallel import Parallel
+from speech.tts_model import TTSConfig, TTSModel, flatten_codes, unflatten_codes
 
 Q, C = 4, 16
 BOS, EOS, PAD = C, C + 1, C + 2
@@ -78,7 +78,7 @@ def test_delay_takes_t_plus_k_minus_1_forwards(frames):
     result = decode(model, Delay().bind(model), state)
     assert state.stats.num_forwards == frames + Q - 1
     cols = [c for c in result.new_tokens[0] if c != (EOS,) * Q]
-    codes = undelay(torch.tensor(cols).T, state.scratch["num_frames"][0])
+    codes = undelay(torch.tensor(cols).T, Delay.num_frames(state, 0))
     expected = torch.tensor([[(7 * (t + k) + k) % C for t in range(frames)] for k in range(Q)])
     assert torch.equal(codes, expected)
 
@@ -115,7 +115,7 @@ def test_frame_model_cached_logits_equal_full_forward():
     cfg = model.config
     from speech.alignment import frame_conditioning
     prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.bos,) * Q]
-    adapter.bind_request([1], [frame_conditioning(cfg.phone_ids(["a", "b"]), [2, 2], 3)])
+    adapter = adapter.for_request([1], [frame_conditioning(cfg.phone_ids(["a", "b"]), [2, 2], 3)])
     state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=SamplingParams(temperature=1.0,
                         seed=3), max_new_tokens=6, eos_token_ids=adapter.config.eos_token_ids)
     decode(adapter, Parallel().bind(adapter), state)
@@ -151,11 +151,9 @@ def test_ctc_speculative_without_gate_equals_ar(draft_kind):
     adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
     prompt = [1, 2, 3, 4]
 
-    def run(decoder, scratch=None):
-        state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=SamplingParams(),
-                            max_new_tokens=10, eos_token_ids=frozenset({11}))
-        state.scratch.update(scratch or {})
-        return decode(adapter, decoder, state).new_tokens[0], state.stats.num_forwards
+    def run(decoder, inputs=None):
+        _, dec, state = prepare(adapter, [list(prompt)], decoder=decoder, max_new_tokens=10, inputs=inputs)
+        return decode(adapter, dec, state).new_tokens[0], state.stats.num_forwards
 
     ar_out, ar_forwards = run(AR())
     hyp = [t for t in ar_out if t != 11]
@@ -163,7 +161,7 @@ def test_ctc_speculative_without_gate_equals_ar(draft_kind):
         hyp[len(hyp) // 2] = (hyp[len(hyp) // 2] + 1) % 11
     elif draft_kind == "empty":
         hyp = []
-    ctc = {"ctc": [{"hypothesis": hyp, "entropy": torch.ones(5)}]}
+    ctc = RequestInputs(ctc=(CTCHypothesis(hyp, torch.ones(5)),))
     out, forwards = run(CTCSpeculative(max_entropy=0.0), ctc)
     assert out == ar_out
     if draft_kind == "ar_output":
@@ -179,11 +177,9 @@ def test_ctc_speculative_realign_equals_ar_and_recovers_after_one_error(edit):
     from suite import HFCausalLM
     adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
 
-    def run(decoder, scratch=None):
-        state = DecodeState(tokens=[[1, 2, 3, 4]], cache=adapter.new_cache(1), params=SamplingParams(),
-                            max_new_tokens=12, eos_token_ids=frozenset({11}))
-        state.scratch.update(scratch or {})
-        return decode(adapter, decoder, state).new_tokens[0], state.stats.num_forwards
+    def run(decoder, inputs=None):
+        _, dec, state = prepare(adapter, [[1, 2, 3, 4]], decoder=decoder, max_new_tokens=12, inputs=inputs)
+        return decode(adapter, dec, state).new_tokens[0], state.stats.num_forwards
 
     ar_out, ar_forwards = run(AR())
     truth = [t for t in ar_out if t != 11]
@@ -198,7 +194,7 @@ def test_ctc_speculative_realign_equals_ar_and_recovers_after_one_error(edit):
         del hyp[i]
     else:
         hyp[i], hyp[i + 3] = wrong, next(t for t in range(11) if t not in (truth[i + 3], truth[i + 4]))
-    ctc = {"ctc": [{"hypothesis": hyp, "entropy": torch.ones(5)}]}
+    ctc = RequestInputs(ctc=(CTCHypothesis(hyp, torch.ones(5)),))
     out, forwards = run(CTCSpeculative(max_entropy=0.0, realign=True), ctc)
     plain, plain_forwards = run(CTCSpeculative(max_entropy=0.0), ctc)
     assert out == plain == ar_out
@@ -211,16 +207,27 @@ def test_ctc_speculative_realign_equals_ar_and_recovers_after_one_error(edit):
 def test_ctc_speculative_gate_accepts_confident_hypothesis_without_forwards():
     from suite import HFCausalLM
     adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
-    state = DecodeState(tokens=[[1, 2, 3]], cache=adapter.new_cache(1), params=SamplingParams(), max_new_tokens=10,
-                        eos_token_ids=frozenset({11}))
-    state.scratch["ctc"] = [{"hypothesis": [5, 6, 7], "entropy": torch.full((9,), 0.01)}]
-    result = decode(adapter, CTCSpeculative(max_entropy=0.5), state)
+    gated = RequestInputs(ctc=(CTCHypothesis([5, 6, 7], torch.full((9,), 0.01)),))
+    _, dec, state = prepare(adapter, [[1, 2, 3]], decoder=CTCSpeculative(max_entropy=0.5), max_new_tokens=10,
+                            inputs=gated)
+    result = decode(adapter, dec, state)
     assert result.new_tokens[0] == [5, 6, 7, 11] and state.stats.num_forwards == 0
+    assert state.stats.num_new_tokens == 4 and state.stats.accepted_lengths == []
+
+
+def test_ctc_speculative_gate_respects_the_budget_and_counts_what_it_commits():
+    from suite import HFCausalLM
+    adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
+    gated = RequestInputs(ctc=(CTCHypothesis([5, 6, 7, 8, 9], torch.full((9,), 0.01)),))
+    _, dec, state = prepare(adapter, [[1, 2, 3]], decoder=CTCSpeculative(max_entropy=0.5), max_new_tokens=3,
+                            inputs=gated)
+    result = decode(adapter, dec, state)
+    assert result.new_tokens[0] == [5, 6, 7] and state.stats.num_new_tokens == 3
 
 
 def test_ctc_speculative_needs_hypotheses():
     from suite import HFCausalLM
     adapter = HFCausalLM(_tiny_llm(), eos_token_id=11)
     state = DecodeState(tokens=[[1]], cache=adapter.new_cache(1), params=SamplingParams(), max_new_tokens=3)
-    with pytest.raises(ValueError, match="scratch"):
+    with pytest.raises(ValueError, match="inputs.ctc"):
         decode(adapter, CTCSpeculative(), state)

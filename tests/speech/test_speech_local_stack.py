@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from suite import AdapterConfig, DecodeState, KVCache, SamplingParams, decode
-from suite.decoders._frames import LocalHeadOutput
-from suite.decoders.local_ar import LocalAR
-from suite.decoders.local_maskgit import LocalMaskGIT, fixed_after
-from suite.decoders.parallel import Parallel
-from suite.decoders.stack import Stack
-from suite.decoders.stack_local import StackLocal
+from suite.decoders.frames.base import LocalHeadOutput
+from suite.decoders.frames.local_ar import LocalAR
+from suite.decoders.frames.local_maskgit import LocalMaskGIT, fixed_after
+from suite.decoders.frames.parallel import Parallel
+from suite.decoders.frames.stack import Stack
+from suite.decoders.frames.stack_local import StackLocal
 from speech.alignment import frame_conditioning
+from tinymodels import tiny_tts
 from speech.tts_model import FrameTTSAdapter, TTSConfig, TTSModel
 
 Q, C = 4, 16
@@ -228,23 +229,11 @@ def test_decoders_check_the_adapter_output():
 
 # ---------------------------------------------------------------- a tiny random TTS with the heads
 
-def _tiny(seed=0, local_frames=1):
-    torch.manual_seed(seed)
-    cfg = TTSConfig(num_codebooks=Q, codebook_size=C, hidden_size=32, num_layers=2, num_heads=2, symbols="a b c",
-                    local_layers=1, local_hidden=16, stack_frames=2, local_frames=local_frames)
-    model = TTSModel(cfg).eval()
-    with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
-        model.local.heads.mul_(8.0)
-        for head in list(model.heads) + list(model.stack_heads):
-            head.weight.mul_(8.0)
-    return model
-
-
 def _tiny_run(model, output, decoder, params, budget=6):
     cfg = model.config
     adapter = FrameTTSAdapter(model, output)
     prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.bos,) * Q]
-    adapter.bind_request([len(prompt) - 1], [frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)])
+    adapter = adapter.for_request([len(prompt) - 1], [frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)])
     state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=params, max_new_tokens=budget,
                         eos_token_ids=adapter.config.eos_token_ids)
     return adapter, prompt, state, decode(adapter, decoder.bind(adapter), state).new_tokens[0]
@@ -262,7 +251,7 @@ def test_local_ar_equals_uncached_reference(temperature):
     """Exact: local_ar = ancestral sampling of prod_q p(c_q | h, c_<q) with h from a full
     uncached forward, token for token (greedy; and sampling with the same random stream)."""
     from suite.sampling import logits_to_probs, sample
-    model = _tiny()
+    model = tiny_tts()
     params = SamplingParams(temperature=temperature, seed=5)
     adapter, prompt, state, got = _tiny_run(model, "local", LocalAR(), params)
     gen = torch.Generator().manual_seed(5)
@@ -292,7 +281,7 @@ def test_stack_local_equals_uncached_reference(temperature):
     frames, h from a full uncached forward every second frame, token for token (greedy; and
     sampling with the same random stream), in half the backbone forwards."""
     from suite.sampling import logits_to_probs, sample
-    model = _tiny(2, local_frames=2)
+    model = tiny_tts(2, local_frames=2)
     params = SamplingParams(temperature=temperature, seed=7)
     adapter, prompt, state, got = _tiny_run(model, "local", StackLocal(), params, budget=8)
     gen = torch.Generator().manual_seed(7)
@@ -320,7 +309,7 @@ def test_stack_local_equals_uncached_reference(temperature):
 def test_local_transformer_reads_a_prefix_of_its_slots():
     """A local transformer spanning two frames, called with the first frame's Q codes only, gives
     the same logits as the first Q slots of a full call (causal): `local_ar` can run on it."""
-    model = _tiny(3, local_frames=2)
+    model = tiny_tts(3, local_frames=2)
     h, codes = torch.randn(3, 32), torch.randint(0, C + 3, (3, 2 * Q))
     with torch.no_grad():
         full = model.local_logits(h, codes, "ar")
@@ -333,7 +322,7 @@ def test_local_transformer_reads_a_prefix_of_its_slots():
 def test_stack_equals_uncached_reference():
     """Greedy stack over the cache (2 frames fed per forward) = argmax of the stacked heads on a
     full uncached forward, and it takes half the forwards."""
-    model = _tiny(1)
+    model = tiny_tts(1)
     adapter, prompt, state, got = _tiny_run(model, "stack", Stack(), SamplingParams(), budget=8)
     cfg = model.config
     seq, want = list(prompt), []
@@ -351,7 +340,7 @@ def test_stack_equals_uncached_reference():
 
 
 def test_stacked_first_frame_is_the_frame_heads():
-    model = _tiny()
+    model = tiny_tts()
     h = torch.randn(3, 5, 32)
     assert model.stack_logits(h).shape == (3, 5, 2, Q, C + 2)
     assert torch.equal(model.stack_logits(h)[:, :, 0], model.head_logits(h))
@@ -375,7 +364,7 @@ def test_checkpoint_without_heads_says_how_to_get_them(tmp_path):
 @pytest.mark.parametrize("mode", ["ar", "maskgit"])
 def test_local_transformer_fast_eval_path_is_the_same_network(mode):
     """Inference runs the local layers as plain functional calls; they equal nn.TransformerEncoder's."""
-    model = _tiny()
+    model = tiny_tts()
     h, codes = torch.randn(3, 32), torch.randint(0, C + 3, (3, Q))
     with torch.no_grad():
         fast = model.local_logits(h, codes, mode)

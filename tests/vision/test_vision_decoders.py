@@ -9,7 +9,7 @@ from tinymodels import tiny_prior
 
 import suite
 from suite import SamplingParams, logits_to_probs
-from suite.decoders.zipar import ZipAR
+from suite.decoders.raster.zipar import ZipAR
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_sjd_lossless_on_image_codes(decoder, setting):
 
 
 def test_zipar_sjd_full_window_equals_ar_greedy(prior):
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     h, w = prior.grid
     p = prompts(prior, [0, 1, 2])
     ar = gen(prior, p, "ar", h * w)
@@ -188,7 +188,7 @@ def test_zipar_sjd_full_window_equals_ar_greedy(prior):
 
 @pytest.mark.parametrize("coupled", [True, False])
 def test_zipar_sjd_accepts_drafts_and_fills_the_grid(prior, coupled):
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     h, w = prior.grid
     out = gen(prior, prompts(prior, [0, 1]), ZipARSJD(window=2, draft_len=3, coupled=coupled), h * w,
               temperature=1.0, seed=0)
@@ -198,7 +198,7 @@ def test_zipar_sjd_accepts_drafts_and_fills_the_grid(prior, coupled):
 
 def test_zipar_sjd_row_law_matches_ar_with_full_window():
     """window = W: rows never overlap, so the in-row speculative rule must give ar's joint law."""
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     prior = tiny_prior(codebook=V, classes=2, grid=(1, 3), sharpen=3.0)
     prompt = [prior.class_token(0)]
     law = exact_law(prior, prompt, SamplingParams(temperature=1.0))
@@ -227,7 +227,7 @@ def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
     keep it too: they may not run ahead of the row above. With cross_rows a row's guesses may
     stand on the row above's guesses of the same forward, but only on accepted ones: row 0's
     guesses always fail here, so every lower-row guess that saw one must be dropped."""
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     prior = tiny_prior(grid=(4, 8))
     model = RowScripted(prior)
     h, w = prior.grid
@@ -258,7 +258,7 @@ class ZeroScripted(ScriptedPrior):
 def test_zipar_sjd_cross_rows_guesses_ride_on_the_row_above():
     """When every guess passes, a row's guesses need not wait a forward for the row above's to be
     committed: fewer forwards, the same (greedy) image."""
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     prior = tiny_prior(grid=(4, 8))
     h, w = prior.grid
     outs = [gen(ZeroScripted(prior), prompts(prior, [0, 1]), ZipARSJD(window=3, draft_len=3, cross_rows=cross), h * w)
@@ -269,7 +269,7 @@ def test_zipar_sjd_cross_rows_guesses_ride_on_the_row_above():
 
 def test_cross_row_mask_sees_the_row_above_up_to_its_reach():
     """A guess sees the row above's guesses up to `above_reach` positions back, and no others."""
-    from suite.decoders.zipar import REAL, slot_mask
+    from suite.decoders.raster.zipar import REAL, slot_mask
     # width 8, window 2 (reach 6): row 0 guesses at positions 3..5, row 1 guesses at 9..10, row 2 at 17
     slots = [(0, 2, REAL), (0, 3, 0), (0, 4, 0), (0, 5, 0), (0, 9, 1), (0, 10, 1), (0, 17, 2)]
     m = slot_mask(slots, above_reach=6)
@@ -316,7 +316,7 @@ def test_zipar_sjd_is_lossless_where_the_prior_needs_only_the_left_neighbour(cro
     """window 1 < W: rows overlap and guesses ride on the row above's (cross_rows), yet every cell
     sees its left neighbour, so on a prior of independent Markov rows zipar_sjd must sample that
     prior's exact joint law (chi-square), with multi-token acceptances."""
-    from suite.decoders.zipar_sjd import ZipARSJD
+    from suite.decoders.raster.zipar_sjd import ZipARSJD
     prior = tiny_prior(codebook=4, classes=2, grid=(2, 3))
     g = torch.Generator().manual_seed(0)
     model = MarkovRows(prior, torch.randn(2, 2, generator=g), 1.5 * torch.randn(2, 2, generator=g))

@@ -3,50 +3,15 @@ validation and fallback) and on a tiny random GroundingModel built from config (
 unreachable confidence floor is exactly ar, through the real GPT-2 cache path)."""
 import pytest
 import torch
-from scripted import ScriptedModel
+from scripted import PROMPT, TWO_BOXES, BoxScript
 
 import suite
 from suite import AdapterConfig, DecodeState, SamplingParams
-from suite.decoders.hybrid_box import HybridBox
-from suite.decoders.parallel_box import BoxLayout, ParallelBox, block_problem
-from vision.grounding import register_decoders
+from vision.grounding.hybrid_box import HybridBox, fallback_reasons
+from vision.grounding.parallel_box import BoxLayout, ParallelBox, block_problem
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
 
-register_decoders()          # parallel_box and hybrid join suite's registry
-
 C = COORD0
-PROMPT = [1, 5, 1100, 1101, 4]                    # BOS, task, two query tokens, SEP
-TWO_BOXES = [OBJ, C + 100, C + 200, C + 300, C + 400, END, OBJ, C + 500, C + 50, C + 900, C + 350, END, EOS]
-
-
-class BoxScript(ScriptedModel):
-    """Clean slots predict the scripted answer; MASK (noisy) slots call `noisy(target, slot in block)`."""
-
-    def __init__(self, answers, noisy=lambda t, j: t, block=6):
-        super().__init__(lambda h: 0, vocab=COORD0 + GRID + 1 + 200, eos=EOS)
-        self.answers, self.noisy, self.block = answers, noisy, block
-        self.config = AdapterConfig(
-            vocab_size=self.config.vocab_size, eos_token_ids=frozenset([EOS, NONE]), pad_token_id=0, max_length=200,
-            extra={"mask_token_id": MASK, "block_size": block, "block_head_id": OBJ, "block_end_id": END,
-                   "coord_lo": COORD0, "coord_hi": COORD0 + GRID, "box_format": "xyxy"})
-
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        self.calls += 1
-        cached = cache.backend.layers[0].keys[:, 0, :, 0]
-        slot_tokens, slot_pos = torch.cat([cached, tokens], 1), torch.cat([cache.positions, positions], 1)
-        b, n = tokens.shape
-        logits = torch.full((b, n, self.config.vocab_size), -10.0)
-        for r in range(b):
-            seq = PROMPT + self.answers[r]
-            for i in range(n):
-                p = int(positions[r, i])
-                target = seq[p + 1] if p + 1 < len(seq) else EOS
-                if int(tokens[r, i]) == MASK:
-                    first = min(int(q) for q, t in zip(positions[r], tokens[r]) if int(t) == MASK)
-                    target = self.noisy(target, p - first + 2)          # slot index in its block (2..B-1)
-                logits[r, i, target] = 10.0
-        cache.backend.write(tokens)
-        return logits[:, logits_from:]
 
 
 def run(model, decoder, rows=1):
@@ -55,18 +20,18 @@ def run(model, decoder, rows=1):
     state = DecodeState(tokens=[list(PROMPT) for _ in range(rows)], cache=model.new_cache(rows),
                         params=SamplingParams(), max_new_tokens=25, eos_token_ids=frozenset([EOS, NONE]))
     res = suite.decode(model, dec, state)
-    return res.new_tokens, res.stats.num_forwards, state.scratch
+    return res.new_tokens, res.stats.num_forwards, res.stats.events
 
 
 def test_parallel_box_decodes_a_block_per_forward():
     model = BoxScript([TWO_BOXES])
     ar, ar_fwd, _ = run(model, "ar")
-    par, par_fwd, scratch = run(model, ParallelBox())
+    par, par_fwd, events = run(model, ParallelBox())
     hyb, hyb_fwd, hs = run(model, HybridBox())
     assert ar == par == hyb == [TWO_BOXES]
     assert ar_fwd == len(TWO_BOXES) == 13
     assert par_fwd == hyb_fwd == 3                # two box blocks, then the EOS head
-    assert scratch["box_blocks"] == hs["box_blocks"] == 2 and "box_fallbacks" not in hs
+    assert events["box_blocks"] == hs["box_blocks"] == 2 and "box_fallbacks" not in hs
 
 
 def test_no_match_and_ragged_batch():
@@ -86,7 +51,7 @@ def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     model = BoxScript([TWO_BOXES], noisy=swap_x1)
     ar, ar_fwd, _ = run(model, "ar")
     par, _, _ = run(model, ParallelBox(ordered=False))
-    hyb, hyb_fwd, scratch = run(model, HybridBox())
+    hyb, hyb_fwd, events = run(model, HybridBox())
     assert par != ar                               # the lossy decoder keeps the broken box
     assert par[0][3] == COORD0
     ordered, _, _ = run(model, ParallelBox())      # default: the far corner is chosen again past x0
@@ -94,7 +59,7 @@ def test_hybrid_falls_back_to_ar_on_an_invalid_block():
     assert ordered[0][3] == x0 + 1 and ordered[0][9] == TWO_BOXES[7] + 1    # all later values tie in the script
     assert ordered[0][:3] + ordered[0][4:9] + ordered[0][10:] == TWO_BOXES[:3] + TWO_BOXES[4:9] + TWO_BOXES[10:]
     assert hyb == ar                               # hybrid re-decodes both blocks: exactly ar's tokens
-    assert scratch["box_fallbacks"] == 2 and scratch["fallback_reasons"] == {"geometry": 2}
+    assert events["box_fallbacks"] == 2 and fallback_reasons(events) == {"geometry": 2}
     # the parallel forward (first head); per box one verification forward (keeps x0 y0, corrects
     # x1; y1 and END stay queued as drafts), then one forward that accepts y1 END and scores the
     # next block (box 2's head and slots; after box 2 the EOS head)
@@ -105,8 +70,8 @@ def test_hybrid_verification_accepting_a_whole_block():
     """Right but 'unconfident' parallel blocks (floor above 1): verification accepts every slot."""
     model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]])
     ar, _, _ = run(model, "ar", rows=3)
-    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=1.5), rows=3)
-    assert hyb == ar and scratch["fallback_reasons"] == {"confidence": 3}
+    hyb, fwd, events = run(model, HybridBox(confidence_floor=1.5), rows=3)
+    assert hyb == ar and fallback_reasons(events) == {"confidence": 3}
     # the parallel forward (first head), then per box one forward that verifies its drafts and
     # scores the next block (box 2, then the EOS head) in the same pass
     assert fwd == 1 + 2
@@ -118,16 +83,16 @@ def test_hybrid_redrafts_the_slots_after_a_disagreement():
     the next forward accepts them all and scores the next block; output exactly ar's."""
     model = BoxScript([TWO_BOXES], noisy=lambda t, j: COORD0 + 999 if j in (2, 5) else t)
     ar, ar_fwd, _ = run(model, "ar")
-    hyb, fwd, scratch = run(model, HybridBox(confidence_floor=0.0))
-    assert hyb == ar == [TWO_BOXES] and scratch["box_fallbacks"] == 2
+    hyb, fwd, events = run(model, HybridBox(confidence_floor=0.0))
+    assert hyb == ar == [TWO_BOXES] and events["box_fallbacks"] == 2
     # first head; per box: verify (corrects x0, redrafts), verify with the next block scored
     assert fwd == 1 + 2 * 2 < ar_fwd
 
 
 def test_hybrid_catches_misplaced_structure_tokens():
     model = BoxScript([TWO_BOXES], noisy=lambda t, j: OBJ if t == END else t)
-    hyb, fwd, scratch = run(model, HybridBox())
-    assert hyb == [TWO_BOXES] and scratch["fallback_reasons"] == {"structure": 2}
+    hyb, fwd, events = run(model, HybridBox())
+    assert hyb == [TWO_BOXES] and fallback_reasons(events) == {"structure": 2}
     assert fwd == 2 * 2 + 1                        # verification keeps the 4 coordinates, corrects END
 
 
@@ -136,9 +101,9 @@ def test_hybrid_verification_with_a_wrong_first_slot_and_a_ragged_batch():
     ragged rows (two boxes, no match, one box) advance independently."""
     model = BoxScript([TWO_BOXES, [NONE], TWO_BOXES[6:]], noisy=lambda t, j: COORD0 + 999 if j == 2 else t)   # x0
     ar, _, _ = run(model, "ar", rows=3)
-    hyb, _, scratch = run(model, HybridBox(confidence_floor=0.0), rows=3)
+    hyb, _, events = run(model, HybridBox(confidence_floor=0.0), rows=3)
     assert hyb == ar == [TWO_BOXES, [NONE], TWO_BOXES[6:]]
-    assert scratch["fallback_reasons"] == {"geometry": 3}
+    assert fallback_reasons(events) == {"geometry": 3}
 
 
 def test_block_problem_rules():

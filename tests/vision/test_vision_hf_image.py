@@ -97,9 +97,7 @@ def test_ar_equals_the_models_own_greedy_loop(folder):
                                               ("zipar_sjd", {"window": 99, "draft_len": 3})])
 def test_exact_decoders_equal_ar(folder, decoder, options):
     """Greedy fp32, two prompts, CFG on: zipar with a full-row window, sjd and zipar_sjd equal ar."""
-    import vision  # noqa: F401  (registers the image decoders)
     from vision.hf_image import load_hf_image_model
-    vision._register_decoders()
     hf = load_hf_image_model(folder)
     grid = GRID[hf.family] or hf.default_grid()
     width = grid[1] + (hf.family == "emu3")

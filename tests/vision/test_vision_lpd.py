@@ -7,7 +7,7 @@ import torch
 from tinymodels import tiny_prior
 
 import suite
-from suite.decoders.lpd import LPD, group_sizes, lpd_order
+from suite.decoders.raster.lpd import LPD, group_sizes, lpd_order
 from vision.position_queries import add_query_tokens, block_mask, query_loss
 
 
@@ -123,7 +123,7 @@ def test_query_objective_trains(qprior):
 
 
 def test_farthest_point_fill():
-    from suite.decoders.lpd import _farthest
+    from suite.decoders.raster.lpd import _farthest
     assert _farthest([5], list(range(16)), 3, 4, None) == [15, 3, 12]     # from (1,1): far corner first
     picks = _farthest([], list(range(16)), 4, 4, torch.Generator().manual_seed(0))
     assert len(set(picks)) == 4 and min(max(abs(a // 4 - b // 4), abs(a % 4 - b % 4))

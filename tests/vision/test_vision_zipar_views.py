@@ -6,7 +6,7 @@ import torch
 from tinymodels import tiny_prior
 
 import suite
-from suite.decoders.zipar import ZipAR
+from suite.decoders.raster.zipar import ZipAR
 from vision.zipar_views import zipar_layout, zipar_logits, zipar_loss
 
 

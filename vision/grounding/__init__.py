@@ -8,15 +8,7 @@ block per forward (`parallel_box`), validated with AR fallback (`hybrid`), or sl
 """
 from __future__ import annotations
 
-__all__ = ["GroundingPipeline", "GroundingResult", "load_grounding_pipeline", "register_decoders"]
-
-
-def register_decoders() -> None:
-    import suite
-    from suite.decoders.hybrid_box import HybridBox
-    from suite.decoders.parallel_box import ParallelBox
-    for cls in (ParallelBox, HybridBox):
-        suite.DECODERS.setdefault(cls.name, cls)
+__all__ = ["GroundingPipeline", "GroundingResult", "load_grounding_pipeline"]
 
 
 def __getattr__(name: str):

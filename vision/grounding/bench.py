@@ -13,12 +13,12 @@ rapidocr on a real scanned page, against the model's "the face" / "the text" box
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
 import numpy as np
+
+from suite.storage import write_json
 
 DECODERS = ("ar", "parallel_box", "hybrid")
 
@@ -275,10 +275,7 @@ def main(argv=None) -> int:
                   f"{fmt(r['precision@0.5'], True)} | {fmt(r['recall@0.5'], True)} |")
     print(f"\n(bench took {time.time() - t0:.0f} s)")
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1)
-        os.replace(tmp, args.json)
+        write_json(args.json, report, indent=1)
     return 0
 
 

@@ -13,7 +13,6 @@ the BPE ids seen in the query grammar map to a compact embedding table (the rest
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite import AdapterConfig, KVCache
+from suite import AdapterConfig
+from suite.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
+from suite.storage import read_json
 
 PAD, BOS, EOS, MASK, SEP, AABB, OBB, OBJ, NONE, END, UNK = range(11)
 SPECIALS = ("<pad>", "<s>", "</s>", "<mask>", "<sep>", "<aabb>", "<obb>", "<obj>", "<none>", "</obj>", "<unk>")
@@ -170,33 +171,18 @@ class GroundingModel(nn.Module):
         return (encoder_states @ q[:, :, None]).squeeze(-1) / math.sqrt(q.shape[-1])
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
-        """Atomic: each file is written beside its final name, then renamed (CPU tensors, from any device)."""
-        from safetensors.torch import save_file
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if k != "decoder.lm_head.weight"}
-        tmp = folder / "model.safetensors.tmp"
-        save_file(state, str(tmp))
-        tmp.replace(folder / "model.safetensors")
-        cfg_tmp = folder / "config.json.tmp"
-        cfg_tmp.write_text(json.dumps({**self.cfg, **(extra or {})}, indent=1))
-        cfg_tmp.replace(folder / "config.json")
+        """Weights (CPU tensors, from any device) and config.json (the config, with `extra` such as
+        training counters), each written whole."""
+        save_tied(self, folder, {**self.cfg, **(extra or {})})
 
     @classmethod
     def load(cls, folder: str | Path) -> "GroundingModel":
-        from safetensors.torch import load_file
         folder = Path(folder)
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             if not (folder / name).is_file():
                 raise ValueError(f"no grounding weights in {folder} (missing {name}); "
                                  "train them with `python -m vision.train grounding`")
-        model = cls(json.loads((folder / "config.json").read_text()))
-        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
-        missing = [k for k in missing if k != "decoder.lm_head.weight"]
-        if missing or unexpected:
-            raise ValueError(f"weights in {folder} do not match the config: missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]}")
-        model.decoder.tie_weights()
+        model = load_tied(cls(read_json(folder / "config.json")), folder)
         model.tokenizer = QueryTokenizer(folder / "tokenizer.json", model.cfg["query_bpe_ids"])
         return model.eval()
 
@@ -260,14 +246,13 @@ def rbox_corners(rbox) -> np.ndarray:
 
 # ---------------------------------------------------------------- the suite adapter
 
-class GroundingAdapter:
+class GroundingAdapter(CrossAttentionAdapter):
     """suite.ModelAdapter over GroundingModel's decoder for one batch of encoded images and one
     task. `for_images(features, task)` projects the features once; the self-attention K/V lives in
     suite's KVCache, the cross-attention K/V is computed once per request and kept beside it.
     Config extra: mask_token_id, block_size, block_head_id, block_end_id, coord_lo/hi, box_format."""
 
-    supports_custom_mask = True
-    supports_rollback = True
+    bind_hint = "adapter.for_images(features)"
 
     def __init__(self, model: GroundingModel, encoder_states: torch.Tensor | None = None, task: str = "aabb"):
         if task not in TASKS:
@@ -284,23 +269,6 @@ class GroundingAdapter:
         """features (B, S, FEATURE_DIM) -> an adapter holding their encoder states."""
         with torch.no_grad():
             return GroundingAdapter(self.model, self.model.encode(features), task)
-
-    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        from transformers import DynamicCache, EncoderDecoderCache
-        if self.encoder_states is None or self.encoder_states.shape[0] != batch:
-            raise ValueError("bind the adapter to a batch of images first: adapter.for_images(features)")
-        cache = KVCache(batch, DynamicCache())
-        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
-        return cache
-
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        if attention_mask is None:
-            n = tokens.shape[1]
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
-        out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
-                                 attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
-                                 use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
-        return out.logits
 
 
 def prompt_tokens(tokenizer: QueryTokenizer, query: str, task: str) -> list[int]:

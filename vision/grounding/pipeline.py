@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 import suite
-from suite import DecodeState, SamplingParams
 
-from . import register_decoders
+from .data import MAX_BOXES
 from .grammar import BoxGrammar
 from .model import (BOS, EOS, NONE, TASKS, GroundingAdapter, GroundingModel, decode_rbox, feature_encoder,
                     parse_blocks, prompt_tokens)
@@ -27,6 +26,8 @@ MAX_PIXELS = 40_000_000          # larger images are refused (downscale first)
 MIN_SIDE = 8
 MAX_QUERY_TOKENS = 24
 DEFAULT_DECODER = "hybrid"
+
+DECODERS = tuple(suite.list_decoders("grounding", chain=("ar",)))   # the box decoders and ar
 
 
 @dataclass
@@ -132,7 +133,6 @@ def letterbox(img, size: int) -> tuple[np.ndarray, float, float, float]:
 
 class GroundingPipeline:
     def __init__(self, model: GroundingModel, batch_size: int = 32, grammar: bool = True):
-        register_decoders()
         self.grammar = grammar            # filter logits to the answer grammar (grammar.py), every decoder alike
         self.model = model.eval()
         self.tokenizer = model.tokenizer
@@ -140,6 +140,8 @@ class GroundingPipeline:
         self.encoder = feature_encoder()
         self.size = model.cfg["image_size"]
         self.batch_size = batch_size
+
+    decoders = DECODERS
 
     def __call__(self, image, query, decoder=DEFAULT_DECODER, task: str = "aabb", score: bool = True,
                  **options):
@@ -166,9 +168,8 @@ class GroundingPipeline:
         """A decoder object from a name and options; hybrid's confidence floor defaults to the
         model config's per-task value (chosen on validation scenes by `vision.bench grounding --tune`)."""
         if isinstance(decoder, str):
-            register_decoders()
-            if decoder not in suite.DECODERS:
-                raise ValueError(f"unknown decoder {decoder!r}; for boxes use ar, parallel_box or hybrid")
+            if decoder not in self.decoders:
+                raise ValueError(f"unknown decoder {decoder!r}; for boxes use one of: {', '.join(self.decoders)}")
             floors = self.model.cfg.get("hybrid_confidence_floor", {})
             if decoder == "hybrid" and "confidence_floor" not in options and task in floors:
                 options = {**options, "confidence_floor": floors[task]}
@@ -194,16 +195,10 @@ class GroundingPipeline:
         bound = self.adapter.for_images(feats, task)
         if self.grammar:
             bound = BoxGrammar(bound, [len(p) for p in prompts])
-        d = dec.bind(bound) if hasattr(dec, "bind") else dec
-        missing = {c for c in getattr(d, "requires", ()) if not getattr(bound, f"supports_{c}", False)}
-        if missing:
-            raise ValueError(f"decoder {d.name!r} needs {', '.join(missing)}")
         block = TASKS[task][1]
-        from .data import MAX_BOXES
-        state = DecodeState(tokens=[list(p) for p in prompts], cache=bound.new_cache(len(prompts)),
-                            params=SamplingParams(), max_new_tokens=MAX_BOXES * block + 1,
-                            eos_token_ids=frozenset([EOS, NONE]), max_length=self.model.cfg["n_positions"])
-        res = suite.decode(bound, d, state)
+        adapter, d, state = suite.prepare(bound, [list(p) for p in prompts], decoder=dec,
+                                          max_new_tokens=MAX_BOXES * block + 1, eos_token_id=[EOS, NONE])
+        res = suite.decode(adapter, d, state)
         wall = time.perf_counter() - t0
         scores = self._scores(bound, prompts, res.new_tokens) if score else [None] * len(prompts)
         out = []
@@ -212,7 +207,7 @@ class GroundingPipeline:
         stats = GroundingStats(num_queries=len(prompts), num_boxes=sum(len(r.boxes) for r in out),
                                num_forwards=res.stats.num_forwards, encoder_forwards=1,
                                row_forwards=sum(1 for step in res.stats.accepted_lengths for n in step if n > 0),
-                               blocks=state.scratch.get("box_blocks", 0), fallbacks=state.scratch.get("box_fallbacks", 0),
+                               blocks=res.stats.events.get("box_blocks", 0), fallbacks=res.stats.events.get("box_fallbacks", 0),
                                wall_time_s=wall, decode_time_s=res.stats.wall_time_s)
         for r in out:                      # every result carries its batch's totals
             r.stats = stats
@@ -240,7 +235,7 @@ class GroundingPipeline:
     def _scores(self, bound, prompts, new_tokens) -> list[list[float]]:
         """Per box, the mean confidence the causal model gives its slots (one teacher-forced
         forward; a coordinate's confidence is the mass within 15 grid values of it)."""
-        from suite.decoders.parallel_box import BoxLayout, slot_confidence
+        from vision.grounding.parallel_box import BoxLayout, slot_confidence
         layout = BoxLayout.of(bound)
         seqs = [p + t for p, t in zip(prompts, new_tokens)]
         n = max(len(s) for s in seqs)

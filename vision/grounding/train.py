@@ -16,9 +16,7 @@ On a GPU (`--device cuda`, recipe in vision/grounding/train_gpu.sh) the batches 
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
-import os
 import random
 import sys
 import time
@@ -28,22 +26,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from suite.storage import atomic_path, cache_dir, write_bytes
+from suite.training import Budget, exit_status, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
+
 from . import data
 from .model import (COORD0, GRID, GRID_CELLS, IMAGE_SIZE, MASK, PAD, SEP, TASKS, GroundingModel, QueryTokenizer,
                     answer_tokens, default_config, feature_encoder, prompt_tokens)
-from ..train import training_device
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "weights" / "grounding"
-
-
-def _cache_root() -> Path:
-    """$PARASUITE_CACHE, else $XDG_CACHE_HOME/parasuite, else ~/.cache/parasuite."""
-    if os.environ.get("PARASUITE_CACHE"):
-        return Path(os.environ["PARASUITE_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "parasuite"
-
-
-CACHE = _cache_root() / "grounding"
+CACHE = cache_dir("grounding")
 SIGMA = 5.0          # Gaussian target width, grid units
 SOFT = 0.5           # share of the coordinate target spread over neighbours
 
@@ -53,7 +44,7 @@ def tokenizer_source() -> Path:
     shipped = DEFAULT_OUT / "tokenizer.json"
     if shipped.is_file():
         return shipped
-    cache = _cache_root() / "smollm2-135m-instruct" / "tokenizer.json"
+    cache = cache_dir("smollm2-135m-instruct", "tokenizer.json")
     if cache.is_file():
         return cache
     raise RuntimeError("SmolLM2's tokenizer is needed: run `python -m text --help` once (it converts the "
@@ -96,9 +87,8 @@ def cache_chunk(split: str, task: str, k: int, progress: bool = True, device: st
     scenes = list(scenes) + render(split, task, range(k * CHUNK + len(scenes), (k + 1) * CHUNK), workers)
     feats = encode_scenes(scenes, batch=64 if str(device) == "cpu" else 1000, progress=progress, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(feats, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(feats, tmp)
     return feats
 
 
@@ -290,21 +280,25 @@ def main(argv=None) -> int:
         print("error: --minutes, --batch and --scenes must be positive", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    try:
-        device = training_device(args.device)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.cache_only:
-        me, n_jobs = (int(v) for v in args.cache_only.split("/"))
-        need = [("train", "aabb", k) for k in range(-(-args.scenes // CHUNK))]
-        need += [("train", "obb", k) for k in range(-(-args.obb_scenes // CHUNK))]
-        need += [("test", "aabb", 0), ("test", "obb", 0)]
-        for j, (split, task, k) in enumerate(need):
-            if j % n_jobs == me:
-                cache_chunk(split, task, k, progress=False, device=device, workers=args.workers)
-                print(f"cached {split} {task} chunk {k}", flush=True)
-        return 0
+    return exit_status(fill_cache if args.cache_only else train, args)
+
+
+def fill_cache(args) -> None:
+    """`--cache-only I/N`: the feature chunks of job I of N, then return."""
+    device = training_device(args.device)
+    me, n_jobs = (int(v) for v in args.cache_only.split("/"))
+    need = [("train", "aabb", k) for k in range(-(-args.scenes // CHUNK))]
+    need += [("train", "obb", k) for k in range(-(-args.obb_scenes // CHUNK))]
+    need += [("test", "aabb", 0), ("test", "obb", 0)]
+    for j, (split, task, k) in enumerate(need):
+        if j % n_jobs == me:
+            cache_chunk(split, task, k, progress=False, device=device, workers=args.workers)
+            log(f"cached {split} {task} chunk {k}")
+
+
+def train(args) -> None:
+    """Train (or `--resume`) the grounding model into `--out`, checkpointing every 200 steps."""
+    device = training_device(args.device)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     t_start = time.time()
@@ -315,13 +309,13 @@ def main(argv=None) -> int:
     pools = {"aabb": cached_split("train", "aabb", args.scenes, **split),
              "obb": cached_split("train", "obb", args.obb_scenes, **split)}
     val_pools = {"aabb": cached_split("test", "aabb", 200, **split), "obb": cached_split("test", "obb", 100, **split)}
-    print(f"features ready in {time.time() - t_start:.0f}s", flush=True)
+    log(f"features ready in {time.time() - t_start:.0f}s")
     done_steps, done_min = 0, 0.0
     if args.resume and (out / "config.json").is_file():
         model = GroundingModel.load(out)
         tok = model.tokenizer
         done_steps, done_min = model.cfg.get("train_steps", 0), model.cfg.get("train_minutes", 0.0)
-        print(f"resuming from {out} at step {done_steps}", flush=True)
+        log(f"resuming from {out} at step {done_steps}")
     else:
         cfg = default_config(len(tok.bpe_ids), args.width, args.layers, args.heads)
         cfg["query_bpe_ids"] = tok.bpe_ids
@@ -330,33 +324,26 @@ def main(argv=None) -> int:
         model = GroundingModel(cfg)
         out.mkdir(parents=True, exist_ok=True)
         if src.resolve() != (out / "tokenizer.json").resolve():
-            tmp = out / "tokenizer.json.tmp"
-            tmp.write_bytes(src.read_bytes())
-            tmp.replace(out / "tokenizer.json")
+            write_bytes(out / "tokenizer.json", src.read_bytes())
     if args.cell_aux and model.cell_head is None:
-        print(f"error: --cell-aux needs a model with a cell head; {out} has none (train from scratch)", file=sys.stderr)
-        return 2
+        raise ValueError(f"--cell-aux needs a model with a cell head; {out} has none (train from scratch)")
     model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    print(f"{sum(p.numel() for p in trainable) / 1e6:.2f} M trainable parameters", flush=True)
+    log(f"{sum(p.numel() for p in trainable) / 1e6:.2f} M trainable parameters")
     opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
     vrng = random.Random(1)
     val = gather(val_pools, sample_examples(val_pools, 192, vrng, args.obb_share), tok)
     batches = iter(torch.utils.data.DataLoader(Draws(pools, tok, args), batch_size=None, num_workers=args.workers,
                                                multiprocessing_context="fork", prefetch_factor=4)) if args.workers else None
-    budget, t0, step = args.minutes * 60, time.time(), done_steps
-    total_min = done_min + args.minutes
+    budget, step = Budget(args.minutes, minutes_before=done_min), done_steps
 
     def save(extra_min):
         model.save(out, {"train_steps": step, "train_minutes": round(done_min + extra_min, 2),
                          "batch": args.batch, "hard_share": args.hard_share, "cell_aux": args.cell_aux,
                          "train_scenes": args.scenes, "train_obb_scenes": args.obb_scenes})
 
-    while time.time() - t0 < budget:
-        frac = (done_min * 60 + time.time() - t0) / (total_min * 60)
-        lr = args.lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
-        for g in opt.param_groups:
-            g["lr"] = lr
+    while not budget.spent():
+        lr = set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), warmup=100))
         if batches is None:
             feats, batch = gather(pools, sample_examples(pools, args.batch, rng, args.obb_share, args.hard_share), tok)
         else:
@@ -364,24 +351,19 @@ def main(argv=None) -> int:
             feats, batch = gather(pools, draws, tok, made)
         model.train()
         causal, block, cell = losses(model, feats, batch)
-        opt.zero_grad()
-        (causal + block + args.cell_aux * cell).backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
+        optimizer_step(opt, causal + block + args.cell_aux * cell, trainable)
         step += 1
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
                 vc, vb, vcell = losses(model, *val)
-            print(f"step {step} t={time.time() - t0:.0f}s lr={lr:.2e} causal={causal.item():.4f} block={block.item():.4f} "
-                  f"cell={cell.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f} val_cell={vcell.item():.4f}",
-                  flush=True)
+            log(f"step {step} t={budget.elapsed_s:.0f}s lr={lr:.2e} causal={causal.item():.4f} block={block.item():.4f} "
+                f"cell={cell.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f} val_cell={vcell.item():.4f}")
         if step % 200 == 0:
-            save((time.time() - t0) / 60)
+            save(budget.elapsed_s / 60)
     model.eval()
     save(args.minutes)
-    print(f"saved {out} after {step} steps, {time.time() - t_start:.0f}s in all", flush=True)
-    return 0
+    log(f"saved {out} after {step} steps, {time.time() - t_start:.0f}s in all")
 
 
 if __name__ == "__main__":

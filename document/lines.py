@@ -1,0 +1,113 @@
+"""Line geometry shared by the reader and the OCR: our own projection detector, and cutting a long
+line at word gaps into pieces the model reads."""
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from . import data
+
+PIECE_WIDTH = 0.8        # long lines are cut into pieces at most this fraction of the model's width (chosen on validation lines)
+
+
+def pad_box(x0, y0, x1, y1, size, frac: float = 0.12):
+    h = y1 - y0
+    return (int(max(0, x0 - frac * h)), int(max(0, y0 - frac * h)),
+            int(min(size[0], x1 + frac * h)), int(min(size[1], y1 + frac * h)))
+
+
+def ink_mask(gray: np.ndarray) -> np.ndarray:
+    """Bool ink mask: pixels clearly darker than the local background (rows' median)."""
+    bg = np.median(gray, axis=1, keepdims=True)
+    spread = max(float(np.percentile(gray, 95) - np.percentile(gray, 5)), 1.0)
+    return gray < bg - 0.25 * spread
+
+
+def projection_lines(image: Image.Image) -> list[tuple[int, int, int, int]]:
+    """Our own detector: rows with ink form bands; each band's ink columns give its x extent."""
+    gray = np.asarray(image.convert("L"), dtype=np.float32)
+    ink = ink_mask(gray)
+    rows = ink.sum(1) > max(2, 0.002 * ink.shape[1])
+    lines = []
+    for y0, y1 in ink_runs(rows, min_gap=1):
+        if y1 - y0 < 4:
+            continue
+        cols = np.nonzero(ink[y0:y1].any(0))[0]
+        if cols.size:
+            lines.append(pad_box(cols[0], y0, cols[-1] + 1, y1, image.size, 0.2))
+    return lines
+
+
+def ink_runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
+    """[start, end) runs of True, merging runs separated by fewer than min_gap False entries."""
+    runs, start, gap = [], None, 0
+    for i, f in enumerate(flags):
+        if f:
+            if start is None:
+                start = i
+            gap, end = 0, i + 1
+        elif start is not None:
+            gap += 1
+            if gap >= min_gap:
+                runs.append((start, end))
+                start = None
+    if start is not None:
+        runs.append((start, end))
+    return runs
+
+
+def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
+    """Cut a line box into pieces of at most PIECE_WIDTH of what the model reads (WIDTH/HEIGHT per
+    unit of text height, about 27 characters of prose), without overlap. A piece too wide is cut
+    in two at its widest gap between ink runs (a word space; among gaps nearly as wide, the one
+    nearest its middle), recursively; a word wider than the model with no gap is cut at the
+    emptiest ink column near its middle. Each piece keeps a margin of up to 0.15 text heights,
+    never reaching into the next word."""
+    x0, y0, x1, y1 = box
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return [box]
+    tx0, ty0, tx1, ty1 = data.tight_box(data._normalise(gray[y0:y1, x0:x1].astype(np.uint8)))
+    h = max(ty1 - ty0, 1)                       # the text's height, as the model will see it
+    max_w = int(PIECE_WIDTH * data.WIDTH / data.HEIGHT * h)
+    hard_w = int(0.95 * data.WIDTH / data.HEIGHT * h)
+    if x1 - x0 <= max_w:
+        return [box]
+    band = ink_mask(gray[y0 + ty0:y0 + ty1, x0:x1])              # the text band only: no neighbours
+    cols, weight = band.any(0), band.sum(0)
+    runs = ink_runs(cols, min_gap=1)
+    if not runs:
+        return [box]
+    min_word_gap = max(2, int(0.22 * h))
+    gaps = [(b, c) for (_, b), (c, _) in zip(runs, runs[1:])]     # [end of ink, start of next ink)
+
+    def cut(a: int, b: int) -> list[tuple[int, int]]:
+        if b - a <= max_w:
+            return [(a, b)]
+        inner = [(g0, g1) for g0, g1 in gaps if a < g0 and g1 < b]
+        widest = max((g1 - g0 for g0, g1 in inner), default=0)
+        if widest >= min_word_gap or (inner and b - a > hard_w):
+            mid = (a + b) / 2
+            g0, g1 = min(((g0, g1) for g0, g1 in inner if g1 - g0 >= 0.8 * widest),
+                         key=lambda g: abs((g[0] + g[1]) / 2 - mid))
+            return cut(a, g0) + cut(g1, b)
+        if b - a <= hard_w:
+            return [(a, b)]                                  # one word: the model reads it whole
+        lo, hi = a + (b - a) // 3, b - (b - a) // 3          # no gap at all: the emptiest column near the middle
+        x = lo + int(np.argmin(weight[lo:hi]))
+        return cut(a, x) + cut(x, b)
+
+    spans = [(x0 + a, x0 + b) for a, b in cut(runs[0][0], runs[-1][1])]
+    out, m = [], 0.15 * h
+    for i, (a, b) in enumerate(spans):
+        left = a if i and spans[i - 1][1] == a else int(a - min(m, (a - (spans[i - 1][1] if i else x0)) / 2))
+        right = b if i + 1 < len(spans) and spans[i + 1][0] == b else \
+            int(b + min(m, ((spans[i + 1][0] if i + 1 < len(spans) else x1) - b) / 2))
+        out.append((max(x0, left), y0, min(x1, right), y1))
+    return out
+
+
+def line_pieces(line: Image.Image) -> list[Image.Image]:
+    """A line image cut at word gaps into pieces the model reads (`split_line`)."""
+    gray = np.asarray(line.convert("L"), dtype=np.float32)
+    boxes = split_line(gray, (0, 0, line.width, line.height))
+    return [line.crop(b) for b in boxes if b[2] - b[0] >= 2 and b[3] - b[1] >= 2]

@@ -1,0 +1,260 @@
+"""Cost-aware draft sizing: what a forward over N new tokens costs on this machine, how often a
+request's drafts are accepted, and the draft size that maximises expected tokens per second.
+
+Parallelism is not free on a CPU (a forward over 8 new tokens costs about 1.8 one-token forwards
+for SmolLM2 here), so a draft pays only where its expected accepted length beats its cost. Each
+drafting decoder asks `best_size` for the step's draft size: 0 means a plain one-token step.
+
+  * `forward_cost(adapter)`: the curve cost(N), seconds of one forward over N new tokens after a
+    few hundred cached ones, measured once per model, dtype, device and machine (a few seconds) and
+    cached on disk under the cache folder (`refresh=True` measures again);
+  * `AcceptanceRates`: running, decaying estimates of a request's conditional acceptance rate at
+    each draft depth (a Beta prior, so a fresh request starts hopeful but not certain);
+  * `best_size`: argmax over n of expected committed tokens / expected step time.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import torch
+
+WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_MEMORY: dict[str, "CostCurve"] = {}
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one target forward over n new tokens (batch 1), piecewise linear in n."""
+
+    widths: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __call__(self, n: float) -> float:
+        w, s = self.widths, self.seconds
+        if n <= w[0]:
+            return s[0]
+        for i in range(1, len(w)):
+            if n <= w[i]:
+                return s[i - 1] + (s[i] - s[i - 1]) * (n - w[i - 1]) / (w[i] - w[i - 1])
+        slope = (s[-1] - s[-2]) / (w[-1] - w[-2])
+        return s[-1] + slope * (n - w[-1])
+
+    def relative(self, n: float) -> float:
+        """cost(n) / cost(1)."""
+        return self(n) / self.seconds[0]
+
+    def step(self, batch: int, width: int) -> float:
+        """A forward over `batch` rows of `width` slots, as one over batch*width slots."""
+        return self(batch * width)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _key(adapter, masked: bool) -> str:
+    model = getattr(adapter, "model", adapter)
+    cfg = getattr(model, "config", None)
+    cfg_text = cfg.to_json_string(use_diff=False) if hasattr(cfg, "to_json_string") else repr(cfg)
+    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    device = getattr(adapter, "device", None) or (param.device if param is not None else "cpu")
+    if torch.device(device).type == "cuda":
+        machine = torch.cuda.get_device_name(torch.device(device))
+    else:
+        machine = f"{_cpu_name()} x{torch.get_num_threads()}"
+    parts = [type(model).__name__, cfg_text, str(param.dtype if param is not None else ""), str(device),
+             machine, torch.__version__, "masked" if masked else "causal"]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: int = 256,
+                 widths: tuple[int, ...] = WIDTHS, repeats: int = 3) -> CostCurve:
+    """The adapter's cost curve (see the module doc). masked=True measures forwards with a custom
+    attention mask (trees, lookahead), which take a slower attention path than plain causal ones."""
+    from .storage import cache_dir, read_json, write_json
+    key = _key(adapter, masked)
+    if not refresh and key in _MEMORY:
+        return _MEMORY[key]
+    path = cache_dir("cost", f"{key}.json")
+    data = None if refresh else read_json(path, default=None)
+    if not (isinstance(data, dict) and data.get("widths") and data.get("seconds")):
+        data = {"widths": list(widths), "seconds": _measure(adapter, masked, context, widths, repeats),
+                "context": context, "threads": torch.get_num_threads(), "measured": time.strftime("%Y-%m-%d %H:%M")}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, data)
+        except OSError:   # a read-only cache folder: keep the curve for this process only
+            pass
+    curve = CostCurve(tuple(data["widths"]), tuple(data["seconds"]))
+    _MEMORY[key] = curve
+    return curve
+
+
+@torch.no_grad()
+def _measure(adapter, masked: bool, context: int, widths, repeats: int) -> list[float]:
+    """Median seconds of a forward over n new tokens after `context` cached ones, for each n."""
+    vocab = adapter.config.vocab_size
+    limit = adapter.config.max_length or (context + max(widths) + 1)
+    context = max(1, min(context, limit - max(widths) - 1))
+    gen = torch.Generator().manual_seed(0)
+    cache = adapter.new_cache(1)
+    tokens = torch.randint(vocab, (1, context), generator=gen)
+    positions = torch.arange(context)[None]
+    adapter(tokens, positions, cache, cache.attention_mask(torch.ones(1, context, context, dtype=torch.bool).tril()),
+            logits_from=context - 1)
+    cache.append(positions, torch.ones(1, context, dtype=torch.bool))
+    seconds = []
+    for n in widths:
+        times = []
+        for _ in range(repeats + 1):     # the first run of a width warms it up
+            draft = torch.randint(vocab, (1, n), generator=gen)
+            pos = torch.arange(context, context + n)[None]
+            own = torch.ones(1, n, n, dtype=torch.bool).tril()
+            if masked and n > 1:
+                own[:, 1:, 0] = False      # not plain causal: the attention takes the masked path
+            mask = cache.attention_mask(own)
+            t0 = time.perf_counter()
+            adapter(draft, pos, cache, mask)
+            _sync(adapter)
+            times.append(time.perf_counter() - t0)
+            slots = cache.append(pos, torch.ones(1, n, dtype=torch.bool))
+            dead = torch.zeros_like(cache.valid)
+            dead[:, slots] = True
+            cache.discard(dead)
+            cache.compact()
+        seconds.append(sorted(times[1:])[len(times[1:]) // 2])
+    for i in range(1, len(seconds)):   # a wider forward never costs less (timing noise)
+        seconds[i] = max(seconds[i], seconds[i - 1])
+    return seconds
+
+
+def _sync(adapter) -> None:
+    device = getattr(adapter, "device", None)
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class AcceptanceRates:
+    """alpha(i): the chance that draft token i is accepted given tokens < i were, from decayed
+    counts on top of a Beta prior (`prior` with weight `strength`). `update(drafted, accepted)`
+    after each verification."""
+
+    def __init__(self, depth: int, prior: float = 0.5, strength: float = 2.0, decay: float = 0.95):
+        self.hits, self.tries = [0.0] * depth, [0.0] * depth
+        self.prior, self.strength, self.decay = prior, strength, decay
+
+    def update(self, drafted: int, accepted: int) -> None:
+        for i in range(len(self.hits)):
+            self.hits[i] *= self.decay
+            self.tries[i] *= self.decay
+        for i in range(min(drafted, accepted + 1, len(self.hits))):
+            self.tries[i] += 1.0
+            self.hits[i] += float(i < accepted)
+
+    def alpha(self, i: int) -> float:
+        i = min(i, len(self.hits) - 1)
+        return (self.hits[i] + self.prior * self.strength) / (self.tries[i] + self.strength)
+
+    def gains(self, n_max: int) -> list[float]:
+        """Expected accepted drafts out of a chain of n, for n = 0..n_max."""
+        out, total, chain = [0.0], 0.0, 1.0
+        for i in range(n_max):
+            chain *= self.alpha(i)
+            total += chain
+            out.append(total)
+        return out
+
+
+def best_size(gains: list[list[float]], curve: CostCurve, pending: int = 1,
+              draft_seconds=None) -> int:
+    """The common draft size n (0 = a plain step) that maximises expected tokens per second of a
+    batch: gains[b][n] is row b's expected accepted drafts with n drafted (non-decreasing in n, one
+    entry per n the row may take); each row commits 1 + gains[b][n] tokens per step of cost
+    curve(B * (pending + n)) + draft_seconds(n)."""
+    rows = len(gains)
+    if not rows:
+        return 0
+    n_max = max(len(g) for g in gains) - 1
+    best, best_rate = 0, -1.0
+    for n in range(n_max + 1):
+        tokens = sum(1 + g[min(n, len(g) - 1)] for g in gains)
+        seconds = curve.step(rows, pending + n) + (draft_seconds(n) if draft_seconds is not None and n else 0.0)
+        rate = tokens / seconds
+        if rate > best_rate * (1 + 1e-9):
+            best, best_rate = n, rate
+    return best
+
+
+class RunningMean:
+    """A decaying mean with a prior (`prior` worth `strength` observations): after a run of bad
+    news it drifts back toward the prior, so a decoder that stopped drafting tries again."""
+
+    def __init__(self, prior: float, strength: float = 2.0, decay: float = 0.9):
+        self.total, self.count = 0.0, 0.0
+        self.prior, self.strength, self.decay = prior, strength, decay
+
+    def add(self, x: float | None) -> None:
+        """One step: decay, then count x (None: a step without an observation)."""
+        self.total *= self.decay
+        self.count *= self.decay
+        if x is not None:
+            self.total += x
+            self.count += 1.0
+
+    @property
+    def value(self) -> float:
+        return (self.total + self.prior * self.strength) / (self.count + self.strength)
+
+
+def chain_sizes(state, curve: CostCurve | None, available: list[int], prior: float = 0.5,
+                draft_seconds=None) -> list[int]:
+    """Each row's chain draft length: `available[b]` (what its drafter offers) cut to the common
+    size that maximises the batch's expected tokens per second under the request's running
+    acceptance rates (`record` updates them). curve None: `available` unchanged (fixed sizes)."""
+    if curve is None:
+        return list(available)
+    rates = state.scratch.setdefault("chain_rates", [AcceptanceRates(64, prior) for _ in range(state.batch)])
+    active = [b for b in range(state.batch) if not state.done[b]]
+    n = best_size([rates[b].gains(min(available[b], 64)) for b in active], curve, draft_seconds=draft_seconds)
+    return [min(a, n) for a in available]
+
+
+def record(state, drafted: list[int], accepted: list[int]) -> None:
+    """After a verification: row b drafted `drafted[b]` tokens and `accepted[b]` of them were kept."""
+    rates = state.scratch.get("chain_rates")
+    if rates is None:
+        return
+    for b in range(state.batch):
+        if not state.done[b]:
+            rates[b].update(drafted[b], accepted[b])
+
+
+def bind_cost(decoder, model, masked: bool = False):
+    """`decoder` with its `cost` option resolved against the target: "auto" becomes the model's
+    measured curve where its adapter declares `supports_cost_model` (else None: fixed sizes);
+    PARASUITE_COST=0 turns sizing off everywhere. A decoder's `bind` calls this."""
+    from dataclasses import replace
+
+    from .adapters import as_adapter
+    if not isinstance(decoder.cost, str):
+        return decoder
+    if decoder.cost != "auto":
+        raise ValueError(f"cost must be 'auto', None or a suite.cost.CostCurve, got {decoder.cost!r}")
+    adapter = as_adapter(model)
+    use = getattr(adapter, "supports_cost_model", False) and os.environ.get("PARASUITE_COST", "1") != "0"
+    return replace(decoder, cost=forward_cost(adapter, masked) if use else None)
+
+
+__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "best_size", "bind_cost", "chain_sizes", "forward_cost",
+           "record"]

@@ -1,0 +1,181 @@
+"""Block diffusion with confidence-threshold unmasking and exact K/V for committed tokens.
+
+Papers: BD3-LM (Arriola et al., ICLR 2025) for the block-causal layout; SDAR and Fast-dLLM
+(Wu et al. 2025) for threshold unmasking ("commit every masked position with confidence >= tau,
+always at least one"); DODO / MinerU-Diffusion apply the same loop to OCR.
+
+Layout (the one the model was trained with, e.g. document.model.block_train_mask): the committed
+text is a clean causal stream whose K/V the cache holds. The current block covers the B targets
+after the last committed token t_s: the head t_{s+1} is predicted by t_s's clean causal slot (the
+exact AR distribution, so it is always committed: that is the "at least one"), and B-1 noisy slots
+at positions s+1 .. s+B-1 (MASK, or a token filled earlier) see the clean past and each other
+(bidirectional) and predict t_{s+2} .. t_{s+B}. A filled slot stays filled; filled tokens are
+committed as soon as they join the committed prefix, and become clean causal slots (exact K/V) in
+the next forward, fused with the next block's scoring: no extra rescoring pass.
+
+Lossy: filled tokens are not verified. Quality cost is reported by the benchmark (CER vs `ar`).
+block_size=1, or a threshold above 1, is exactly `ar`. threshold=1.0 fills only slots whose
+softmax confidence is exactly 1.0 in float32 (a model that is certain); otherwise it is `ar`.
+The mask token id comes from the adapter config (extra["mask_token_id"]) via `bind`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...acceptance import accept_by_confidence
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs, sample
+
+
+@dataclass
+class BlockMeta:
+    num_pending: list[int]     # clean causal slots per row (kept)
+    num_chain: list[int]       # clean guessed slots after the pending ones (s2d2 verifies them)
+    num_noisy: list[int]       # noisy slots after those
+    head_pos: list[int]        # position of the first target of the noisy block's row (s + 1)
+
+
+def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[int]]) -> Draft:
+    """Per row: pending clean tokens ++ chain (clean, causal, verifiable) ++ noisy block slots.
+
+    Clean slots (pending + chain) attend causally; noisy slots attend every clean slot and each
+    other (bidirectional), never the other way round. Returns a Draft with BlockMeta."""
+    rows, positions, masks, pend, nch, nno, heads = [], [], [], [], [], [], []
+    for b in range(state.batch):
+        if state.done[b]:
+            rows.append([]), positions.append([]), masks.append(None)
+            pend.append(0), nch.append(0), nno.append(0), heads.append(0)
+            continue
+        pending = state.pending(b)
+        start = state.num_cached[b]
+        clean = pending + chains[b]
+        toks = clean + noisy[b]
+        rows.append(toks)
+        positions.append(list(range(start, start + len(toks))))
+        masks.append(block_mask(len(clean), len(noisy[b])))
+        pend.append(len(pending)), nch.append(len(chains[b])), nno.append(len(noisy[b]))
+        heads.append(start + len(clean))
+    active = [n - 1 for n in pend if n > 0]
+    return Draft.from_rows(rows, positions, masks, meta=BlockMeta(pend, nch, nno, heads),
+                           logits_from=min(active, default=0))
+
+
+def block_mask(num_clean: int, num_noisy: int) -> torch.Tensor:
+    """(N, N) bool, N = num_clean + num_noisy: causal among clean slots, noisy slots see all clean
+    slots and all noisy slots, clean slots never see noisy ones."""
+    mask = torch.ones(num_clean + num_noisy, num_clean + num_noisy, dtype=torch.bool).tril()
+    mask[num_clean:] = True
+    return mask
+
+
+def row_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
+    """(1 + chain + noisy, V) logits of row b from its last pending slot on."""
+    m: BlockMeta = draft.meta
+    start = m.num_pending[b] - 1 - draft.logits_from
+    return logits[b, start:start + 1 + m.num_chain[b] + m.num_noisy[b]]
+
+
+def choose(logits: torch.Tensor, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(K, V) logits -> tokens (K,) and their confidence (K,): the softmax probability of the
+    chosen token (raw softmax under greedy decoding, the processed distribution when sampling)."""
+    probs = logits_to_probs(logits, state.params)
+    tokens = sample(probs, state.generator).reshape(-1)
+    conf_probs = torch.softmax(logits.float(), -1) if state.params.greedy else probs
+    return tokens, conf_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
+    """(B, N) keep the K/V of pending slots and of the first accepted chain slots."""
+    m: BlockMeta = draft.meta
+    keep = torch.zeros_like(draft.valid)
+    for b, n in enumerate(m.num_pending):
+        keep[b, :n + accepted_chain[b]] = n > 0
+    return keep
+
+
+def mask_token_of(adapter) -> int | None:
+    extra = getattr(getattr(adapter, "config", None), "extra", None) or {}
+    return extra.get("mask_token_id")
+
+
+def with_mask_token(decoder, adapter):
+    """The decoder with its mask_token_id taken from the adapter config, unless it has one."""
+    if decoder.mask_token_id is not None:
+        return decoder
+    return dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
+
+
+def check_blocks(decoder) -> None:
+    """A block decoder needs block_size >= 1, and a mask token once blocks are wider than 1."""
+    if decoder.block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {decoder.block_size}; 1 is plain AR")
+    if decoder.mask_token_id is None and decoder.block_size > 1:
+        raise ValueError(f"{decoder.name} needs a mask token: pass mask_token_id= or use a model adapter "
+                         "whose config.extra has 'mask_token_id' (a model trained for block diffusion)")
+
+
+@dataclass(frozen=True)
+class BlockDiffusion:
+    block_size: int = 8
+    threshold: float = 0.9
+    mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
+    prefix_only: bool = False          # fill only the confident run right after the head (left to
+                                       # right); later slots are re-predicted with that context
+
+    name: ClassVar[str] = "block_diffusion"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+
+    def bind(self, adapter) -> "BlockDiffusion":
+        return with_mask_token(self, adapter)
+
+    def start(self, state: DecodeState) -> None:
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
+        check_blocks(self)
+        state.scratch["filled"] = [{} for _ in range(state.batch)]   # position -> token, per row
+
+    def propose(self, state: DecodeState) -> Draft:
+        noisy = []
+        for b in range(state.batch):
+            if state.done[b]:
+                noisy.append([])
+                continue
+            s = len(state.tokens[b]) - 1
+            n = max(0, min(self.block_size - 1, state.room(b) - 1))
+            filled = state.scratch["filled"][b]
+            noisy.append([filled.get(s + j, self.mask_token_id) for j in range(1, n + 1)])
+        return block_draft(state, [[] for _ in range(state.batch)], noisy)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            committed.append(self._accept_row(state, b, draft, row_logits(draft, logits, b)))
+        return Acceptance(committed, keep_clean(draft, [0] * state.batch))
+
+    def _accept_row(self, state: DecodeState, b: int, draft: Draft, logits: torch.Tensor) -> list[int]:
+        s = len(state.tokens[b]) - 1
+        filled = state.scratch["filled"][b]
+        tokens, conf = choose(logits, state)          # slot i predicts position s + 1 + i
+        targets = [s + 1 + i for i in range(tokens.shape[0])]
+        open_ = [i for i, q in enumerate(targets) if i == 0 or q not in filled]
+        probs = torch.zeros(len(open_), 2)            # accept_by_confidence reads probs[i, token]
+        probs[:, 0] = conf[open_]
+        probs[0, 0] = 1.0                             # the head: exact AR prediction, always committed
+        keep = accept_by_confidence(probs, torch.zeros(len(open_), dtype=torch.long), threshold=self.threshold)
+        if self.prefix_only:
+            keep &= torch.cumprod(keep.long(), 0).bool()
+        for k, i in enumerate(open_):
+            if keep[k]:
+                filled[targets[i]] = int(tokens[i])
+        out, q = [], s + 1
+        while q in filled:
+            out.append(filled.pop(q))
+            q += 1
+        return out

@@ -1,0 +1,32 @@
+"""Autoregressive decoding: one token per forward. The baseline and the oracle of every test."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import draw
+from .base import chain_acceptance, chain_draft, last_chain_logits
+
+
+@dataclass(frozen=True)
+class AR:
+    name: ClassVar[str] = "ar"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> None:
+        pass
+
+    def propose(self, state: DecodeState) -> Draft:
+        return chain_draft(state, [[] for _ in range(state.batch)])
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        """One token per live row, all rows in one sampling call (the same uniforms, in row
+        order, as one call per row)."""
+        live = [b for b in range(state.batch) if not state.done[b]]
+        committed = [[] for _ in range(state.batch)]
+        if live:
+            last = last_chain_logits(draft, logits, live)                                 # (R, V)
+            for b, token in zip(live, draw(last, state.params, state.generator).tolist()):
+                committed[b] = [token]
+        return chain_acceptance(draft, committed, [0] * state.batch)

@@ -1,0 +1,145 @@
+"""Helpers for decoders whose draft is a chain: the row's pending tokens, then guesses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import kernels
+
+from ...acceptance import Verdict, accept_speculative
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs
+
+
+@dataclass
+class ChainMeta:
+    num_pending: list[int]
+    guesses: list[list[int]]
+
+
+def chain_draft(state: DecodeState, guesses: list[list[int]]) -> Draft:
+    """Pending tokens ++ guesses per row, at consecutive logical positions; done rows stay empty."""
+    rows, positions, pend = [], [], []
+    for b in range(state.batch):
+        if state.done[b]:
+            rows.append([]), positions.append([]), pend.append(0)
+            guesses[b] = []
+            continue
+        pending = state.pending(b)
+        start = state.num_cached[b]
+        rows.append(pending + guesses[b])
+        positions.append(list(range(start, start + len(rows[-1]))))
+        pend.append(len(pending))
+    active = [n - 1 for n in pend if n > 0]
+    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses), logits_from=min(active, default=0))
+
+
+def _chain_start(draft: Draft, b: int) -> int:
+    """Row b's logit slot of its last pending token (the one that predicts guess 0)."""
+    return draft.meta.num_pending[b] - 1 - draft.logits_from
+
+
+def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
+    """(G+1, V) logits of row b: the last pending token predicts guess 0, guess i predicts i+1."""
+    start = _chain_start(draft, b)
+    return logits[b, start:start + len(draft.meta.guesses[b]) + 1]
+
+
+def last_chain_logits(draft: Draft, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """(R, V) logits of the last chain slot of each row in `rows` (what follows its last guess)."""
+    slots = [_chain_start(draft, b) + len(draft.meta.guesses[b]) for b in rows]
+    return logits[torch.tensor(rows), torch.tensor(slots)]
+
+
+def _chain_index(draft: Draft, width: int, length: int) -> torch.Tensor:
+    """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own)."""
+    index = torch.zeros(len(draft.meta.guesses), width + 1, dtype=torch.long)
+    for b in range(len(draft.meta.guesses)):
+        index[b] = (max(_chain_start(draft, b), 0) + torch.arange(width + 1)).clamp(max=length - 1)
+    return index
+
+
+def padded_guesses(draft: Draft) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's guesses as one (B, G) tensor, padded with -1 (never matches), and their lengths (B,)."""
+    meta: ChainMeta = draft.meta
+    width = max((len(g) for g in meta.guesses), default=0)
+    guesses = torch.full((len(meta.guesses), width), -1, dtype=torch.long)
+    for b, guess in enumerate(meta.guesses):
+        guesses[b, :len(guess)] = torch.tensor(guess, dtype=torch.long)
+    return guesses, torch.tensor([len(g) for g in meta.guesses], dtype=torch.long)
+
+
+def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
+                          ) -> tuple[list[Verdict | None], list[list[int]]]:
+    """Every row's guesses against the target's argmax chain in one batched `greedy_prefix`
+    (one host sync for the whole batch). Returns the verdicts (None for done rows) and each
+    row's argmax chain (G+1 tokens: what the target predicts after each draft slot)."""
+    guesses, _ = padded_guesses(draft)
+    index = _chain_index(draft, guesses.shape[1], logits.shape[1]).to(logits.device)
+    targets = logits.argmax(-1).gather(1, index)                                  # (B, G+1)
+    accepted, following = kernels.op("greedy_prefix", logits.device.type)(guesses.to(logits.device), targets)
+    accepted, following, targets = accepted.tolist(), following.tolist(), targets.tolist()
+    verdicts = [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
+    return verdicts, [t[:len(g) + 1] for t, g in zip(targets, draft.meta.guesses)]
+
+
+def chain_probs(state: DecodeState, draft: Draft, logits: torch.Tensor) -> torch.Tensor:
+    """(B, G+1, V) target probabilities along every row's chain, G the widest row's guesses."""
+    width = max((len(g) for g in draft.meta.guesses), default=0)
+    index = _chain_index(draft, width, logits.shape[1]).to(logits.device)
+    chain = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    return logits_to_probs(chain, state.params)
+
+
+def padded_draft_q(p: torch.Tensor, rows: list[torch.Tensor | None]) -> torch.Tensor:
+    """(B, G, V) draft distributions for `speculative_chain_verdicts`, G = p's chain width - 1:
+    row b's (G_b, V) distributions first, zeros after (and for None rows)."""
+    q = torch.zeros(p.shape[0], p.shape[1] - 1, p.shape[2], device=p.device)
+    for b, row in enumerate(rows):
+        if row is not None and len(row):
+            q[b, :len(row)] = row
+    return q
+
+
+def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor,
+                               q: torch.Tensor | None = None) -> list[Verdict | None]:
+    """Every row's guesses verified by the speculative rule in one batched `speculative_accept`
+    (one host sync for the whole batch). p (B, G+1, V) from `chain_probs`; q (B, G, V) the
+    distributions the guesses were drawn from, None for point masses. None for done rows."""
+    guesses, lengths = padded_guesses(draft)
+    device = p.device
+    u = torch.rand(guesses.shape, generator=state.generator, device=device)
+    u_next = torch.rand(state.batch, generator=state.generator, device=device)
+    accepted, following = kernels.op("speculative_accept", device.type)(
+        guesses.clamp(min=0).to(device), q, p, u, u_next, lengths.to(device))
+    accepted, following = accepted.tolist(), following.tolist()
+    return [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
+
+
+def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:
+    """Keep the K/V of each row's pending tokens and of its first accepted[b] guesses."""
+    pending = torch.tensor(draft.meta.num_pending)
+    kept = (pending + torch.tensor(accepted))[:, None]
+    keep = (torch.arange(draft.valid.shape[1])[None] < kept) & (pending > 0)[:, None]
+    return Acceptance(committed, keep)
+
+
+def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
+    """Guesses worth scoring: at most `want`, and one less than the row's room (the bonus token)."""
+    return max(0, min(want, state.room(b) - 1))
+
+
+def verify_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor, b: int) -> Verdict:
+    """The speculative rule on row b's guesses as point masses (n-gram, prior-text, CTC drafts)."""
+    p = logits_to_probs(chain_logits(draft, logits, b), state.params)
+    return accept_speculative(torch.tensor(draft.meta.guesses[b], dtype=torch.long), None, p, state.generator)
+
+
+def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor
+                        ) -> tuple[Acceptance, list[Verdict | None]]:
+    """Verify every active row's point-mass guesses; also returns each row's verdict (None if done)."""
+    verdicts = speculative_chain_verdicts(state, draft, chain_probs(state, draft, logits))
+    committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, draft.meta.guesses)]
+    accepted = [0 if v is None else v.num_accepted for v in verdicts]
+    return chain_acceptance(draft, committed, accepted), verdicts

@@ -1,0 +1,122 @@
+"""CTC-drafted self-speculative ASR (seed paper D2 in reference/seed-papers.md, "CTC-drafted
+self-speculative ASR": entropy-gated acceptance of the greedy CTC hypothesis, else one-pass
+verification by the attention/LLM decoder, else AR resume from the accepted prefix). The CTC
+branch's one-pass hypothesis is the draft, the recogniser's own attention decoder the target.
+Verification is the strict speculative rule by default; `min_ratio` < 1 relaxes it as the paper does.
+
+Per row, the caller supplies the CTC hypothesis (token ids) and the entropies of its frames as
+`RequestInputs(ctc=...)` (`ctc_draft` builds one from the row's CTC log-probabilities). Any model with a CTC head can draft for its own decoder:
+speech's recogniser, and document's OCR model (its auxiliary CTC head over the encoder columns).
+1. Gate: when the mean frame entropy is below `max_entropy` nats, the CTC hypothesis is
+   committed as is (plus EOS) by `start`, before any forward: no decoder forward at all.
+2. Otherwise the whole hypothesis + EOS is scored in ONE forward (with the prefill) by the
+   attention decoder and its longest agreeing prefix is kept, plus the decoder's own next token
+   (greedy: argmax; sampling: speculative sampling with a point-mass draft, lossless).
+3. From the first rejection the row continues autoregressively (one token per forward), or, with
+   `realign=True`, the rest of the CTC hypothesis is re-aligned after the decoder's own token (a
+   substitution, or a CTC insertion when that token equals the next hypothesis token) and verified
+   again in the next forward: one wrong character then costs one extra forward, not the rest of
+   the utterance. Any draft is verified the same way, so realigning keeps the result unchanged.
+Exact with respect to `ar` when the gate is off (max_entropy=0) and min_ratio=1: steps 2-3 are
+then lossless verification, with or without `realign`. The gate and a relaxed min_ratio < 1 (the paper's relaxed acceptance
+on token likelihoods, greedy only) are lossy by design; the bench reports their CER cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...inputs import CTCHypothesis
+from ...loop import Acceptance, DecodeState, Draft
+from .base import chain_acceptance, chain_draft, chain_logits, room_for_guesses, verify_point_masses
+
+
+@dataclass(frozen=True)
+class CTCSpeculative:
+    max_entropy: float = 0.65    # nats (mean over frames); 0 disables the gate
+    min_ratio: float = 1.0       # greedy relaxed acceptance: keep a draft token whose probability is at
+                                 # least min_ratio x the top one's; 1.0 = strict (exact w.r.t. ar)
+    realign: bool = False        # after a rejection, re-draft the rest of the CTC hypothesis (else plain AR)
+
+    name: ClassVar[str] = "ctc_speculative"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def start(self, state: DecodeState) -> Acceptance:
+        """Rows whose hypothesis passes the gate commit it whole before any forward."""
+        ctc = state.inputs.rows("ctc", state.batch, self.name,
+                                "decode through speech.load_asr() / document.load_ocr(), or pass "
+                                "suite.prepare(..., inputs=RequestInputs(ctc=...)) with ctc_draft()")
+        eos = min(state.eos_token_ids) if state.eos_token_ids else None
+        drafts = [list(row.tokens) + ([eos] if eos is not None else []) for row in ctc]
+        gated = [self.max_entropy > 0 and float(row.frame_entropy.mean()) < self.max_entropy for row in ctc]
+        state.scratch["draft"] = drafts
+        state.scratch["rejected"] = [False] * state.batch
+        return Acceptance([d if g else [] for d, g in zip(drafts, gated)],
+                          torch.zeros(state.batch, 0, dtype=torch.bool, device=state.cache.valid.device))
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses = []
+        for b in range(state.batch):
+            if state.done[b] or state.scratch["rejected"][b]:
+                guesses.append([])
+                continue
+            done_so_far = len(state.new_tokens(b))
+            n = room_for_guesses(state, b, len(state.scratch["draft"][b]) - done_so_far)
+            guesses.append(state.scratch["draft"][b][done_so_far:done_so_far + n])
+        return chain_draft(state, guesses)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, accepted = [], []
+        for b in range(state.batch):
+            guess = draft.meta.guesses[b]
+            if state.done[b]:
+                committed.append([]), accepted.append(0)
+                continue
+            row_logits = chain_logits(draft, logits, b)
+            if self.min_ratio < 1.0 and state.params.greedy:
+                n, nxt = _relaxed_prefix(guess, row_logits, self.min_ratio)
+            else:
+                v = verify_point_masses(state, draft, logits, b)
+                n, nxt = v.num_accepted, v.next_token
+            if n < len(guess) and self.realign:
+                full = state.scratch["draft"][b]
+                pos = len(state.new_tokens(b)) + n      # index of the rejected hypothesis token
+                rest = full[pos + 2:] if pos + 1 < len(full) and full[pos + 1] == nxt else full[pos + 1:]
+                state.scratch["draft"][b] = state.new_tokens(b) + guess[:n] + [nxt] + rest
+            elif n < len(guess) or not guess:
+                state.scratch["rejected"][b] = True     # continue autoregressively from here
+            committed.append(guess[:n] + [nxt])
+            accepted.append(n)
+        return chain_acceptance(draft, committed, accepted)
+
+
+def ctc_greedy(log_probs: torch.Tensor, length: int, blank: int = 0) -> list[int]:
+    """Best path of one row's (F, V) CTC log-probabilities: collapse repeats, drop blanks."""
+    out, prev = [], blank
+    for i in log_probs[:length].argmax(-1).tolist():
+        if i != prev and i != blank:
+            out.append(i)
+        prev = i
+    return out
+
+
+def ctc_frame_entropy(log_probs: torch.Tensor, length: int) -> torch.Tensor:
+    """(length,) entropy in nats of each frame's CTC distribution."""
+    lp = log_probs[:length]
+    return -(lp.exp() * lp).sum(-1)
+
+
+def ctc_draft(log_probs: torch.Tensor, length: int, blank: int = 0) -> CTCHypothesis:
+    """One row's CTC hypothesis (RequestInputs.ctc) from its (F, V) CTC log-probabilities."""
+    return CTCHypothesis(ctc_greedy(log_probs, length, blank), ctc_frame_entropy(log_probs, length))
+
+
+def _relaxed_prefix(guess: list[int], logits: torch.Tensor, min_ratio: float) -> tuple[int, int]:
+    """Greedy relaxed acceptance: (accepted count, next token). logits (G+1, V)."""
+    probs = torch.softmax(logits.float(), -1)
+    for i, g in enumerate(guess):
+        if probs[i, g] < min_ratio * probs[i].max():
+            return i, int(probs[i].argmax())
+    return len(guess), int(probs[len(guess)].argmax())

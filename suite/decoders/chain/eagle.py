@@ -1,0 +1,311 @@
+"""EAGLE-2 (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft
+Trees") over the EAGLE draft head of eagle_head.py.
+
+Each step:
+  1. the head catches up on the pairs (f_j, x_{j+1}) the last verification made known (the
+     target's last hidden state at each accepted slot, the token after it): its output at the
+     last pair predicts the features after the newest token;
+  2. a draft tree grows depth by depth: the `top_k` best children of every expanded node, then
+     the `top_k` nodes of the new depth with the highest path score (the product of draft
+     probabilities along the path) are expanded with one head forward; growth stops at `depth`
+     or once no frontier node is likely enough to pay for another head forward;
+  3. the best nodes by path score form the tree the target verifies in ONE forward, with a tree
+     mask (each node sees the cached context, the pending token and its ancestors); the cost
+     model (suite/cost.py) picks how many, maximising expected tokens per second, calibrated by
+     the request's running ratio of accepted to predicted tokens; none = a plain step;
+  4. verification walks the tree from the root: greedy follows the target's argmax (output equal
+     to `ar`); sampling applies the multi-draft rule to each node's children (the candidates are
+     deterministic functions of the context, so each is a point mass): lossless.
+The loop returns the target's hidden states (Draft.want_hidden), which feed step 1 next time.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ...acceptance import accept_multi_draft
+from ...adapters import HFCausalLM
+from ...cost import best_size, bind_cost
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs
+from .base import chain_draft, room_for_guesses
+from .eagle_head import EagleHead
+
+TRAIN_HINT = "python -m text.train_draft"
+
+
+@dataclass
+class Tree:
+    """One row's verified tree: node i has `tokens[i]`, `parents[i]` (-1: the root, the newest
+    committed token) and sits at draft slot num_pending + i."""
+
+    num_pending: int = 0
+    tokens: list[int] = None
+    parents: list[int] = None
+    predicted: float = 0.0      # the draft's own expected accepted length (sum of path probabilities)
+
+
+@dataclass(frozen=True)
+class Eagle:
+    draft_head: Any = None   # an EagleHead, or the folder of its weights (text.load() binds SmolLM2's)
+    top_k: int = 4           # children per expanded node, and nodes expanded per depth
+    depth: int = 6           # deepest draft
+    max_nodes: int = 16      # tree nodes verified per step at most
+    cost: Any = "auto"       # the target's CostCurve ("auto": measured at bind; None: always max_nodes)
+
+    name: ClassVar[str] = "eagle"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask", "hidden_states"})
+
+    def bind(self, target) -> "Eagle":
+        """Load the head (a folder), check it against the target and borrow its embeddings."""
+        head = self.draft_head
+        if head is None:
+            raise ValueError("eagle needs draft_head= (an EagleHead or the folder of its weights); for the "
+                             f"embedded SmolLM2 text.load() finds text/weights/eagle (made by {TRAIN_HINT})")
+        if isinstance(head, (str, Path)):
+            head = EagleHead.from_folder(head, TRAIN_HINT)
+        hf = target.model if isinstance(target, HFCausalLM) else target
+        if not hasattr(hf, "get_output_embeddings"):
+            raise ValueError(f"eagle drafts for transformers causal LMs; got a {type(hf).__name__}")
+        if head.embed is None or head.embed.data_ptr() != hf.get_input_embeddings().weight.data_ptr():
+            device = hf.get_input_embeddings().weight.device
+            head = head.to(device).bind_target(hf)
+        return bind_cost(replace(self, draft_head=head), target, masked=True)
+
+    def start(self, state: DecodeState) -> None:
+        if self.top_k < 1 or self.depth < 1 or self.max_nodes < 0:
+            raise ValueError("eagle needs top_k >= 1, depth >= 1, max_nodes >= 0")
+        if not isinstance(self.draft_head, EagleHead) or self.draft_head.embed is None:
+            raise ValueError("eagle's draft head is not bound to a target: pass the decoder through "
+                             "suite.generate / suite.prepare (which call bind)")
+        h = self.draft_head
+        dev = h.fc.weight.device
+        state.scratch["eagle"] = {
+            "k": torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
+            "v": torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
+            "valid": torch.zeros(state.batch, 0, dtype=torch.bool, device=dev),
+            "fed": [0] * state.batch,              # pairs (f_j, x_{j+1}) in the head cache: j < fed
+            "features": [None] * state.batch,      # (n, D) target features of positions fed.. not fed yet
+            "ratio": [1.0, 1.0],                   # accepted, predicted (calibration of path scores)
+            "head_s": None,                        # seconds of one head forward (running mean)
+        }
+
+    # -- propose -------------------------------------------------------------------------------------
+
+    def propose(self, state: DecodeState) -> Draft:
+        s = state.scratch["eagle"]
+        if all(f is None for f in s["features"]):   # the prefill: no target features yet
+            draft = chain_draft(state, [[] for _ in range(state.batch)])
+            draft.meta = [Tree(len(state.pending(b)) if not state.done[b] else 0, [], []) for b in range(state.batch)]
+            draft.want_hidden = True
+            return draft
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            root = self._catch_up(state, s)                                          # (B, D)
+            rows = [b for b in range(state.batch) if not state.done[b] and room_for_guesses(state, b, 1)]
+            trees, forwards = self._grow(state, s, root, rows)
+            spent = time.perf_counter() - t0
+            s["head_s"] = _mean(s["head_s"], spent / (1 + forwards))
+            state.stats.draft_time_s += spent
+        return self._tree_draft(state, trees)
+
+    def _catch_up(self, state, s) -> torch.Tensor:
+        """Feed every known pair to the head (appending its K/V); the output at each row's last pair."""
+        h = self.draft_head
+        feats, toks, pos, lengths = [], [], [], []
+        for b in range(state.batch):
+            f = s["features"][b]
+            n = 0 if f is None else f.shape[0]
+            fed = s["fed"][b]
+            feats.append(f), toks.append(state.tokens[b][fed + 1:fed + 1 + n]), pos.append(list(range(fed, fed + n)))
+            lengths.append(n)
+            s["fed"][b] = fed + n
+            s["features"][b] = None
+        m = max(lengths)
+        dev = h.fc.weight.device
+        if m == 0:
+            return torch.zeros(state.batch, h.config["hidden_size"], device=dev)
+        feature = torch.zeros(state.batch, m, h.config["hidden_size"], device=dev)
+        for b, f in enumerate(feats):
+            if f is not None and len(f):
+                feature[b, :len(f)] = f.to(dev, feature.dtype)
+        tokens = torch.tensor([t + [0] * (m - len(t)) for t in toks], device=dev)
+        positions = torch.tensor([p + [0] * (m - len(p)) for p in pos], device=dev)
+        real = torch.arange(m, device=dev)[None] < torch.tensor(lengths, device=dev)[:, None]   # (B, M)
+        x = h.fuse(feature, tokens)
+        q, k, v = h.project(x, positions)
+        own = torch.ones(m, m, dtype=torch.bool, device=dev).tril()[None] & real[:, None, :]
+        own |= torch.eye(m, dtype=torch.bool, device=dev)[None]          # padding sees itself (no empty rows)
+        mask = torch.cat([s["valid"][:, None, :].expand(-1, m, -1), own], 2)[:, None]
+        out = h.finish(x, h.attend(q, torch.cat([s["k"], k], 2), torch.cat([s["v"], v], 2), mask))
+        s["k"], s["v"] = torch.cat([s["k"], k], 2), torch.cat([s["v"], v], 2)
+        s["valid"] = torch.cat([s["valid"], real], 1)
+        last = (torch.tensor(lengths, device=dev) - 1).clamp(min=0)
+        return out[torch.arange(state.batch, device=dev), last]
+
+    def _grow(self, state, s, root: torch.Tensor, rows: list[int]) -> tuple[dict[int, Tree], int]:
+        """EAGLE-2's dynamic tree for each row in `rows`, cut to the size the cost model picks;
+        also returns the number of head forwards it ran."""
+        if not rows or self.max_nodes == 0:
+            return {}, 0
+        h, k = self.draft_head, self.top_k
+        dev = root.device
+        idx = torch.tensor(rows, device=dev)
+        r = len(rows)
+        caps = torch.tensor([room_for_guesses(state, b, self.depth) for b in rows], device=dev)
+        ctx_k, ctx_v, ctx_valid = s["k"][idx], s["v"][idx], s["valid"][idx]
+        root_pos = torch.tensor([len(state.tokens[b]) - 1 for b in rows], device=dev)
+        calib = s["ratio"][0] / s["ratio"][1]
+        # depth 1: the root's top-k children; every node: token, parent node id (-1 root), depth, log-prob
+        score, pick = torch.log_softmax(h.logits(root[idx]).float(), -1).topk(k, -1)    # (R, k)
+        tok, par, dep = [h.vocab_ids[pick]], [torch.full_like(pick, -1)], [torch.ones_like(pick)]
+        scores = [score]
+        frontier = torch.arange(k, device=dev)[None].expand(r, -1)     # node ids expanded next (R, k)
+        feat = root[idx][:, None].expand(-1, k, -1)                    # their parents' outputs (R, k, D)
+        vis = torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)   # ancestry among expanded
+        tree_k, tree_v, forwards = [], [], 0
+        for d in range(1, min(self.depth, int(caps.max()))):
+            best = float(torch.cat(scores, 1).gather(1, frontier).max()) if d > 1 else float(score.max())
+            if s["head_s"] is not None and self.cost is not None and math.exp(best) * calib * self.cost(1) < s["head_s"]:
+                break                              # no frontier node is likely enough to pay for a head forward
+            x = h.fuse(feat, torch.cat(tok, 1).gather(1, frontier))
+            q, kk, vv = h.project(x, (root_pos + d - 1)[:, None].expand(-1, k))
+            tree_k.append(kk), tree_v.append(vv)
+            mask = torch.cat([ctx_valid[:, None, :].expand(-1, k, -1), vis], 2)[:, None]
+            out = h.finish(x, h.attend(q, torch.cat([ctx_k] + tree_k, 2), torch.cat([ctx_v] + tree_v, 2), mask))
+            forwards += 1
+            c_score, c_pick = torch.log_softmax(h.logits(out).float(), -1).topk(k, -1)       # (R, k, k)
+            c_score = (torch.cat(scores, 1).gather(1, frontier)[..., None] + c_score).flatten(1)
+            first = sum(t.shape[1] for t in tok)
+            tok.append(h.vocab_ids[c_pick].flatten(1))
+            par.append(frontier[..., None].expand(-1, -1, k).flatten(1))
+            dep.append(torch.full_like(c_score, d + 1, dtype=torch.long))
+            scores.append(c_score)
+            # the next frontier: the best k children; a child's parent is expanded slot (child // k)
+            sel = c_score.topk(k, -1).indices
+            frontier = first + sel
+            slot = sel // k
+            feat = out.gather(1, slot[..., None].expand(-1, -1, out.shape[-1]))
+            seen = vis.gather(1, slot[..., None].expand(-1, -1, vis.shape[-1]))     # the parent's ancestry
+            vis = torch.cat([seen, torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)], 2)
+        trees = self._select(torch.cat(tok, 1), torch.cat(par, 1), torch.cat(dep, 1), torch.cat(scores, 1),
+                             caps, calib, rows)
+        return trees, forwards
+
+    def _select(self, tok, par, dep, score, caps, calib, rows) -> dict[int, Tree]:
+        """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
+        laid out by depth so every parent comes before its children."""
+        key = torch.where(dep <= caps[:, None], score - 1e-4 * dep, torch.full_like(score, -float("inf")))
+        n_max = min(self.max_nodes, tok.shape[1])
+        key, order = key.topk(n_max, -1)                                             # (R, n)
+        probs = key.exp() * calib                                                    # 0 for too-deep nodes
+        gains = [[0.0] + row for row in probs.cumsum(1).tolist()]
+        n = n_max if self.cost is None else best_size(gains, self.cost)
+        order, probs = order[:, :n], probs[:, :n]
+        ar = torch.arange(n, device=tok.device)
+        order = order.gather(1, (dep.gather(1, order) * (n + 1) + ar).argsort(1))
+        local = torch.full_like(par, -1).scatter(1, order, ar[None].expand(len(rows), -1))
+        parents = par.gather(1, order)
+        parents = torch.where(parents >= 0, local.gather(1, parents.clamp(min=0)), parents)
+        alive = (dep.gather(1, order) <= caps[:, None]).tolist()
+        toks, pars, pred = tok.gather(1, order).tolist(), parents.tolist(), probs.sum(1).tolist()
+        return {b: Tree(0, [t for t, a in zip(toks[i], alive[i]) if a], [p for p, a in zip(pars[i], alive[i]) if a],
+                        pred[i]) for i, b in enumerate(rows)}
+
+    def _tree_draft(self, state, trees: dict[int, Tree]) -> Draft:
+        rows, positions, masks, meta = [], [], [], []
+        for b in range(state.batch):
+            if state.done[b]:
+                rows.append([]), positions.append([]), masks.append(None), meta.append(Tree(0, [], []))
+                continue
+            pending = state.pending(b)
+            first = state.num_cached[b]
+            t = trees.get(b, Tree(0, [], []))
+            t.num_pending = len(pending)
+            p = len(pending)
+            depth = []
+            for par in t.parents:
+                depth.append(1 if par < 0 else depth[par] + 1)
+            n = p + len(t.tokens)
+            mask = torch.zeros(n, n, dtype=torch.bool)
+            mask[:p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
+            for i, par in enumerate(t.parents):
+                mask[p + i, :p] = True
+                mask[p + i, p + i] = True
+                if par >= 0:
+                    mask[p + i] |= mask[p + par]
+            rows.append(pending + t.tokens)
+            positions.append(list(range(first, first + p)) + [first + p - 1 + d for d in depth])
+            masks.append(mask), meta.append(t)
+        active = [t.num_pending - 1 for t in meta if t.num_pending > 0]
+        draft = Draft.from_rows(rows, positions, masks, meta=meta, logits_from=min(active, default=0))
+        draft.want_hidden = True
+        return draft
+
+    # -- accept ----------------------------------------------------------------------------------------
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        s = state.scratch["eagle"]
+        keep = torch.zeros_like(draft.valid)
+        committed = []
+        greedy = state.params.greedy
+        targets = logits.argmax(-1).tolist() if greedy else None
+        for b in range(state.batch):
+            t: Tree = draft.meta[b]
+            if state.done[b] or t.num_pending == 0:
+                committed.append([])
+                continue
+            new, path = self._walk(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
+            committed.append(new)
+            keep[b, :t.num_pending] = True
+            slots = list(range(t.num_pending)) + [t.num_pending + i for i in path]
+            keep[b, slots] = True
+            if t.tokens:
+                s["ratio"][0] += len(path)
+                s["ratio"][1] += t.predicted
+        self.observe(state, draft, keep)
+        return Acceptance(committed, keep)
+
+    def observe(self, state: DecodeState, draft: Draft, keep: torch.Tensor) -> None:
+        """Record the target's features of the slots a step keeps (any decoder's step, as `auto`
+        runs them): the head feeds on them at its next catch-up."""
+        s = state.scratch["eagle"]
+        for b in range(state.batch):
+            slots = keep[b].nonzero().flatten()
+            if state.done[b] or not len(slots):
+                continue
+            new = draft.hidden[b, slots.to(draft.hidden.device)]
+            old = s["features"][b]
+            s["features"][b] = new if old is None else torch.cat([old, new])
+
+    @staticmethod
+    def _walk(state, t: Tree, logits, targets, offset: int):
+        """From the root, follow accepted children; returns the new tokens and the accepted nodes."""
+        children: dict[int, list[int]] = {}
+        for i, par in enumerate(t.parents):
+            children.setdefault(par, []).append(i)
+        node, new, path = -1, [], []
+        while True:
+            slot = (t.num_pending - 1 if node < 0 else t.num_pending + node) - offset
+            kids = children.get(node, [])
+            if targets is not None:
+                token = targets[slot]
+                nxt = next((c for c in kids if t.tokens[c] == token), None)
+            else:
+                p = logits_to_probs(logits[slot], state.params)
+                token, ok = accept_multi_draft(p, [t.tokens[c] for c in kids], state.generator)
+                nxt = next((c for c in kids if t.tokens[c] == token), None) if ok else None
+            new.append(token)
+            if nxt is None:
+                return new, path
+            path.append(nxt)
+            node = nxt
+
+
+def _mean(old, new, w: float = 0.2):
+    return new if old is None else (1 - w) * old + w * new

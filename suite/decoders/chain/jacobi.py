@@ -1,0 +1,94 @@
+"""Jacobi decoding (Santilli et al. 2023; CLLM, Kou et al. 2024): greedy fixed-point iteration.
+
+A window of guessed tokens is scored in one forward; the longest prefix that equals the greedy
+output is a fixed point and is committed, plus the first corrected token. The outputs after the
+first mismatch become the next guesses. Greedy only (use `sjd` for sampling); exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ...cost import bind_cost, chain_sizes, record
+from ...loop import Acceptance, DecodeState, Draft
+from .base import chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
+
+
+INIT_SCHEMES = ("prompt", "repeat", "left", "frame")
+
+
+def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: int | None = None) -> list[int]:
+    """New guess tokens: copies of random prompt tokens (CLLM), repeats of the last token,
+    "left" (images): copies of the last generated token, the left neighbour, or "frame" (video):
+    the token `period` (one frame) back, the same cell of the previous frame (in the first frame
+    the left neighbour); none before the first generated token."""
+    if count <= 0:
+        return []
+    if scheme == "frame":
+        if not period:
+            raise ValueError("init='frame' needs the tokens per frame: period=H*W, or an adapter with a video_grid")
+        new = state.new_tokens(b)
+        n = len(new)
+        return [new[n + i - period] if n + i >= period else new[-1] for i in range(count)] if new else []
+    if scheme == "left":
+        new = state.new_tokens(b)
+        return [new[-1]] * count if new else []
+    if scheme == "repeat":
+        return [state.tokens[b][-1]] * count
+    prompt = state.tokens[b][:state.prompt_lengths[b]]
+    idx = torch.randint(len(prompt), (count,), generator=state.generator)
+    return [prompt[i] for i in idx.tolist()]
+
+
+def frame_period(model) -> int:
+    """Tokens per frame of a video adapter: H*W of its config.extra["video_grid"] (T, H, W)."""
+    from ...adapters import as_adapter
+    grid = as_adapter(model).config.extra.get("video_grid")
+    if grid is None:
+        raise ValueError("init='frame' drafts from the previous video frame: pass period=H*W, or an adapter "
+                         "whose config.extra has 'video_grid': (T, H, W)")
+    return int(grid[1]) * int(grid[2])
+
+
+@dataclass(frozen=True)
+class Jacobi:
+    window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
+    init: str = "prompt"   # "prompt" (random prompt tokens), "repeat" (the last token) or "left" (last new token)
+    cost: Any = "auto"     # the target's cost curve: the window shrinks to what pays (suite.cost); None: fixed
+
+    name: ClassVar[str] = "jacobi"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def bind(self, model) -> "Jacobi":
+        return bind_cost(self, model)
+
+    def start(self, state: DecodeState) -> None:
+        if not state.params.greedy:
+            raise ValueError("jacobi is greedy only; use decoder='sjd' (speculative Jacobi) for temperature > 0")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+        if self.init not in INIT_SCHEMES:
+            raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
+        state.scratch["guesses"] = [[] for _ in range(state.batch)]
+
+    def propose(self, state: DecodeState) -> Draft:
+        guesses = state.scratch["guesses"]
+        for b in range(state.batch):
+            n = room_for_guesses(state, b, self.window)
+            guesses[b] = guesses[b][:n] + init_guesses(state, b, n - len(guesses[b][:n]), self.init)
+        sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
+        return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        verdicts, targets = greedy_chain_verdicts(state, draft, logits)
+        committed, accepted = [], []
+        for b, v in enumerate(verdicts):
+            guess = draft.meta.guesses[b]
+            committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
+            accepted.append(0 if v is None else v.num_accepted)
+            if v is not None:
+                state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
+        record(state, [len(g) for g in draft.meta.guesses], accepted)
+        return chain_acceptance(draft, committed, accepted)

@@ -1,0 +1,127 @@
+"""Helpers for multi-codebook decoders: a row's committed tokens are frames, tuples of Q ids, and
+drafts carry tokens (B, N, Q). The adapter returns logits (B, N', Q, V)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar
+
+import torch
+
+from ...loop import Acceptance, DecodeState, Draft
+
+
+@dataclass(frozen=True)
+class FrameDecoder:
+    """What every frame decoder shares: the codebook constants bound from the adapter's config,
+    and a draft of one slot per row holding its last committed frame(s)."""
+    codebooks: int | None = None    # Q; bound from the adapter's config
+    bos: int | None = None
+    eos: int | None = None
+    pad: int | None = None
+
+    name: ClassVar[str] = "frames"
+    requires: ClassVar[frozenset] = frozenset()
+    output: ClassVar[str] = "frame"     # what the adapter's forward must return (config.extra['output'])
+
+    def bind(self, model):
+        return replace(self, **require_frames(self, model, output=self.output))
+
+    def start(self, state: DecodeState) -> None:
+        if self.codebooks is None:
+            raise ValueError(f"{self.name} needs the codebook constants: decode through speech's TTS or call .bind(model)")
+
+    def propose(self, state: DecodeState) -> Draft:
+        return frame_draft(state, self.codebooks, self.pad)
+
+
+@dataclass
+class FrameMeta:
+    num_pending: list[int]
+
+
+def frame_draft(state: DecodeState, num_codebooks: int, pad: int) -> Draft:
+    """Each active row's pending frames (the prompt at prefill, then its last committed frame) at
+    consecutive positions; tokens (B, N, Q), causal among themselves."""
+    pending = [[] if state.done[b] else state.pending(b) for b in range(state.batch)]
+    n = max(1, max(len(p) for p in pending))
+    tokens = torch.full((state.batch, n, num_codebooks), pad, dtype=torch.long)
+    positions = torch.zeros(state.batch, n, dtype=torch.long)
+    valid = torch.zeros(state.batch, n, dtype=torch.bool)
+    mask = torch.eye(n, dtype=torch.bool).repeat(state.batch, 1, 1)
+    for b, frames in enumerate(pending):
+        m = len(frames)
+        if m == 0:
+            continue
+        tokens[b, :m] = torch.tensor([list(f) for f in frames], dtype=torch.long)
+        start = state.num_cached[b]
+        positions[b, :m] = torch.arange(start, start + m)
+        valid[b, :m] = True
+        mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril()
+    active = [len(p) - 1 for p in pending if p]
+    return Draft(tokens, positions, mask, valid, FrameMeta([len(p) for p in pending]),
+                 logits_from=min(active, default=0))
+
+
+def last_frame_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
+    """(Q, V) logits at row b's last pending frame: they predict the next frame."""
+    return logits[b, draft.meta.num_pending[b] - 1 - draft.logits_from]
+
+
+def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:
+    """Keep every pending frame's K/V (nothing is speculative here)."""
+    keep = torch.zeros_like(draft.valid)
+    for b, n in enumerate(draft.meta.num_pending):
+        keep[b, :n] = True
+    return Acceptance(committed, keep)
+
+
+def require_frames(decoder, model, output: str = "frame") -> dict:
+    """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
+    adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
+    "local" a LocalHeadOutput."""
+    extra = getattr(getattr(model, "config", None), "extra", {}) or {}
+    missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
+    if missing:
+        raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "
+                         f"codebooks, bos, eos and pad (e.g. speech's FrameTTSAdapter); missing {missing}")
+    if extra.get("output", "frame") != output:
+        raise ValueError(f"decoder {decoder.name!r} needs a frame adapter whose forward returns {output!r} "
+                         f"(config.extra['output']), this one returns {extra.get('output', 'frame')!r}; "
+                         f"e.g. speech's FrameTTSAdapter(model, output={output!r})")
+    return {k: int(extra[k]) for k in ("codebooks", "bos", "eos", "pad")}
+
+
+@dataclass
+class LocalHeadOutput:
+    """What a frame adapter with a local (depth) transformer returns per forward: the backbone's
+    hidden states (B, N', D) and the local transformer to run on them,
+    local(h (M, D), codes (M, n) with `mask_id` where unknown, mode "ar"|"maskgit") -> logits (M, n, V),
+    over the first n <= frames * Q code slots of the next `frames` frames, frame by frame."""
+
+    hidden: torch.Tensor
+    local: Callable
+    mask_id: int
+    frames: int = 1
+
+
+def last_frame_hidden(draft: Draft, out: LocalHeadOutput, rows: list[int]) -> torch.Tensor:
+    """(M, D) states at the last pending frame of each listed row."""
+    return torch.stack([out.hidden[b, draft.meta.num_pending[b] - 1 - draft.logits_from] for b in rows])
+
+
+def frames_until_end(frames: list[list[int]], eos: int) -> list[tuple]:
+    """Sampled frames (lists of Q ids) -> what a row commits: each frame as a tuple, up to the first
+    whose codebook 0 says EOS, which becomes the end marker (Q EOS ids) and ends the row."""
+    out = []
+    for frame in frames:
+        if frame[0] == eos:
+            return out + [(eos,) * len(frame)]
+        out.append(tuple(frame))
+    return out
+
+
+def only_head0_ends(logits: torch.Tensor, eos: int) -> torch.Tensor:
+    """(..., Q, V): codebooks q > 0 never emit EOS (only codebook 0 may end the utterance)."""
+    logits = logits.clone()
+    logits[..., 1:, eos] = float("-inf")
+    return logits

@@ -1,0 +1,95 @@
+"""Delay-pattern decoding of multi-codebook tokens (MusicGen: Copet et al. 2023, "Simple and
+Controllable Music Generation"; also Parler-TTS).
+
+Codebook k is shifted right by k frames, so at delayed step s one forward predicts codebook 0 of
+frame s, codebook 1 of frame s-1, ..., codebook K-1 of frame s-K+1, all K heads at once. A
+model trained on this layout needs T + K - 1 forwards for T frames (prefill included) instead
+of T * K when flattened: codebook 0 emits EOS at step T, then K - 2 more steps flush the other
+codebooks (their lagging frames), and the row ends. Slots outside the pattern are forced to the
+training layout (BOS before codebook k starts, EOS/PAD after it ends), never sampled.
+
+Exact: this IS the delay-layout model's own factorisation (each step samples the heads the
+model was trained to predict jointly); there is nothing slower it approximates. Committed tokens
+are delayed columns (tuples of K ids); `undelay` undoes the shift. This file is the delay layout's
+one home: the training layout (`delay_pattern`) and the forced slots (`delay_column`) with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs, sample
+from .base import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_ends
+
+
+@dataclass(frozen=True)
+class Delay(FrameDecoder):
+
+    name: ClassVar[str] = "delay"
+
+    def start(self, state: DecodeState) -> None:
+        super().start(state)
+        state.scratch["num_frames"] = [None] * state.batch     # T of each row once codebook 0 says EOS
+
+    @staticmethod
+    def num_frames(state: DecodeState, b: int) -> int | None:
+        """Row b's frame count T once its codebook 0 has ended (None before)."""
+        return state.scratch["num_frames"][b]
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            committed.append(self._step(state, b, last_frame_logits(draft, logits, b)))
+        return frame_acceptance(draft, committed)
+
+    def _step(self, state: DecodeState, b: int, logits) -> list[tuple]:
+        """Sample the delayed column of step s = columns committed so far; end the row after the flush."""
+        step = len(state.new_tokens(b))
+        num_frames = state.scratch["num_frames"][b]
+        probs = logits_to_probs(only_head0_ends(logits, self.eos), state.params)   # (K, V)
+        drawn = sample(probs, state.generator).tolist()          # one draw per codebook
+        column = []
+        for k in range(self.codebooks):
+            forced = delay_column(step, k, num_frames, self.bos, self.eos, self.pad)
+            column.append(drawn[k] if forced is None else forced)
+        if num_frames is None and column[0] == self.eos:
+            num_frames = state.scratch["num_frames"][b] = step
+        out = [tuple(column)]
+        if num_frames is not None and step >= num_frames + self.codebooks - 2:
+            out.append((self.eos,) * self.codebooks)             # the end marker: the row is done
+        return out
+
+
+def delay_pattern(codes: torch.Tensor, bos: int, eos: int, pad: int) -> torch.Tensor:
+    """codes (Q, T) -> delayed columns (Q, T + Q): row k is [BOS]*k, codes k, EOS, PAD..."""
+    q, t = codes.shape
+    out = torch.full((q, t + q), pad, dtype=torch.long)
+    for k in range(q):
+        out[k, :k] = bos
+        out[k, k:k + t] = codes[k]
+        out[k, k + t] = eos
+    return out
+
+
+def undelay(columns: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """Delayed columns (Q, S) -> codes (Q, T): codes[k, t] = columns[k, t + k]."""
+    q = columns.shape[0]
+    return torch.stack([columns[k, k:k + num_frames] for k in range(q)])
+
+
+def delay_column(step: int, k: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
+    """The forced value of codebook k at delayed step `step`, or None when it is to be sampled.
+    num_frames is T once codebook 0 has emitted EOS (None before)."""
+    if step < k:
+        return bos
+    if num_frames is not None and step - k == num_frames:
+        return eos
+    if num_frames is not None and step - k > num_frames:
+        return pad
+    return None

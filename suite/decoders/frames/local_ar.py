@@ -1,0 +1,41 @@
+"""Local autoregressive decoding over codebooks (RQ-Transformer, Lee et al. 2022, "Autoregressive
+Image Generation using Residual Quantization"; Moshi's depth transformer, Défossez et al. 2024).
+
+One backbone forward per frame (T + 1 for T frames, prefill included) gives the state h_t; a small
+local transformer then samples the frame's Q codebooks one after another,
+p(c_t) = prod_q p(c_t,q | h_t, c_t,<q): Q local passes per frame, each over at most Q + 1 slots.
+Codebook 0 may say EOS: the row ends (codebooks q > 0 never emit EOS).
+
+Exact: this is ancestral sampling of the local-head model's own factorisation (nothing is dropped
+or approximated; greedy equals the reference computation without any cache, tested).
+The adapter's forward returns a `LocalHeadOutput` (speech: FrameTTSAdapter(model, output="local")).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs, sample
+from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+
+
+@dataclass(frozen=True)
+class LocalAR(FrameDecoder):
+
+    name: ClassVar[str] = "local_ar"
+    output: ClassVar[str] = "local"
+
+    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
+        rows = [b for b in range(state.batch) if not state.done[b]]
+        h = last_frame_hidden(draft, out, rows)                                      # (M, D)
+        codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long)   # (M, Q)
+        for q in range(self.codebooks):                  # one local pass per codebook
+            logits = only_head0_ends(out.local(h, codes, "ar"), self.eos)[:, q]       # (M, V)
+            codes[:, q] = sample(logits_to_probs(logits, state.params), state.generator)
+        committed = [[] for _ in range(state.batch)]
+        for frame, b in zip(codes.tolist(), rows):
+            committed[b] = frames_until_end([frame], self.eos)
+        return frame_acceptance(draft, committed)

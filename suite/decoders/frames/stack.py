@@ -1,0 +1,39 @@
+"""Frame stacking: the backbone predicts S = 2 frames per forward (multi-frame prediction, as in
+VALL-E 2's grouped code modeling, Chen et al. 2024, and multi-token prediction heads, Gloeckle
+et al. 2024): at step i the last state emits frames 2i and 2i + 1 with two sets of Q heads, and
+both frames are fed back together in the next forward. floor(T / 2) + 1 forwards for T frames
+(prefill included; the EOS marker is a frame too) instead of `parallel`'s T + 1: half the
+backbone forwards again.
+
+Not exact: the second frame is sampled without seeing the first (and, as in `parallel`, the
+codebooks of a frame independently). This is the stacked heads' own factorisation; its quality
+cost against `parallel` is reported by `python -m speech.bench`. EOS on codebook 0 of either
+frame ends the row (the frames after it are dropped).
+The adapter's forward returns logits (B, N', S, Q, V) (speech: FrameTTSAdapter(model, output="stack")).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs, sample
+from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+
+
+@dataclass(frozen=True)
+class Stack(FrameDecoder):
+
+    name: ClassVar[str] = "stack"
+    output: ClassVar[str] = "stack"
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
+            frames = sample(logits_to_probs(frames_logits, state.params), state.generator).tolist()   # (S, Q)
+            committed.append(frames_until_end(frames, self.eos))
+        return frame_acceptance(draft, committed)

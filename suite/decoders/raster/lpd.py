@@ -1,0 +1,225 @@
+"""LPD (Zhang et al. 2025, "Locality-aware Parallel Decoding for Efficient Autoregressive Image
+Generation"): an H x W grid in a few steps, each step sampling a group of cells at once.
+
+The prior is trained to answer *position queries*: query token `query_offset + cell`, placed at
+the cell's own position, predicts that cell's code from the generated cells it may see. Step i
+feeds, in one forward, the cells sampled at step i-1 (real tokens, kept in the cache) and the
+queries of group i (their K/V is dropped after the step). The mask is block-causal over groups:
+real tokens see every earlier group and their own group; queries see the real tokens of earlier
+groups and each other ("mutual visibility" inside a group), never a later group.
+
+The order is locality-aware (`lpd_order`): the first cell is random; each later group takes the
+free cells closest to generated ones (proximity = sum of 1/distance to generated cells in the
+8-neighbourhood, ties at random), skipping any within `repulsion` (Chebyshev) of a cell already
+in the group, and fills what is left by farthest-point sampling. Group sizes follow the paper's
+20-step 256-cell schedule, or a linear ramp for other grids and step counts.
+
+Lossy: the cells of a group are sampled independently given the earlier groups, so the joint law
+differs from `ar` (the price of 256 cells in 20 forwards); `vision.bench` measures the cost. It
+needs a prior trained with position queries (`python -m vision.train lpd`), whose adapter names
+`query_offset` and `grid` in `config.extra`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import logits_to_probs, sample
+from .zipar import RasterCanvas, canvas_tokens, grid_of
+
+# the paper's group sizes for a 16x16 grid in 20 steps (LPD, 256 px)
+PAPER_GROUPS = {(256, 20): (1, 2, 4, 5, 7, 8, 10, 11, 12, 14, 15, 16, 17, 18, 18, 19, 19, 20, 20, 20)}
+
+
+def group_sizes(num_cells: int, steps: int) -> list[int]:
+    """Cells per step: the paper's schedule where one exists, else a linear ramp from 1 (each >= 1)."""
+    if not 1 <= steps <= num_cells:
+        raise ValueError(f"lpd steps must be in 1..{num_cells} (the grid's cell count), got {steps}")
+    if (num_cells, steps) in PAPER_GROUPS:
+        return list(PAPER_GROUPS[(num_cells, steps)])
+    if steps == 1:
+        return [num_cells]
+    weights = torch.arange(1, steps, dtype=torch.float64)             # groups 2..steps ramp up
+    ends = torch.round(torch.cumsum(weights, 0) / weights.sum() * (num_cells - steps)).long()
+    extra = torch.diff(ends, prepend=torch.zeros(1, dtype=torch.long))
+    return [1] + [1 + int(e) for e in extra]
+
+
+_NEIGHBOURS = [(dy, dx, 1.0 / (dy * dy + dx * dx) ** 0.5) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+
+
+def proximity(taken: torch.Tensor) -> torch.Tensor:
+    """(H, W) bool generated cells -> (H, W) sum of 1/distance to generated 8-neighbours."""
+    h, w = taken.shape
+    pad = torch.nn.functional.pad(taken.double(), (1, 1, 1, 1))
+    out = torch.zeros(h, w, dtype=torch.float64)
+    for dy, dx, inv in _NEIGHBOURS:
+        out += inv * pad[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+    return out
+
+
+def lpd_order(height: int, width: int, sizes: list[int], generator: torch.Generator | None = None,
+              repulsion: int = 2, proximity_threshold: float = 1.0) -> list[list[int]]:
+    """Groups of raster cell indices (one list per step) covering the grid once."""
+    if sum(sizes) != height * width:
+        raise ValueError(f"group sizes sum to {sum(sizes)}, not the {height * width} cells of the grid")
+    taken = torch.zeros(height, width, dtype=torch.bool)
+    groups = []
+    for size in sizes:
+        free = (~taken).flatten().nonzero().flatten()                   # (F,) free cells
+        perm = torch.randperm(len(free), generator=generator)           # random ties
+        score = proximity(taken).flatten()[free[perm]]
+        ranked = torch.sort(score, descending=True, stable=True)
+        cells, scores = free[perm[ranked.indices]].tolist(), ranked.values.tolist()
+        near = [c for c, s in zip(cells, scores) if s >= proximity_threshold]
+        group: list[int] = []
+        for c in near:
+            if len(group) == size:
+                break
+            if all(_chebyshev(c, g, width) > repulsion for g in group):
+                group.append(c)
+        if len(group) < size:                                           # the rest: far from the group
+            rest = [c for c in cells if c not in set(group)]
+            group += _farthest(group, rest, size - len(group), width, generator)
+        for c in group:
+            taken[c // width, c % width] = True
+        groups.append(group)
+    return groups
+
+
+def _chebyshev(a: int, b: int, width: int) -> int:
+    return max(abs(a // width - b // width), abs(a % width - b % width))
+
+
+def _farthest(chosen: list[int], candidates: list[int], k: int, width: int,
+              generator: torch.Generator | None) -> list[int]:
+    """k cells of `candidates` by farthest-point sampling from `chosen` (Euclidean on the grid)."""
+    if len(candidates) <= k:
+        return list(candidates)
+    cand = torch.tensor([[c // width, c % width] for c in candidates], dtype=torch.float64)   # (F, 2)
+    picked: list[int] = []
+    if chosen:
+        ref = torch.tensor([[c // width, c % width] for c in chosen], dtype=torch.float64)
+        dist = torch.cdist(cand, ref).min(1).values                                         # (F,)
+    else:                                                    # nothing to be far from: a random start
+        dist = torch.full((len(candidates),), -1.0, dtype=torch.float64)
+        dist[int(torch.randint(len(candidates), (1,), generator=generator))] = 1.0
+        i = int(dist.argmax())
+        picked.append(candidates[i])
+        dist = torch.cdist(cand, cand[i:i + 1]).flatten()
+        dist[i] = -1.0
+        k -= 1
+    for _ in range(k):
+        i = int(dist.argmax())
+        picked.append(candidates[i])
+        dist = torch.minimum(dist, torch.cdist(cand, cand[i:i + 1]).flatten())
+        dist[i] = -1.0
+    return picked
+
+
+@dataclass
+class LPDPlan:
+    """One batch row: its groups, how many are sampled, and the last group's cells (to feed)."""
+
+    groups: list[list[int]]
+    done_groups: int = 0
+    to_feed: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class LPDMeta:
+    num_real: list[int]          # per batch row: real slots (prompt or previous group) first
+    queries: list[list[int]]     # per batch row: cells queried this step, in slot order
+
+
+@dataclass(frozen=True)
+class LPD:
+    steps: int = 20
+    repulsion: int = 2              # Chebyshev radius kept free around a group's cells
+    proximity_threshold: float = 1.0
+    grid: tuple[int, int] | None = None     # (H, W); None = read from the adapter's config.extra
+    query_offset: int | None = None         # token id of the query for cell 0; None = from config.extra
+
+    name: ClassVar[str] = "lpd"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+
+    def bind(self, model) -> "LPD":
+        from ...adapters import as_adapter
+        grid = self.grid if self.grid is not None else grid_of(model)
+        offset = self.query_offset
+        if offset is None:
+            offset = as_adapter(model).config.extra.get("query_offset")
+        if offset is None:
+            raise ValueError("lpd needs a prior trained with position queries (config.extra has no "
+                             "'query_offset'): train one with `python -m vision.train lpd`")
+        return dataclasses.replace(self, grid=tuple(grid), query_offset=int(offset))
+
+    canvas = staticmethod(canvas_tokens)
+
+    def start(self, state: DecodeState) -> None:
+        if self.grid is None or self.query_offset is None:
+            raise ValueError("lpd needs the grid and the query tokens: decode through suite.generate or call .bind(model)")
+        h, w = self.grid
+        if state.max_new_tokens != h * w:
+            raise ValueError(f"lpd generates whole {h}x{w} grids: max_new_tokens must be {h * w}, "
+                             f"got {state.max_new_tokens}")
+        sizes = group_sizes(h * w, self.steps)
+        state.scratch["canvas"] = [RasterCanvas.empty(h, w, state.prompt_lengths[b]) for b in range(state.batch)]
+        state.scratch["lpd"] = [LPDPlan(lpd_order(h, w, sizes, state.generator, self.repulsion,
+                                                  self.proximity_threshold)) for _ in range(state.batch)]
+
+    def propose(self, state: DecodeState) -> Draft:
+        rows, positions, masks, num_real, queries = [], [], [], [], []
+        for b in range(state.batch):
+            plan: LPDPlan = state.scratch["lpd"][b]
+            canvas: RasterCanvas = state.scratch["canvas"][b]
+            if state.done[b]:
+                for x in (rows, positions, queries):
+                    x.append([])
+                masks.append(None), num_real.append(0)
+                continue
+            if state.num_cached[b] == 0:                      # first step: the prompt, causal
+                real_tok = state.tokens[b][:state.prompt_lengths[b]]
+                real_pos = list(range(len(real_tok)))
+                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool).tril()
+            else:                                             # the previous group, seen as one block
+                real_tok = [canvas.tokens[c] for c in plan.to_feed]
+                real_pos = [canvas.position(c) for c in plan.to_feed]
+                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool)
+            cells = plan.groups[plan.done_groups]
+            n_real, n_q = len(real_tok), len(cells)
+            mask = torch.zeros(n_real + n_q, n_real + n_q, dtype=torch.bool)   # (N, N)
+            mask[:n_real, :n_real] = real_mask
+            mask[n_real:, :] = True                           # queries see the reals and each other
+            rows.append(real_tok + [self.query_offset + c for c in cells])
+            positions.append(real_pos + [canvas.position(c) for c in cells])
+            masks.append(mask), num_real.append(n_real), queries.append(cells)
+        live = [n for b, n in enumerate(num_real) if not state.done[b]]
+        return Draft.from_rows(rows, positions, masks, meta=LPDMeta(num_real, queries), logits_from=min(live, default=0))
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        meta: LPDMeta = draft.meta
+        keep = torch.zeros_like(draft.valid)
+        committed = []
+        for b in range(state.batch):
+            if state.done[b]:
+                committed.append([])
+                continue
+            plan: LPDPlan = state.scratch["lpd"][b]
+            canvas: RasterCanvas = state.scratch["canvas"][b]
+            n_real, cells = meta.num_real[b], meta.queries[b]
+            keep[b, :n_real] = True                            # real tokens stay; queries go
+            for c in plan.to_feed:
+                canvas.cached[c] = True
+            start = n_real - draft.logits_from
+            p = logits_to_probs(logits[b, start:start + len(cells)], state.params)   # (G, V)
+            for c, tok in zip(cells, sample(p, state.generator).tolist()):
+                canvas.put(c, int(tok))
+            plan.to_feed = list(cells)
+            plan.done_groups += 1
+            committed.append(canvas.raster_prefix())
+        return Acceptance(committed, keep)

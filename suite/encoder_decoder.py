@@ -1,0 +1,65 @@
+"""Encoder-decoder models (the VisionEncoderDecoder layout: a transformers decoder whose layers
+cross-attend to encoder states): the adapter bound to one batch of encoder states, and the model
+folder of a decoder whose output head is tied to its input embedding."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .cache import KVCache
+from .storage import load_weights, save_weights
+
+TIED_HEAD = "decoder.lm_head.weight"      # tied to the decoder's input embedding: never saved
+
+
+def causal_mask(cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, 1, N, T) plain causal attention of N new tokens (B, N) over the cache and each other."""
+    b, n = tokens.shape[:2]
+    return cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n))
+
+
+class CrossAttentionAdapter:
+    """Base of a suite.ModelAdapter over `self.model.decoder` bound to one batch of encoder states
+    `self.encoder_states` (B, S, D): the self-attention K/V lives in suite's KVCache, the
+    cross-attention K/V is computed on the first forward of a request and kept beside it
+    (`cache.encdec`). Subclasses bind the states (`for_images`) and set `bind_hint`, the call that
+    does so."""
+
+    supports_custom_mask = True
+    supports_rollback = True
+    bind_hint = "adapter.for_images(pixels)"
+    encoder_states: torch.Tensor | None = None
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        from transformers import DynamicCache, EncoderDecoderCache
+        if self.encoder_states is None or self.encoder_states.shape[0] != batch:
+            raise ValueError(f"bind the adapter to a batch of images first: {self.bind_hint}")
+        cache = KVCache(batch, DynamicCache())
+        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
+        return cache
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        if attention_mask is None:
+            attention_mask = causal_mask(cache, tokens)
+        out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
+                                 attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
+                                 use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
+        return out.logits
+
+
+def save_tied(model: torch.nn.Module, folder: str | Path, config: dict) -> None:
+    """`model`'s weights without the tied head, and `config` (indent 1), into `folder`."""
+    save_weights(folder, model.state_dict(), config, indent=1, skip=(TIED_HEAD,))
+
+
+def load_tied(model: torch.nn.Module, folder: str | Path) -> torch.nn.Module:
+    """Load a folder written by `save_tied` into `model` (built from its config), tie the head;
+    fails naming the first mismatched keys when the weights do not fit the config."""
+    missing, unexpected = model.load_state_dict(load_weights(folder), strict=False)
+    missing = [k for k in missing if k != TIED_HEAD]
+    if missing or unexpected:
+        raise ValueError(f"weights in {folder} do not match the config: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    model.decoder.tie_weights()
+    return model

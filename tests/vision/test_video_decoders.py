@@ -1,0 +1,195 @@
+"""Video decoders on tiny random video priors (vision/video/prior.py's layout and window mask):
+the adapter's cached logits follow the training mask; diagonal (frames pipelined) equals ar,
+greedy and in law; sjd/mc_sjd with temporal drafts (init="frame") equal ar greedy and are
+lossless in law (chi-square against the exact joint law); video_zipar's schedule; CFG."""
+import pytest
+import torch
+from chisq import goodness_of_fit
+
+import suite
+from suite import SamplingParams, logits_to_probs
+from suite.decoders.raster.video_zipar import Diagonal, VideoZipAR
+from vision.video.prior import PROMPT, VideoLayout, VideoPrior, build_video_prior
+
+
+def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0):
+    meta = {"codebook_size": codebook, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": frames,
+            "grid": list(grid), "radius": radius}
+    torch.manual_seed(seed)
+    model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4).eval()
+    with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
+        model.get_output_embeddings().weight.mul_(sharpen)
+    return VideoPrior(model, meta)
+
+
+@pytest.fixture(scope="module")
+def video():
+    return tiny_video()
+
+
+def prompts(video, pairs):
+    return torch.tensor([video.layout.prompt(c, m) for c, m in pairs])
+
+
+def cfg(video, prompt, scale=2.0):
+    lay = video.layout
+    null = torch.tensor([[lay.null_motion, lay.null_class]] * len(prompt))
+    return suite.ClassifierFreeGuidance(video, scale, null)
+
+
+def gen(model, prompt, decoder, n, **kw):
+    return suite.generate(model, prompt, decoder=decoder, max_new_tokens=n, **kw)
+
+
+def full_logits(video, seqs: torch.Tensor) -> torch.Tensor:
+    """(B, L, K) logits of whole sequences in one uncached forward under the training mask."""
+    lay = video.layout
+    pos = torch.arange(seqs.shape[1]).expand(len(seqs), -1)
+    with torch.no_grad():
+        out = video.model(input_ids=lay.inputs(seqs, pos), position_ids=lay.position_ids(pos),
+                          attention_mask=lay.training_mask(seqs.shape[1])[None, None].expand(len(seqs), 1, -1, -1))
+    return out.logits[..., :lay.codebook]
+
+
+def test_window_mask_sees_prompt_own_frame_and_the_neighbourhood_above():
+    lay = VideoLayout(8, 2, 2, frames=2, height=4, width=4, radius=1)
+    m = lay.training_mask()
+    query = PROMPT + 16 + 4                  # holds cell (1, 1, 0) and predicts (1, 1, 1)
+    prev = {PROMPT + r * 4 + c for r in (0, 1, 2) for c in (0, 1, 2)}
+    own = set(range(PROMPT + 16, query + 1))     # not the frame-start slot (it holds frame 0's last cell)
+    assert set(m[query].nonzero().flatten().tolist()) == {0, 1} | prev | own
+    start = PROMPT + 15
+    assert m[:, start].nonzero().flatten().tolist() == [start]
+    assert lay.inputs(torch.tensor([[5] * 34]), torch.arange(34)[None])[0, PROMPT + 15] == lay.bof
+
+
+def test_cached_ar_follows_the_training_mask(video):
+    """Greedy ar through the adapter (cache, window mask per step) picks the argmax of one
+    uncached forward over its own output under the training mask, at every cell."""
+    n = video.layout.frames * video.layout.cells
+    p = prompts(video, [(0, 1), (1, 0)])
+    out = gen(video, p, "ar", n)
+    seqs = torch.cat([p, torch.tensor(out.new_tokens)], 1)
+    assert torch.equal(full_logits(video, seqs)[:, PROMPT - 1:-1].argmax(-1), seqs[:, PROMPT:])
+
+
+@pytest.mark.parametrize("guided", [False, True])
+def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided):
+    lay = video.layout
+    n = lay.frames * lay.cells
+    p = prompts(video, [(0, 0), (1, 1)])
+    model = cfg(video, p) if guided else video
+    ar, diag = gen(model, p, "ar", n), gen(model, p, Diagonal(), n)
+    assert diag.new_tokens == ar.new_tokens
+    lag = lay.radius * lay.width + lay.radius + 1      # cells of frame t before frame t+1 starts
+    assert diag.stats.num_forwards == lay.cells + (lay.frames - 1) * lag < ar.stats.num_forwards
+
+
+def test_video_zipar_full_rows_is_diagonal_and_windows_overlap_rows(video):
+    lay = video.layout
+    n = lay.frames * lay.cells
+    p = prompts(video, [(1, 0)])
+    assert gen(video, p, VideoZipAR(window=None), n).new_tokens == gen(video, p, "ar", n).new_tokens
+    out = gen(video, p, VideoZipAR(window=1), n, temperature=1.0, seed=0)
+    assert all(t >= 0 for t in out.new_tokens[0]) and len(out.new_tokens[0]) == n
+    assert out.stats.num_forwards < gen(video, p, Diagonal(), n).stats.num_forwards
+
+
+def test_video_zipar_samples_a_cell_only_once_its_window_above_exists(video):
+    """Every cell (t, r, c) is sampled after frame t-1's cells within the radius (the window
+    the model sees) and, inside its frame, after `window` more cells of the row above."""
+    lay = video.layout
+    n = lay.frames * lay.cells
+    adapter, dec, state = suite.prepare(video, prompts(video, [(0, 1)]), decoder=VideoZipAR(window=2),
+                                        max_new_tokens=n, temperature=1.0, seed=1)
+    when = {}
+    for step in suite.decode_steps(adapter, dec, state):
+        for cell, tok in enumerate(state.scratch["canvas"][0].tokens):
+            if tok >= 0:
+                when.setdefault(cell, step.index)
+    h, w, rad = lay.height, lay.width, lay.radius
+    for cell, t_step in when.items():
+        t, r, c = cell // lay.cells, cell % lay.cells // w, cell % w
+        if t > 0:
+            need = (t - 1) * lay.cells + min(r + rad, h - 1) * w + min(c + rad, w - 1)
+            assert when[need] < t_step
+        if r > 0:
+            assert when[t * lay.cells + (r - 1) * w + min(c + 2, w) - 1] < t_step
+
+
+@pytest.mark.parametrize("decoder", ["sjd", "mc_sjd"])
+@pytest.mark.parametrize("guided", [False, True])
+def test_sjd_with_temporal_drafts_equals_ar_greedy(video, decoder, guided):
+    lay = video.layout
+    n = lay.frames * lay.cells
+    p = prompts(video, [(0, 1), (1, 1)])
+    model = cfg(video, p) if guided else video
+    out = gen(model, p, decoder, n, init="frame", window=6)
+    assert out.new_tokens == gen(model, p, "ar", n).new_tokens
+    assert out.stats.num_forwards < n
+
+
+def test_frame_init_drafts_the_same_cell_of_the_previous_frame(video):
+    from suite.decoders.chain.jacobi import init_guesses
+    lay = video.layout
+    adapter, dec, state = suite.prepare(video, prompts(video, [(0, 0)]), decoder="sjd", init="frame",
+                                        max_new_tokens=lay.frames * lay.cells)
+    assert dec.period == lay.cells
+    state.tokens[0] += list(range(lay.cells)) + [7, 6]
+    assert init_guesses(state, 0, 3, "frame", dec.period) == [2, 3, 4]
+    state.tokens[0] = state.tokens[0][:PROMPT + 3]
+    assert init_guesses(state, 0, 2, "frame", dec.period) == [2, 2]    # first frame: the left neighbour
+
+
+V, ROWS, BATCHES = 3, 300, 3
+
+
+def exact_law(video, prompt, n, params):
+    """The exact joint law of the first n codes (every prefix scored by the adapter)."""
+    law = {(): 1.0}
+    for _ in range(n):
+        seqs = list(law)
+        ids = torch.tensor([prompt + list(s) for s in seqs])
+        pos = torch.arange(ids.shape[1]).expand(len(seqs), -1)
+        with torch.no_grad():
+            logits = video(ids, pos, video.new_cache(len(seqs)), None)[:, -1]
+        probs = logits_to_probs(logits, params)
+        law = {s + (t,): law[s] * float(probs[i, t]) for i, s in enumerate(seqs) for t in range(V)}
+    return law
+
+
+def sample_law(video, prompt, n, decoder, setting, **options):
+    samples, longest = [], 0
+    for seed in range(BATCHES):
+        out = gen(video, torch.tensor([prompt] * ROWS), decoder, n, seed=seed, **setting, **options)
+        samples += [tuple(t) for t in out.new_tokens]
+        longest = max([longest] + [k for s in out.stats.accepted_lengths for k in s])
+    return samples, longest
+
+
+@pytest.mark.parametrize("decoder", ["sjd", "mc_sjd"])
+@pytest.mark.parametrize("setting", [dict(temperature=1.0), dict(temperature=1.0, top_k=2)])
+def test_sjd_with_temporal_drafts_is_lossless(decoder, setting):
+    video = tiny_video(codebook=V, frames=2, grid=(1, 2), radius=1, sharpen=3.0)
+    prompt = video.layout.prompt(1, 0)
+    samples, longest = sample_law(video, prompt, 4, decoder, setting, init="frame", window=3)
+    assert goodness_of_fit(samples, exact_law(video, prompt, 4, SamplingParams(**setting))) > 1e-3
+    assert longest > 1
+
+
+def test_diagonal_is_lossless_when_sampling():
+    """radius 0 on 2x1 frames: frame 1's first cell is sampled beside frame 0's last (3 forwards, not 4)."""
+    video = tiny_video(codebook=V, frames=2, grid=(2, 1), radius=0, sharpen=3.0)
+    prompt = video.layout.prompt(0, 1)
+    setting = dict(temperature=1.0)
+    samples, longest = sample_law(video, prompt, 4, Diagonal(), setting)
+    assert goodness_of_fit(samples, exact_law(video, prompt, 4, SamplingParams(**setting))) > 1e-3
+    assert longest == 2
+
+
+def test_video_decoders_need_a_video_adapter():
+    from tinymodels import tiny_prior
+    with pytest.raises(ValueError, match="video_grid"):
+        gen(tiny_prior(), torch.tensor([[16]]), Diagonal(), 16)
+    with pytest.raises(ValueError, match="video_grid"):
+        gen(tiny_prior(), torch.tensor([[16]]), "sjd", 16, init="frame")

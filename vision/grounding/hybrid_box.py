@@ -1,0 +1,155 @@
+"""Hybrid box decoding: parallel by default, validated, re-decoded token by token when the check
+fails (LocateAnything, NVIDIA 2026, arXiv 2605.27365, "Hybrid" mode: fall back to next-token
+prediction on "format irregularity or spatial ambiguity").
+
+Each block is first scored in one forward as in `parallel_box`. Its head token comes from the
+clean causal slot, so it is always the exact AR token. The block is committed whole only when
+`block_problem` finds nothing wrong: structure tokens in place, x0 < x1 and y0 < y1 (oriented: a
+positive size and a unit angle vector), inside the image, and every slot's confidence at least
+`confidence_floor` (coordinates: the probability mass within `coord_tolerance` grid values).
+
+Otherwise only the head is committed and the rest of the block is re-decoded AR. The failed
+parallel slots are not thrown away: they are drafts. Each following forward scores the drafts
+still ahead as a causal chain and keeps the prefix the AR model agrees with (suite's speculative
+rule with point-mass drafts: exact AR tokens, in distribution when sampling), plus AR's own token
+at the first disagreement; the slots after a disagreement get new drafts from the same forward,
+AR's argmax at each chain slot (Jacobi-style: a coordinate that AR moves by one grid value rarely
+changes the later ones), verified by the next forward. So a re-decoded block
+is exactly what `ar` would emit after the same prefix, and every forward commits at least one
+token. The forward that verifies a block's last drafts also carries the next block's MASK slots,
+scored as in a parallel step: when the whole chain is accepted the next block comes out of the
+same forward (its head from the chain's last slot, the exact AR distribution), otherwise they are
+discarded. confidence_floor above 1 sends every block to AR: the output is then exactly `ar`'s
+(a test checks this); confidence_floor 0 keeps only the format and geometry checks. Blocks that
+pass are lossy as in `parallel_box`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from suite.acceptance import Verdict, accept_speculative
+from suite.loop import Acceptance, DecodeState, Draft
+from suite.sampling import draw, logits_to_probs
+from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits
+from .parallel_box import BoxLayout, block_problem, slot_confidence
+
+
+FALLBACK = "fallback:"      # stats event per reason a block went to AR: fallback:geometry, ...
+
+
+def fallback_reasons(events: dict[str, int]) -> dict[str, int]:
+    """reason -> how many blocks it sent to AR, from a DecodeStats' events."""
+    return {k[len(FALLBACK):]: v for k, v in events.items() if k.startswith(FALLBACK)}
+
+
+@dataclass(frozen=True)
+class HybridBox:
+    confidence_floor: float = 0.5
+    coord_tolerance: int = 15        # grid values (of 1000) around a coordinate counted as agreeing
+    layout: Any = None               # BoxLayout; default: from the adapter config (bind)
+
+    name: ClassVar[str] = "hybrid"
+    requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+
+    def bind(self, adapter) -> "HybridBox":
+        return self if self.layout is not None else dataclasses.replace(self, layout=BoxLayout.of(adapter))
+
+    def start(self, state: DecodeState) -> None:
+        if self.layout is None:
+            raise ValueError("hybrid needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
+        if self.confidence_floor < 0 or self.coord_tolerance < 0:
+            raise ValueError("confidence_floor and coord_tolerance must be >= 0")
+        state.scratch["ar_left"] = [0] * state.batch       # slots of the current block still to decode AR
+        state.scratch["verify"] = [[] for _ in range(state.batch)]   # failed parallel slots to verify
+
+    def propose(self, state: DecodeState) -> Draft:
+        """Per row: the queued drafts as a causal chain, plus the next block's B-1 MASKs when the
+        chain ends the block; else B-1 MASKs (a parallel step)."""
+        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
+        B = self.layout.block_size
+        chains, noisy = [], []
+        for b in range(state.batch):
+            room = state.room(b) - 1 if not state.done[b] else 0
+            chain = verify[b][:max(0, room)]                 # done rows have no room: no chain
+            verify[b] = chain
+            if state.done[b] or (chain and len(chain) < ar_left[b]) or (not chain and ar_left[b] > 0):
+                n = 0                                 # done, a chain inside the block, or a plain AR step
+            else:                                     # the chain (if any) ends the block: next block's MASKs
+                n = max(0, min(B - 1, room - len(chain)))
+            chains.append(chain)
+            noisy.append([self.layout.mask_token_id] * n)
+        return block_draft(state, chains, noisy)
+
+    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        committed, kept = [], []
+        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
+        for b in range(state.batch):
+            kept.append(0)
+            if state.done[b]:
+                committed.append([])
+                continue
+            row = row_logits(draft, logits, b)                          # (1 + chain + noisy, V)
+            if verify[b]:
+                chain = verify[b]
+                out, kept[b], whole = self._verify(state, b, row)
+                if whole and ar_left[b] == 0 and draft.meta.num_noisy[b] > 0:
+                    # the block is complete and the next one was scored in the same forward
+                    kept[b] = len(chain)
+                    out = out + self._parallel(state, b, row[len(chain):])
+                committed.append(out)
+                continue
+            if ar_left[b] > 0:                                          # re-decoding slot by slot
+                ar_left[b] -= 1
+                committed.append([int(draw(row[0], state.params, state.generator))])
+                continue
+            committed.append(self._parallel(state, b, row))
+        return Acceptance(committed, keep_clean(draft, kept))
+
+    def _parallel(self, state: DecodeState, b: int, row: torch.Tensor) -> list[int]:
+        """A parallel step from (1 + noisy, V) logits: the end token alone, or a checked block."""
+        tokens = draw(row, state.params, state.generator).tolist()
+        if tokens[0] in state.eos_token_ids or len(tokens) == 1:
+            return tokens[:1]
+        return self._check_block(state, b, row, tokens)
+
+    def _check_block(self, state: DecodeState, b: int, row: torch.Tensor, tokens: list[int]) -> list[int]:
+        """Commit a valid parallel block whole; else commit its head and queue the rest for verification."""
+        state.stats.count("box_blocks")
+        # a floor of 0 never rejects a confidence: skip computing them
+        conf = slot_confidence(row, tokens, self.layout, self.coord_tolerance) if self.confidence_floor > 0 else None
+        problem = block_problem(tokens, conf, self.layout, self.confidence_floor)
+        if problem is None:
+            return tokens
+        state.stats.count("box_fallbacks")
+        state.stats.count(FALLBACK + problem)
+        state.scratch["verify"][b] = tokens[1:]
+        state.scratch["ar_left"][b] = self.layout.block_size - 1
+        return tokens[:1]
+
+    def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int, bool]:
+        """(tokens to commit, chain slots whose K/V stays, whole chain accepted): the verified
+        prefix of the queued drafts and AR's token at the first disagreement; the slots after it
+        are queued again with new drafts. No bonus token after a fully accepted chain (the next
+        block's head comes from the MASK-carrying forward, `accept`)."""
+        chain = state.scratch["verify"][b]
+        argmax = row[:len(chain) + 1].argmax(-1).tolist()               # slot i predicts chain[i]
+        if state.params.greedy:       # the speculative rule with one-hot p: keep what AR's argmax agrees with
+            k = next((i for i, (c, a) in enumerate(zip(chain, argmax)) if c != a), len(chain))
+            v = Verdict(k, argmax[k])
+        else:
+            probs = logits_to_probs(row[:len(chain) + 1], state.params)
+            v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
+        whole = v.num_accepted == len(chain)
+        out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
+        # the drafts after a disagreement become AR's own guesses from this forward (slot j's
+        # argmax given chain[:j]: one wrong value in the context rarely changes the later ones;
+        # Jacobi-style), a better draft than the parallel slots'; they are verified like any draft
+        state.scratch["verify"][b] = [] if whole else argmax[v.num_accepted + 1:len(chain)]
+        state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
+        # the last committed token must stay uncached (the next forward predicts from its slot):
+        # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward
+        return out, v.num_accepted if not whole else v.num_accepted - 1, whole

@@ -1,0 +1,215 @@
+"""Class- and motion-conditional video generation: per-frame VQ codes + the AR video prior,
+decoded through `suite`.
+
+    pipe = vision.load_video_pipeline()
+    res = pipe(["star"], motion="left", num_frames=8, decoder="diagonal", seed=0)
+    res.frames (PIL), res.codes (T, H, W), res.stats; res.save("star.mp4"); res.save("star.gif")
+    for frame in pipe.stream(["star", "ring"], motion="grow"):
+        frame.clip, frame.index, frame.image      # each frame as soon as its last code is decided
+
+Decoder names: every registered one that samples ("ar", "sjd", "mc_sjd", ...), "diagonal"
+(frames pipelined, exact), "video_zipar" (and its alias "zipar": rows inside a frame as ZipAR,
+lossy). sjd and mc_sjd draft each new frame from the previous one (init="frame").
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+import suite
+from suite.api import prepare
+
+from ..data import to_uint8
+from ..tokenizer import VQTokenizer
+from .prior import SAMPLING, VideoPrior
+
+DEFAULT_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
+VIDEO_DEFAULTS = {"sjd": {"init": "frame", "window": 16}, "mc_sjd": {"init": "frame", "window": 16}}
+ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
+
+
+def video_decoder(name: str, **options):
+    """A decoder by name: the video ones (until the registry lists them), else the registry's."""
+    from suite.decoders.raster.video_zipar import Diagonal, VideoZipAR
+    name = ALIASES.get(name, name)
+    local = {cls.name: cls for cls in (VideoZipAR, Diagonal)}
+    if name in local and name not in suite.REGISTRY:
+        valid = {f.name for f in dataclasses.fields(local[name])}
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise ValueError(f"decoder {name!r} does not take {', '.join(unknown)}; its options are: "
+                             f"{', '.join(sorted(valid))}")
+        return local[name](**options)
+    return suite.make_decoder(name, **{**VIDEO_DEFAULTS.get(name, {}), **options})
+
+
+@dataclass
+class VideoResult:
+    clips: list                       # per prompt: a list of PIL frames
+    tokens: torch.Tensor              # (B, T, H, W) codes
+    labels: list[int]
+    motions: list[int]
+    stats: suite.DecodeStats
+    settings: dict = field(default_factory=dict)
+
+    def _one(self, what: str):
+        if len(self.clips) != 1:
+            raise ValueError(f"res.{what} is for one clip; this result holds {len(self.clips)}: "
+                             "use res.clips[i] and res.tokens[i]")
+
+    @property
+    def frames(self) -> list:
+        """The PIL frames of a one-clip result."""
+        self._one("frames")
+        return self.clips[0]
+
+    @property
+    def codes(self) -> torch.Tensor:
+        """The (T, H, W) codes of a one-clip result."""
+        self._one("codes")
+        return self.tokens[0]
+
+    def save(self, path: str, fps: float = 8.0, scale: int = 4) -> list[str]:
+        """Write the clip(s) to `path` (.mp4: H.264, or .gif), each frame enlarged `scale` times; a
+        batch writes path-0.mp4, path-1.mp4, ... Returns the paths written."""
+        from .io import write_video
+        if len(self.clips) == 1:
+            return [write_video(path, self.clips[0], fps, scale)]
+        stem, ext = os.path.splitext(path)
+        return [write_video(f"{stem}-{i}{ext}", clip, fps, scale) for i, clip in enumerate(self.clips)]
+
+
+@dataclass
+class VideoFrame:
+    clip: int                         # which prompt of the batch
+    index: int                        # frame number t
+    image: object                     # PIL image
+    codes: torch.Tensor               # (H, W)
+    forward: int                      # forwards done when the frame was complete
+    stats: suite.DecodeStats          # the request's running totals (live)
+
+
+class VideoPipeline:
+    def __init__(self, tokenizer: VQTokenizer, prior: VideoPrior):
+        self.tokenizer, self.prior = tokenizer, prior
+        if tokenizer.codebook_size != prior.codebook_size:
+            raise ValueError(f"tokenizer has {tokenizer.codebook_size} codes but the video prior {prior.codebook_size}: "
+                             "retrain the prior on this tokenizer (`python -m vision.video.train prior`)")
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.prior.config.extra["classes"])
+
+    @property
+    def motions(self) -> list[str]:
+        return list(self.prior.config.extra["motions"])
+
+    @property
+    def max_frames(self) -> int:
+        return self.prior.layout.frames
+
+    def _ids(self, values, names: list[str], kind: str) -> list[int]:
+        """Names or ids -> ids; unknown ones are a ValueError listing the valid names."""
+        ids = []
+        for x in values:
+            if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < len(names):
+                ids.append(int(x))
+            elif isinstance(x, str) and (x in names or x.isdigit() and int(x) < len(names)):
+                ids.append(names.index(x) if x in names else int(x))
+            else:
+                raise ValueError(f"unknown {kind} {x!r}; choose a name or id 0..{len(names) - 1}: " + ", ".join(names))
+        return ids
+
+    def prompt_ids(self, labels, motion) -> tuple[list[int], list[int]]:
+        """Class and motion ids per clip; one motion for all, or one per label."""
+        labels = [labels] if isinstance(labels, (str, int, np.integer)) else list(labels)
+        if not labels:
+            raise ValueError("give at least one label (a class name or id)")
+        motions = [motion] * len(labels) if isinstance(motion, (str, int, np.integer)) else list(motion)
+        if len(motions) != len(labels):
+            raise ValueError(f"give one motion, or one per label: got {len(motions)} for {len(labels)} labels")
+        return self._ids(labels, self.classes, "class"), self._ids(motions, self.motions, "motion")
+
+    def _prepare(self, labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, options):
+        s = {**SAMPLING, **self.prior.meta.get("sampling", {})}
+        guidance_scale = s["guidance_scale"] if guidance_scale is None else guidance_scale
+        temperature = s["temperature"] if temperature is None else temperature
+        top_k = s["top_k"] if top_k is None else top_k
+        if guidance_scale < 0:
+            raise ValueError(f"guidance_scale must be >= 0 (1 = no guidance, 2-3 typical), got {guidance_scale}")
+        if not 1 <= num_frames <= self.max_frames:
+            raise ValueError(f"num_frames must be 1..{self.max_frames} (the prior was trained on "
+                             f"{self.max_frames}-frame clips), got {num_frames}")
+        ids, motions = self.prompt_ids(labels, motion)
+        lay = self.prior.layout
+        prompt = torch.tensor([lay.prompt(c, m) for c, m in zip(ids, motions)])        # (B, 2)
+        model = self.prior
+        if guidance_scale != 1.0:
+            null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids))
+            model = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null)
+        dec = video_decoder(decoder, **options) if isinstance(decoder, str) else decoder
+        adapter, dec, state = prepare(model, prompt, decoder=dec, max_new_tokens=num_frames * lay.cells,
+                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        settings = {"labels": [self.classes[i] for i in ids], "motions": [self.motions[m] for m in motions],
+                    "num_frames": num_frames, "decoder": dec.name, "guidance_scale": guidance_scale,
+                    "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        return ids, motions, adapter, dec, state, settings
+
+    def __call__(self, labels, motion="right", num_frames: int | None = None, decoder="ar",
+                 guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0, **decoder_options) -> VideoResult:
+        ids, motions, adapter, dec, state, settings = self._prepare(
+            labels, motion, num_frames or self.max_frames, decoder, guidance_scale, temperature, top_k, top_p,
+            seed, decoder_options)
+        for _ in suite.decode_steps(adapter, dec, state):
+            pass
+        tokens = self._tokens(state, settings["num_frames"])
+        return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, state.stats, settings)
+
+    def stream(self, labels, motion="right", num_frames: int | None = None, decoder="ar",
+               guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
+               top_p: float | None = None, seed: int = 0, **decoder_options) -> Iterator[VideoFrame]:
+        """Yield each frame as soon as all its codes are committed (the same decode loop as __call__;
+        frames of a batch and, with `diagonal`, of one clip complete at different forwards)."""
+        _, _, adapter, dec, state, settings = self._prepare(
+            labels, motion, num_frames or self.max_frames, decoder, guidance_scale, temperature, top_k, top_p,
+            seed, decoder_options)
+        cells, h, w = self.prior.layout.cells, self.prior.layout.height, self.prior.layout.width
+        shown = [0] * state.batch
+        for step in suite.decode_steps(adapter, dec, state):
+            for b in range(state.batch):
+                new = state.new_tokens(b)
+                while shown[b] < len(new) // cells:
+                    codes = torch.tensor(new[shown[b] * cells:(shown[b] + 1) * cells]).reshape(h, w)
+                    yield VideoFrame(b, shown[b], self.decode_frames(codes[None])[0], codes, state.stats.num_forwards,
+                                     state.stats)
+                    shown[b] += 1
+
+    def _tokens(self, state, frames: int) -> torch.Tensor:
+        lay = self.prior.layout
+        return torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, frames, lay.height,
+                                                                                        lay.width)
+
+    def decode_frames(self, codes: torch.Tensor) -> list:
+        """(T, H, W) codes -> T PIL frames."""
+        from PIL import Image
+        pixels = torch.cat([self.tokenizer.decode(codes[i:i + 64]) for i in range(0, len(codes), 64)])
+        return [Image.fromarray(a) for a in to_uint8(pixels)]
+
+
+def load_video_pipeline(weights: str | None = None) -> VideoPipeline:
+    """The embedded tokenizer (weights/tokenizer) + video prior (weights/video/prior), offline."""
+    root = weights or DEFAULT_WEIGHTS
+    if not os.path.isdir(root):
+        raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
+                         "and `python -m vision.video.train prior`")
+    return VideoPipeline(VQTokenizer.load(os.path.join(root, "tokenizer")),
+                         VideoPrior.load(os.path.join(root, "video", "prior")))
+
+
+__all__ = ["VideoFrame", "VideoPipeline", "VideoResult", "load_video_pipeline"]

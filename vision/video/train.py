@@ -1,0 +1,252 @@
+"""Train the video models on the procedural clips (vision/video/data.py).
+
+    python -m vision.video.train prior --minutes 45      # the AR video prior -> vision/weights/video/prior/
+    python -m vision.video.train prior --resume          # continue from the last checkpoint
+    python -m vision.video.train motion                  # the motion classifier -> vision/weights/video/motion/
+
+The prior starts from the shipped image prior (vision/weights/prior: frame 0 is an image of the
+class from the first step) and learns the frames after it through the windowed mask of
+vision/video/prior.py, on whole clips, with the null prompt for classifier-free guidance on 10 %
+of them. It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
+the weights folder only when complete.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+import torch
+
+from suite.storage import atomic_folder, atomic_path, cache_dir, write_json
+from suite.training import Budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
+
+from . import data as vdata
+from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, warm_start
+
+VISION_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
+WEIGHTS = os.path.join(VISION_WEIGHTS, "video")
+
+
+# ---------------------------------------------------------------- data
+
+def encode_clips(tokenizer, clips, batch: int = 128) -> torch.Tensor:
+    """(N, T, S, S, 3) uint8 clips -> (N, T, H, W) codes (on the CPU)."""
+    from ..data import to_tensor
+    n, t = clips.shape[:2]
+    frames = clips.reshape(n * t, *clips.shape[2:])
+    device = next(tokenizer.vq.parameters()).device
+    codes = [tokenizer.encode(to_tensor(frames[i:i + batch]).to(device)).cpu() for i in range(0, len(frames), batch)]
+    codes = torch.cat(codes)
+    return codes.reshape(n, t, *codes.shape[1:])
+
+
+def clip_codes(tokenizer, tokenizer_folder: str, split: str, per_pair: int, frames: int):
+    """Codes, class ids and motion ids of a split, cached per tokenizer file and data version."""
+    st = os.stat(os.path.join(tokenizer_folder, "diffusion_pytorch_model.safetensors"))
+    with open(vdata.__file__, "rb") as f:
+        data_version = hashlib.sha1(f.read()).hexdigest()[:8]
+    key = hashlib.sha1(f"{st.st_size}-{st.st_mtime_ns}-{split}-{per_pair}-{frames}-{data_version}".encode()).hexdigest()[:16]
+    path = cache_dir("vision", f"video-codes-{key}.pt")
+    if path.exists():
+        return torch.load(path)
+    clips, labels, motions = vdata.make_clips(split, per_pair, frames=frames)
+    out = (encode_clips(tokenizer, clips), torch.from_numpy(labels), torch.from_numpy(motions))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(out, tmp)
+    return out
+
+
+def sequences(layout: VideoLayout, codes, labels, motions) -> torch.Tensor:
+    """(N, P + T*H*W) token ids: [motion, class] ++ the codes, frames and cells in raster order."""
+    prompt = torch.stack([motions + layout.motion_token(0), labels + layout.codebook], 1)
+    return torch.cat([prompt, codes.reshape(len(codes), -1)], 1)
+
+
+def sequence_loss(model, layout: VideoLayout, seqs, mask, per_frame: bool = False):
+    """Mean cross-entropy (nats/code) of every code of (B, L) sequences under the window mask;
+    with per_frame, the (T,) mean per frame instead."""
+    b, length = seqs.shape
+    pos = torch.arange(length, device=seqs.device).expand(b, -1)
+    k = layout.codebook
+    logits = model(input_ids=layout.inputs(seqs, pos), position_ids=layout.position_ids(pos),
+                   attention_mask=mask[None, None].expand(b, 1, -1, -1)).logits[:, 1:-1, :k]
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, k), seqs[:, 2:].reshape(-1), reduction="none")
+    if per_frame:
+        return nll.reshape(b, layout.frames, -1).mean((0, 2))
+    return nll.mean()
+
+
+@torch.no_grad()
+def held_out_loss(model, layout, seqs, mask, batch: int = 4) -> torch.Tensor:
+    """(T,) held-out nats/code per frame."""
+    parts = [sequence_loss(model, layout, seqs[i:i + batch], mask, per_frame=True) * len(seqs[i:i + batch])
+             for i in range(0, len(seqs), batch)]
+    return torch.stack(parts).sum(0) / len(seqs)
+
+
+# ---------------------------------------------------------------- prior
+
+class CPUBudget:
+    """`suite.training.Budget`'s interface over this process's CPU time (on a shared CPU the wall
+    clock overstates the compute: the budget is CPU minutes, `minutes_before` from earlier runs)."""
+
+    def __init__(self, minutes: float, minutes_before: float = 0.0):
+        self.minutes, self.minutes_before = minutes, minutes_before
+        self.start = time.process_time()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.process_time() - self.start
+
+    def progress(self, step: int = 0) -> float:
+        return (self.minutes_before + self.elapsed_s / 60) / self.minutes
+
+    def spent(self, step: int = 0) -> bool:
+        return self.progress() >= 1.0
+
+def _layout(args, codebook: int) -> VideoLayout:
+    from ..data import CLASSES
+    return VideoLayout(codebook, len(CLASSES), len(vdata.MOTIONS), args.frames, 16, 16, args.radius)
+
+
+def _meta(layout: VideoLayout) -> dict:
+    from ..data import CLASSES, SIZE
+    return {"codebook_size": layout.codebook, "classes": list(CLASSES), "motions": list(vdata.MOTIONS),
+            "frames": layout.frames, "grid": [layout.height, layout.width], "radius": layout.radius,
+            "image_size": SIZE, "order": "frames, then raster", "prompt": ["motion", "class"],
+            "sampling": SAMPLING}
+
+
+def train_prior(args) -> None:
+    from transformers import LlamaForCausalLM
+    from ..tokenizer import VQTokenizer
+    torch.manual_seed(args.seed)
+    device = training_device(args.device)
+    tok_folder = os.path.join(VISION_WEIGHTS, "tokenizer")
+    tok = VQTokenizer.load(tok_folder)
+    tok.vq.to(device)
+    codes, labels, motions = clip_codes(tok, tok_folder, "train", args.per_pair, args.frames)
+    log(f"{len(codes)} training clips of {args.frames} frames")
+    layout = _layout(args, tok.codebook_size)
+    seqs = sequences(layout, codes, labels, motions).to(device)
+    mask = layout.training_mask().to(device)
+    ckpt_path = os.path.join(args.checkpoint, "checkpoint.pt")
+    state = torch.load(ckpt_path, weights_only=False) if args.resume and os.path.exists(ckpt_path) else None
+    model = build_video_prior(layout, args.hidden, args.layers, args.heads)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        log(f"resuming from {ckpt_path}: step {state['step']}, {state['minutes']:.1f} minutes")
+    elif not args.scratch:
+        warm_start(model, LlamaForCausalLM.from_pretrained(os.path.join(VISION_WEIGHTS, "prior"), dtype=torch.float32),
+                   layout)
+        log("warm start from vision/weights/prior")
+    model.to(device).train()
+    log(f"video prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
+    step, before, wall0 = 0, 0.0, time.time()
+    if state is not None:
+        opt.load_state_dict(state["opt"])
+        step, before = state["step"], state["minutes"]
+    budget = CPUBudget(args.minutes, before) if device.type == "cpu" else Budget(args.minutes - before, None, before)
+    saved = budget.elapsed_s
+    null = torch.tensor([layout.null_motion, layout.null_class], device=device)
+    while not budget.spent():
+        set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), warmup=args.warmup))
+        x = seqs[torch.randint(len(seqs), (args.batch,), device=device)].clone()
+        drop = torch.rand(args.batch, device=device) < args.null_fraction     # unconditional prompt for CFG
+        x[drop, :2] = null
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            loss = sequence_loss(model, layout, x, mask)
+        optimizer_step(opt, loss, clip=1.0)
+        step += 1
+        if step % 10 == 0:
+            log(f"video prior step {step} loss {loss.item():.4f} {before + budget.elapsed_s / 60:.1f} min "
+                f"({(time.time() - wall0) / 60:.1f} wall)")
+        if budget.elapsed_s - saved > 60 * args.save_every:
+            _checkpoint(ckpt_path, model, opt, step, before + budget.elapsed_s / 60)
+            saved = budget.elapsed_s
+    minutes = before + budget.elapsed_s / 60
+    log(f"trained {step} steps, {minutes:.1f} {'CPU ' if device.type == 'cpu' else ''}minutes "
+        f"({(time.time() - wall0) / 60:.1f} minutes wall in this run)")
+    _checkpoint(ckpt_path, model, opt, step, minutes)
+    model.eval()
+    tc, tl, tm = clip_codes(tok, tok_folder, "test", args.test_per_pair, args.frames)
+    per_frame = held_out_loss(model, layout, sequences(layout, tc, tl, tm).to(device), mask)
+    log(f"held-out loss {per_frame.mean():.4f} nats/code; per frame " + " ".join(f"{v:.3f}" for v in per_frame))
+    write_prior(model, layout, os.path.join(WEIGHTS, "prior"),
+                {"test_loss": float(per_frame.mean()), "test_loss_per_frame": [float(v) for v in per_frame],
+                 "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
+                 "minutes_kind": "cpu" if device.type == "cpu" else "wall",
+                 "batch": args.batch, "lr": args.lr, "train_clips": len(seqs), "test_clips": len(tc),
+                 "init": "scratch" if args.scratch else "vision/weights/prior", "device": str(device)})
+
+
+def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "minutes": minutes}, tmp)
+    log(f"checkpoint at step {step} ({minutes:.1f} minutes) -> {path}")
+
+
+def write_prior(model, layout: VideoLayout, folder: str, metrics: dict) -> None:
+    from ..prior import save_prior
+    with atomic_folder(folder) as tmp:
+        save_prior(model, str(tmp))
+        model.to(next(iter(model.parameters())).device)
+        write_json(tmp / PRIOR_FILE, _meta(layout), indent=1)
+        write_json(tmp / "metrics.json", metrics, indent=1)
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vision.video.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["prior", "motion"])
+    p.add_argument("--minutes", type=float, default=45.0, help="training budget: CPU minutes of this process on a CPU (a shared CPU's wall clock runs "
+                   "faster), wall minutes on a GPU; a resumed run counts earlier minutes")
+    p.add_argument("--steps", type=int, default=None, help="motion: training steps (the prior runs on --minutes)")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--per-pair", type=int, default=24, help="training clips per visible (class, motion) pair")
+    p.add_argument("--test-per-pair", type=int, default=1, help="held-out clips per pair for the reported loss")
+    p.add_argument("--frames", type=int, default=vdata.FRAMES)
+    p.add_argument("--radius", type=int, default=1, help="prior: rows/columns of frame t-1 a cell sees around it")
+    p.add_argument("--hidden", type=int, default=256, help="prior width (256 = the image prior's, for the warm start)")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--scratch", action="store_true", help="prior: random init instead of the image prior's weights")
+    p.add_argument("--null-fraction", type=float, default=0.1, help="prior: clips trained with the null prompt")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
+    p.add_argument("--checkpoint", default=str(cache_dir("vision", "video-prior-checkpoint")))
+    p.add_argument("--save-every", type=float, default=5.0, help="checkpoint every this many minutes")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                   help="prior: bf16 autocast (fp32 weights; about 1.7x faster on a CPU with AMX)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda to train on a GPU")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    defaults = {"prior": (2, 5e-4, None), "motion": (32, 2e-3, 800)}[args.what]
+    args.batch = args.batch or defaults[0]
+    args.lr = args.lr or defaults[1]
+    args.steps = args.steps or defaults[2]
+    try:
+        if args.what == "prior":
+            train_prior(args)
+        else:
+            from .metrics import train_motion_classifier
+            train_motion_classifier(args, os.path.join(WEIGHTS, "motion"))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
