@@ -2,18 +2,17 @@
 table, and turning errors into readable messages in the UI."""
 from __future__ import annotations
 
-import dataclasses
 import html
 import logging
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import gradio as gr
 
 import suite
+from suite.options import format_options, parse_options, ui_options  # noqa: F401  (the tabs' option box)
 
 log = logging.getLogger("apps")
 
@@ -32,67 +31,6 @@ class Shared:
                 if self._pipeline is None:
                     self._pipeline = self._loader()
         return self._pipeline
-
-
-# -- decoder options: "key=value, key=value" text <-> typed keyword arguments -----------------------
-
-def ui_options(name: str, overrides: dict | None = None) -> dict[str, object]:
-    """The options of decoder `name` a person can type (objects such as draft_model are left out),
-    with their defaults, `overrides` applied (e.g. speculative's draft='self:8')."""
-    cls = suite.DECODERS[name]
-    out = {}
-    for f in dataclasses.fields(cls):
-        if (f.type in ("Any", typing.Any) or any(k in str(f.type) for k in ("tuple", "Callable", "list"))
-                or f.name.endswith("_id")):
-            continue      # objects, shapes and token ids come from the pipeline, not from a text box
-        out[f.name] = f.default
-    out.update({k: v for k, v in (overrides or {}).items() if k in out})
-    return out
-
-
-def format_options(options: dict[str, object]) -> str:
-    return ", ".join(f"{k}={'none' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-                     for k, v in options.items())
-
-
-def parse_options(name: str, text: str | None) -> dict[str, object]:
-    """Parse 'window=8, init=prompt' for decoder `name`, typed by each option's default.
-    Raises ValueError naming the fix."""
-    valid = ui_options(name)
-    out: dict[str, object] = {}
-    for item in (text or "").replace(",", " ").split():
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"decoder option {item!r} is not key=value: write e.g. "
-                             f"{format_options(valid) or '(this decoder takes no options)'}")
-        if key not in valid:
-            raise ValueError(f"decoder {name!r} does not take {key!r}; its options are: "
-                             f"{', '.join(valid) or '(none)'}")
-        out[key] = _typed(key, raw, valid[key])
-    return out
-
-
-def _typed(key: str, raw: str, default):
-    low = raw.lower()
-    if isinstance(default, bool):
-        if low in ("true", "yes", "1", "on"):
-            return True
-        if low in ("false", "no", "0", "off"):
-            return False
-        raise ValueError(f"option {key} must be true or false, got {raw!r}")
-    if isinstance(default, int):
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"option {key} must be an integer, got {raw!r}") from None
-    if isinstance(default, float):
-        try:
-            return float(raw)
-        except ValueError:
-            raise ValueError(f"option {key} must be a number, got {raw!r}") from None
-    if default is None:                      # e.g. max_window: typed from the text itself
-        return suite.parse_option(f"{key}={raw}")[1]
-    return None if low == "none" else raw
 
 
 def sampling_args(temperature, top_k, top_p, seed) -> dict:

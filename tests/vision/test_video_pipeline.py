@@ -80,7 +80,8 @@ def test_stream_yields_each_frame_once_complete(pipe):
     assert sorted((f.clip, f.index) for f in frames) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for f in frames:
         assert torch.equal(f.codes, res.tokens[f.clip, f.index])
-        assert np.array_equal(np.asarray(f.image), np.asarray(res.clips[f.clip][f.index]))
+        diff = np.abs(np.asarray(f.image, dtype=int) - np.asarray(res.clips[f.clip][f.index]))
+        assert diff.max() <= 2          # the VQ decoder on one frame vs a batch: float round-off
     first = {(f.clip, f.index): f.forward for f in frames}
     assert first[(0, 0)] < first[(0, 1)]
 
