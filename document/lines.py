@@ -66,7 +66,7 @@ def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[i
     x0, y0, x1, y1 = box
     if x1 - x0 < 2 or y1 - y0 < 2:
         return [box]
-    tx0, ty0, tx1, ty1 = data.tight_box(data._normalise(gray[y0:y1, x0:x1].astype(np.uint8)))
+    tx0, ty0, tx1, ty1 = data.tight_box(data.normalise_contrast(gray[y0:y1, x0:x1].astype(np.uint8)))
     h = max(ty1 - ty0, 1)                       # the text's height, as the model will see it
     max_w = int(PIECE_WIDTH * data.WIDTH / data.HEIGHT * h)
     hard_w = int(0.95 * data.WIDTH / data.HEIGHT * h)

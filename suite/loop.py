@@ -109,6 +109,10 @@ class DecodeState:
     def new_tokens(self, b: int) -> list[int]:
         return self.tokens[b][self.prompt_lengths[b]:]
 
+    def per_live_row(self, commit_row) -> list[list]:
+        """commit_row(b) for each row still decoding; [] for rows that are done."""
+        return [[] if self.done[b] else commit_row(b) for b in range(self.batch)]
+
     def room(self, b: int) -> int:
         """How many more tokens row b may commit (max_new_tokens and the context both bound it)."""
         left = self.max_new_tokens - len(self.new_tokens(b))

@@ -143,19 +143,14 @@ class ParallelBox:
         return box_proposal(state, self.layout)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
+        def block(b: int) -> list[int]:
             row = row_logits(draft, logits, b)
             tokens = draw(row, state.params, state.generator)           # (1 + noisy,)
             head = int(tokens[0])
             if head in state.eos_token_ids or tokens.shape[0] == 1:
-                committed.append([head])
-            else:
-                state.stats.count("box_blocks")
-                if self.ordered and self.layout.box_format == "xyxy" and tokens.shape[0] == self.layout.block_size:
-                    tokens = ordered_corners(row, tokens, self.layout, state)
-                committed.append(tokens.tolist())
-        return Acceptance(committed, keep_clean(draft, [0] * state.batch))
+                return [head]
+            state.stats.count("box_blocks")
+            if self.ordered and self.layout.box_format == "xyxy" and tokens.shape[0] == self.layout.block_size:
+                tokens = ordered_corners(row, tokens, self.layout, state)
+            return tokens.tolist()
+        return Acceptance(state.per_live_row(block), keep_clean(draft, [0] * state.batch))

@@ -118,25 +118,38 @@ def check_blocks(decoder) -> None:
                          "whose config.extra has 'mask_token_id' (a model trained for block diffusion)")
 
 
-@dataclass(frozen=True)
-class BlockDiffusion:
-    block_size: int = 8
-    threshold: float = 0.9
-    mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
-    prefix_only: bool = False          # fill only the confident run right after the head (left to
-                                       # right); later slots are re-predicted with that context
+@dataclass
+class OpenSlots:
+    """The slots of one row's block a commit rule chooses among: index 0 is the head (the clean
+    causal slot: the exact AR prediction, always committed), then the noisy slots not yet filled."""
+    logits: torch.Tensor       # (K, V) raw logits
+    tokens: torch.Tensor       # (K,) the chosen values
+    conf: torch.Tensor         # (K,) their confidence (`choose`)
+    positions: list[int]       # the target position each slot predicts
 
-    name: ClassVar[str] = "block_diffusion"
+
+class BlockCommit:
+    """The block-diffusion loop shared by every commit rule: propose the B-1 noisy slots after the
+    last committed token (MASK, or a value filled earlier), fill the open slots the rule picks
+    (`commit`, the head always), commit the filled run that joins the committed prefix.
+    Subclasses are frozen dataclasses with block_size, mask_token_id and prefix_only fields."""
+
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
-    def bind(self, adapter) -> "BlockDiffusion":
+    def bind(self, adapter):
         return with_mask_token(self, adapter)
 
     def start(self, state: DecodeState) -> None:
-        if self.threshold < 0:
-            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
         check_blocks(self)
+        self.setup(state)
         state.scratch["filled"] = [{} for _ in range(state.batch)]   # position -> token, per row
+
+    def setup(self, state: DecodeState) -> None:
+        """Validate the rule's options and set up any per-row state it keeps (default: none)."""
+
+    def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
+        """(K,) bool: which open slots to fill. Slot 0 (the head) is filled whatever this says."""
+        raise NotImplementedError
 
     def propose(self, state: DecodeState) -> Draft:
         noisy = []
@@ -156,26 +169,48 @@ class BlockDiffusion:
             if state.done[b]:
                 committed.append([])
                 continue
-            committed.append(self._accept_row(state, b, draft, row_logits(draft, logits, b)))
+            committed.append(self._accept_row(state, b, row_logits(draft, logits, b)))
         return Acceptance(committed, keep_clean(draft, [0] * state.batch))
 
-    def _accept_row(self, state: DecodeState, b: int, draft: Draft, logits: torch.Tensor) -> list[int]:
+    def _accept_row(self, state: DecodeState, b: int, logits: torch.Tensor) -> list[int]:
         s = len(state.tokens[b]) - 1
         filled = state.scratch["filled"][b]
         tokens, conf = choose(logits, state)          # slot i predicts position s + 1 + i
-        targets = [s + 1 + i for i in range(tokens.shape[0])]
-        open_ = [i for i, q in enumerate(targets) if i == 0 or q not in filled]
-        probs = torch.zeros(len(open_), 2)            # accept_by_confidence reads probs[i, token]
-        probs[:, 0] = conf[open_]
-        probs[0, 0] = 1.0                             # the head: exact AR prediction, always committed
-        keep = accept_by_confidence(probs, torch.zeros(len(open_), dtype=torch.long), threshold=self.threshold)
+        open_ = [i for i in range(tokens.shape[0]) if i == 0 or s + 1 + i not in filled]
+        slots = OpenSlots(logits[open_], tokens[open_], conf[open_], [s + 1 + i for i in open_])
+        keep = self.commit(state, b, slots).clone()
+        keep[0] = True                                # the head: exact AR prediction
         if self.prefix_only:
             keep &= torch.cumprod(keep.long(), 0).bool()
-        for k, i in enumerate(open_):
+        for k, q in enumerate(slots.positions):
             if keep[k]:
-                filled[targets[i]] = int(tokens[i])
+                filled[q] = int(slots.tokens[k])
         out, q = [], s + 1
         while q in filled:
             out.append(filled.pop(q))
             q += 1
         return out
+
+
+@dataclass(frozen=True)
+class BlockDiffusion(BlockCommit):
+    """Fast-dLLM's confidence-threshold rule: fill every open slot whose confidence is at least
+    `threshold`. Trades: a higher threshold costs forwards, a lower one fills slots that disagree
+    with each other (each is confident alone; their joint is not checked)."""
+    block_size: int = 8
+    threshold: float = 0.9
+    mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
+    prefix_only: bool = False          # fill only the confident run right after the head (left to
+                                       # right); later slots are re-predicted with that context
+
+    name: ClassVar[str] = "block_diffusion"
+
+    def setup(self, state: DecodeState) -> None:
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
+
+    def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
+        probs = torch.zeros(len(slots.positions), 2)  # accept_by_confidence reads probs[i, token]
+        probs[:, 0] = slots.conf
+        probs[0, 0] = 1.0                             # the head ranks first: "at least one" is the head
+        return accept_by_confidence(probs, torch.zeros(len(slots.positions), dtype=torch.long), threshold=self.threshold)

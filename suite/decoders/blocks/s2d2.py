@@ -1,4 +1,4 @@
-"""S2D2: self-speculative decoding for block diffusion (seed paper E5 in reference/seed-papers.md).
+"""S2D2: self-speculative decoding for block diffusion (seed paper E5 in docs/reference/seed-papers.md).
 
 Paper idea: "a block-diffusion model becomes autoregressive when the block size is reduced to one",
 so one model drafts a block in parallel (diffusion mode) and verifies it (AR mode, "a local

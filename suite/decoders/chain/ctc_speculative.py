@@ -1,4 +1,4 @@
-"""CTC-drafted self-speculative ASR (seed paper D2 in reference/seed-papers.md, "CTC-drafted
+"""CTC-drafted self-speculative ASR (seed paper D2 in docs/reference/seed-papers.md, "CTC-drafted
 self-speculative ASR": entropy-gated acceptance of the greedy CTC hypothesis, else one-pass
 verification by the attention/LLM decoder, else AR resume from the accepted prefix). The CTC
 branch's one-pass hypothesis is the draft, the recogniser's own attention decoder the target.

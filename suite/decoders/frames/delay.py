@@ -40,12 +40,7 @@ class Delay(FrameDecoder):
         return state.scratch["num_frames"][b]
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
-            committed.append(self._step(state, b, last_frame_logits(draft, logits, b)))
+        committed = state.per_live_row(lambda b: self._step(state, b, last_frame_logits(draft, logits, b)))
         return frame_acceptance(draft, committed)
 
     def _step(self, state: DecodeState, b: int, logits) -> list[tuple]:

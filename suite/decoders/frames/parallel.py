@@ -23,14 +23,9 @@ class Parallel(FrameDecoder):
     name: ClassVar[str] = "parallel"
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
+        def frame(b: int) -> list[tuple]:
             frame_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)   # (K, V)
-            probs = logits_to_probs(frame_logits, state.params)
-            frame = sample(probs, state.generator).tolist()
+            drawn = sample(logits_to_probs(frame_logits, state.params), state.generator).tolist()
             # EOS on codebook 0 ends the row (the other heads' guesses at that slot mean nothing)
-            committed.append(frames_until_end([frame], self.eos))
-        return frame_acceptance(draft, committed)
+            return frames_until_end([drawn], self.eos)
+        return frame_acceptance(draft, state.per_live_row(frame))

@@ -28,12 +28,8 @@ class Stack(FrameDecoder):
     output: ClassVar[str] = "stack"
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
+        def frames(b: int) -> list[tuple]:
             frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
-            frames = sample(logits_to_probs(frames_logits, state.params), state.generator).tolist()   # (S, Q)
-            committed.append(frames_until_end(frames, self.eos))
-        return frame_acceptance(draft, committed)
+            drawn = sample(logits_to_probs(frames_logits, state.params), state.generator).tolist()   # (S, Q)
+            return frames_until_end(drawn, self.eos)
+        return frame_acceptance(draft, state.per_live_row(frames))

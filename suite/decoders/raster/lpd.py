@@ -204,11 +204,8 @@ class LPD:
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: LPDMeta = draft.meta
         keep = torch.zeros_like(draft.valid)
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
+
+        def fill_group(b: int) -> list[int]:
             plan: LPDPlan = state.scratch["lpd"][b]
             canvas: RasterCanvas = state.scratch["canvas"][b]
             n_real, cells = meta.num_real[b], meta.queries[b]
@@ -221,5 +218,5 @@ class LPD:
                 canvas.put(c, int(tok))
             plan.to_feed = list(cells)
             plan.done_groups += 1
-            committed.append(canvas.raster_prefix())
-        return Acceptance(committed, keep)
+            return canvas.raster_prefix()
+        return Acceptance(state.per_live_row(fill_group), keep)

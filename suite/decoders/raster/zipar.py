@@ -244,11 +244,8 @@ class ZipAR:
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: ZipMeta = draft.meta
         keep = torch.zeros_like(draft.valid)
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
+
+        def fill_rows(b: int) -> list[int]:
             canvas: RasterCanvas = state.scratch["canvas"][b]
             keep[b, :meta.num_prompt[b] + len(meta.kept[b])] = True
             for cell in meta.kept[b]:
@@ -261,5 +258,5 @@ class ZipAR:
                 for i in range(accepted):              # accepted guesses keep their K/V
                     keep[b, chain.guess_slots[i]] = True
                     canvas.cached[chain.cell + i] = True
-            committed.append(canvas.raster_prefix())
-        return Acceptance(committed, keep)
+            return canvas.raster_prefix()
+        return Acceptance(state.per_live_row(fill_rows), keep)

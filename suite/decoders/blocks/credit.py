@@ -1,0 +1,74 @@
+"""CreditDecoding (Wang et al. 2025, "CreditDecoding: Accelerating Parallel Decoding in Diffusion
+Large Language Models with Trace Credits"): a slot's confidence is fused with the credit its value
+earned in earlier forwards, so a value the model has kept predicting commits before its single-step
+confidence crosses the threshold.
+
+Trace credit, per target position and value: every forward that scores the position decays its
+credits by `decay` and adds p^`power` to the value then on top (p its raw softmax probability).
+Fused log-probabilities: log p(v) + `alpha` * log(1 + credit(v)), renormalised; an open slot is
+committed when the fused probability of its chosen value is at least `threshold` (the head always).
+A position's credits are dropped once it is committed.
+
+Trades: history stands in for certainty. A value the model predicts forward after forward gets
+through a threshold its current confidence misses (fewer forwards); a value that was consistently
+top but is wrong given what has been committed since gets through too (errors that a fresh
+threshold would have refined away). alpha = 0 is `block_diffusion` with the same threshold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...loop import DecodeState
+from .block_diffusion import BlockCommit, OpenSlots
+
+
+def add_credit(credits: dict[int, float], probs: torch.Tensor, decay: float, power: float) -> None:
+    """One forward's update of one position's credits (value -> credit): decay all, credit the top."""
+    for v in credits:
+        credits[v] *= decay
+    top = int(probs.argmax())
+    credits[top] = credits.get(top, 0.0) + float(probs[top]) ** power
+
+
+def fused_confidence(logits: torch.Tensor, credits: dict[int, float], token: int, alpha: float) -> float:
+    """The probability of `token` after adding alpha * log(1 + credit) to the log-probabilities."""
+    fused = torch.log_softmax(logits.float(), -1)
+    if credits:
+        values = torch.tensor(list(credits))
+        fused[values] += alpha * torch.log1p(torch.tensor(list(credits.values())))
+    return float(torch.softmax(fused, -1)[token])
+
+
+@dataclass(frozen=True)
+class CreditDecoding(BlockCommit):
+    block_size: int = 8
+    threshold: float = 0.95
+    alpha: float = 1.0                 # weight of the credit in the fused log-probabilities
+    decay: float = 0.7                 # credit kept from one forward to the next
+    power: float = 0.5                 # credit earned by a top value of probability p: p ** power
+    mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
+    prefix_only: bool = False          # fill only the committed run right after the head
+
+    name: ClassVar[str] = "credit"
+
+    def setup(self, state: DecodeState) -> None:
+        if self.threshold < 0 or self.alpha < 0 or self.power < 0 or not 0 <= self.decay <= 1:
+            raise ValueError("threshold, alpha and power must be >= 0 and decay in [0, 1], got "
+                             f"{self.threshold}, {self.alpha}, {self.power}, {self.decay}")
+        state.scratch["credit"] = [{} for _ in range(state.batch)]    # position -> {value: credit}
+
+    def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
+        trace = state.scratch["credit"][b]
+        for q in [q for q in trace if q <= slots.positions[0]]:        # committed (the head's and before)
+            del trace[q]
+        probs = torch.softmax(slots.logits.float(), -1)
+        keep = torch.zeros(len(slots.positions), dtype=torch.bool)
+        keep[0] = True
+        for k in range(1, len(slots.positions)):
+            credits = trace.setdefault(slots.positions[k], {})
+            add_credit(credits, probs[k], self.decay, self.power)
+            keep[k] = fused_confidence(slots.logits[k], credits, int(slots.tokens[k]), self.alpha) >= self.threshold
+        return keep
