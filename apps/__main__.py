@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import html
 import importlib
+import logging
 import os
 import signal
 import socket
@@ -16,7 +18,9 @@ examples:
   python -m apps --tabs text              only some tabs
 
 Each tab is apps/<modality>.py with load_pipeline() and build_demo(pipeline=None). A tab whose
-package or weights are missing is left out, with one line on stderr saying why.
+package or weights are missing is left out, with one line on stderr saying why; a tab that fails
+for another reason (a bug) shows its error in the tab. GRADIO_SERVER_PORT and GRADIO_SERVER_NAME
+set the defaults of --port and --host.
 """
 
 
@@ -37,12 +41,29 @@ TABS = [
 ]
 
 
+log = logging.getLogger("apps")
+# what a missing package or missing weights raise: the tab is left out with one line; anything else is a bug
+MISSING = (ImportError, OSError, ValueError, RuntimeError)
+
+
 def note(message: str) -> None:
     print(f"apps: {message}", file=sys.stderr, flush=True)
 
 
+def one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A tab whose loading or building failed with a bug: it shows this error instead of its demo."""
+    error: str
+
+
 def load_tabs(keys: list[str] | None = None) -> list[tuple[Tab, object, object]]:
-    """(tab, module, pipeline) for every tab whose module imports and whose pipeline loads."""
+    """(tab, module, pipeline) for every tab whose module imports and whose pipeline loads; a tab
+    that fails with a bug comes with module None and a Broken pipeline."""
     ready = []
     for tab in TABS:
         if keys is not None and tab.key not in keys:
@@ -50,25 +71,33 @@ def load_tabs(keys: list[str] | None = None) -> list[tuple[Tab, object, object]]
         try:
             module = importlib.import_module(tab.module)
             pipeline = module.load_pipeline()
-        except Exception as e:      # missing app, package, API or weights: leave the tab out, keep the rest
-            lines = str(e).strip().splitlines()
-            note(f"no {tab.title} tab: {type(e).__name__}: {lines[0] if lines else ''}")
+        except MISSING as e:      # missing app, package or weights: leave the tab out, keep the rest
+            note(f"no {tab.title} tab: {one_line(e)}")
             continue
+        except Exception as e:    # a bug: keep the tab, showing the error (the traceback goes to the log)
+            log.exception("loading the %s tab failed", tab.title)
+            note(f"{tab.title} tab failed to load: {one_line(e)}")
+            module, pipeline = None, Broken(f"loading it failed: {one_line(e)}")
         ready.append((tab, module, pipeline))
     return ready
 
 
 def build_app(loaded: list[tuple[Tab, object, object]]):
-    """(the app with one tab per loaded modality, the tab titles)."""
+    """(the app with one tab per loaded modality, the tab titles). A tab that fails to build shows
+    its error in place of its demo."""
     import gradio as gr
 
     demos = []          # built outside the app's context, then placed in their tabs
     for tab, module, pipeline in loaded:
+        if isinstance(pipeline, Broken):
+            demos.append((tab, pipeline))
+            continue
         try:
             demos.append((tab, module.build_demo(pipeline)))
-        except Exception as e:      # a tab that cannot be built is left out; the others still serve
-            lines = str(e).strip().splitlines()
-            note(f"no {tab.title} tab: building it failed ({type(e).__name__}: {lines[0] if lines else ''})")
+        except Exception as e:
+            log.exception("building the %s tab failed", tab.title)
+            note(f"{tab.title} tab failed to build: {one_line(e)}")
+            demos.append((tab, Broken(f"building it failed: {one_line(e)}")))
     if not demos:
         raise ValueError("no tab could be built (see the lines above)")
     with gr.Blocks(title="parasuite") as app:
@@ -77,7 +106,11 @@ def build_app(loaded: list[tuple[Tab, object, object]]):
         with gr.Tabs():
             for tab, demo in demos:
                 with gr.Tab(tab.title, id=tab.key, elem_id=f"tab-{tab.key}"):
-                    demo.render()
+                    if isinstance(demo, Broken):
+                        gr.HTML(f"<p class='ps-tab-error' style='color:#b00020'>The {html.escape(tab.title)} tab "
+                                f"is not available: {html.escape(demo.error)} (the server log has the details).</p>")
+                    else:
+                        demo.render()
     return app, [tab.title for tab, _ in demos]
 
 
@@ -90,6 +123,15 @@ def port_busy(host: str, port: int) -> str | None:
     except OSError as e:
         return e.strerror or str(e)
     return None
+
+
+def quiet_weight_loading() -> None:
+    """No transformers progress bars while the tabs load their weights (the log starts with the app's lines)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
 
 
 def stop_on_signal(signum, frame):
@@ -106,8 +148,11 @@ def theme():
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m apps", description="Serve parasuite's demos as tabs of one app.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    host = os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+    port = os.environ.get("GRADIO_SERVER_PORT") or "7860"
+    p.add_argument("--host", default=host,
+                   help=f"address to listen on (default: $GRADIO_SERVER_NAME or 127.0.0.1: {host})")
+    p.add_argument("--port", type=int, default=None, help=f"port (default: $GRADIO_SERVER_PORT or 7860: {port})")
     p.add_argument("--tabs", default=None, metavar="A,B",
                    help=f"comma-separated subset of: {', '.join(t.key for t in TABS)} (default: all available)")
     p.add_argument("--concurrency", type=int, default=4, metavar="N",
@@ -117,6 +162,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.port is None:
+        try:
+            args.port = int(os.environ.get("GRADIO_SERVER_PORT") or 7860)
+        except ValueError:
+            print(f"error: GRADIO_SERVER_PORT must be a port number, got {os.environ['GRADIO_SERVER_PORT']!r}",
+                  file=sys.stderr)
+            return 2
     keys = None
     if args.tabs is not None:
         keys = [k.strip() for k in args.tabs.split(",") if k.strip()]
@@ -136,6 +188,7 @@ def main(argv=None) -> int:
         print(f"error: cannot serve on {args.host}:{args.port} ({busy}): pass a free --port", file=sys.stderr)
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    quiet_weight_loading()
     loaded = load_tabs(keys)
     if not loaded:
         print("error: no tab could be loaded (see the lines above): install the packages with "

@@ -2,12 +2,17 @@
 table, and turning errors into readable messages in the UI."""
 from __future__ import annotations
 
+import functools
 import html
+import importlib.util
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -48,6 +53,13 @@ def sampling_args(temperature, top_k, top_p, seed) -> dict:
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
 
 
+def require_text(what: str, value, example: str) -> str:
+    """The text of a text box; empty or only spaces is a ValueError naming what to type."""
+    if not (value or "").strip():
+        raise ValueError(f"empty {what}: {example}")
+    return value
+
+
 def positive_int(name: str, value) -> int:
     try:
         n = int(value)
@@ -61,24 +73,42 @@ def positive_int(name: str, value) -> int:
 # -- errors: a readable message in the app, the traceback only in the server log ----------------------
 
 @contextmanager
-def readable_errors(what: str):
+def readable_errors(what: str, hide: tuple[str, ...] = ()):
+    """Errors as gr.Error: a ValueError's own message (bad input names its fix), else one line (the
+    traceback goes to the server log). Each string in `hide` (a server-side upload path) is shown
+    as its file name only."""
     try:
         yield
     except gr.Error:
         raise
-    except ValueError as e:   # bad input: the library's message already names the fix
-        raise gr.Error(str(e), title="Bad input", print_exception=False) from None
-    except Exception as e:    # a bug: log it, show one line, keep serving
+    except ValueError as e:
+        raise gr.Error(_hidden(str(e), hide), title="Bad input", print_exception=False) from None
+    except Exception as e:
         log.exception("%s failed", what)
-        raise gr.Error(f"{what} failed: {type(e).__name__}: {e}", title="Error") from None
+        raise gr.Error(_hidden(f"{what} failed: {type(e).__name__}: {e}", hide), title="Error") from None
 
 
-def guarded(what: str, handler: Callable[..., Iterator]) -> Callable[..., Iterator]:
-    """Wrap a streaming handler so every error reaches the UI as a readable gr.Error."""
-    def run(*args):
-        with readable_errors(what):
-            yield from handler(*args)
-    run.__name__ = getattr(handler, "__name__", "run")
+def _hidden(message: str, paths: tuple[str, ...]) -> str:
+    for path in paths:
+        message = message.replace(str(path), os.path.basename(str(path)))
+    return message
+
+
+def guarded(what: str, handler: Callable[..., Iterator], blank: tuple = (), hide_paths=None) -> Callable[..., Iterator]:
+    """Wrap a streaming handler so every error reaches the UI as a readable gr.Error, after the
+    outputs are set to `blank` (one value per output: no stale result stays beside an error).
+    `hide_paths(*args)` names the server paths among the inputs that messages must not show. The
+    wrapper keeps the handler's signature, so the API lists its parameters by name."""
+    @functools.wraps(handler)
+    def run(*args, **kwargs):
+        hide = tuple(p for p in (hide_paths(*args, **kwargs) if hide_paths else ()) if p)
+        try:
+            with readable_errors(what, hide):
+                yield from handler(*args, **kwargs)
+        except gr.Error:
+            if blank:
+                yield blank
+            raise
     return run
 
 
@@ -157,19 +187,134 @@ def nearest_resize(image, width: int):
     return image.resize((width, max(1, round(width * image.height / image.width))), Image.NEAREST)
 
 
+def font(size: int = 16):
+    from PIL import ImageFont
+    return ImageFont.load_default(size=size)
+
+
+def with_scale_bar(picture, forwards: int, title: str = "forward"):
+    """`picture` (coloured by step_colours over `forwards`) with its own colour scale below it (the
+    ramp from forward 1 to `forwards`, labelled) and a blank band above it for the widget's label."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+    width, top, bar, text = picture.width, 30, 14, 22
+    ramp = step_colours(np.linspace(1, max(forwards, 1), width)[None].repeat(bar, 0), forwards)
+    out = Image.new("RGB", (width, top + picture.height + bar + text + 6), "white")
+    out.paste(picture.convert("RGB"), (0, top))
+    out.paste(Image.fromarray(ramp), (0, top + picture.height + 4))
+    draw, f = ImageDraw.Draw(out), font(15)
+    y = top + picture.height + bar + 6
+    draw.text((0, y), f"{title} 1", fill=(20, 20, 20), font=f)
+    last = f"{title} {forwards} (the last)"
+    draw.text((width - draw.textlength(last, font=f), y), last, fill=(20, 20, 20), font=f)
+    return out
+
+
+# -- what a result is: its decoder's guarantee, measured quality cost, and whether it equals ar ------
+
+QUALITY_DOMAINS = {"image": "vision", "grounding": "vision", "document": "document", "speech": "speech",
+                   "asr": "speech"}     # modality -> the package whose quality.json holds its lossy figures
+
+
+@functools.cache
+def quality_costs(modality: str) -> dict:
+    """decoder -> its measured quality cost (metric, value, ar's value, on what, which table), from
+    <domain>/quality.json: the figures BENCHMARKS.md reports for the lossy decoders."""
+    from suite.storage import read_json
+    spec = importlib.util.find_spec(QUALITY_DOMAINS.get(modality, modality))
+    if spec is None or spec.origin is None:
+        return {}
+    return read_json(Path(spec.origin).parent / "quality.json", default={}).get(modality, {})
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    kind: str           # "exact", "in distribution", "lossy" (suite.registry.GUARANTEES) or "reference"
+    summary: str
+    reference: str = "ar"
+
+
+def guarantee_of(decoder: str, own: dict[str, Guarantee] | None = None) -> Guarantee:
+    """The registry's guarantee for `decoder`, or a tab's own entry (readers that are not registry
+    decoders, such as the ASR's CTC head)."""
+    if own and decoder in own:
+        return own[decoder]
+    entry = suite.decoder_entry(decoder)
+    kind = "reference" if decoder == "ar" else entry.guarantee
+    return Guarantee(kind, entry.summary, entry.reference)
+
+
+def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None = None) -> str:
+    """One line: what the decoder guarantees, and for a lossy one its measured quality cost."""
+    g = guarantee_of(decoder, own)
+    cost = quality_costs(modality).get(decoder) if g.kind == "lossy" else None
+    words = {"reference": "the baseline", "exact": f"exact: greedy output equals {g.reference}'s token for token",
+             "in distribution": f"lossless: exact when greedy, {g.reference}'s distribution when sampling",
+             "lossy": f"lossy: its output may differ from {g.reference}'s"}[g.kind]
+    quality = ""
+    if cost:
+        quality = (f" <span class='ps-quality'>Measured: {html.escape(cost['metric'])} {html.escape(cost['value'])} "
+                   f"against ar's {html.escape(cost['ar'])} on {html.escape(cost['on'])} "
+                   f"({html.escape(cost['table'])}).</span>")
+    return (f"<p class='ps-guarantee' data-decoder='{html.escape(decoder)}' data-guarantee='{g.kind}' "
+            f"style='margin:4px 0'><b>{html.escape(decoder)}</b> "
+            f"<span style='{BADGE_STYLE[g.kind]};padding:0 6px;border-radius:3px'>{g.kind}</span> "
+            f"{html.escape(g.summary)}; {html.escape(words)}.{quality}</p>")
+
+
+BADGE_STYLE = {"reference": "background:#e9ecef;color:#111", "exact": "background:#c3f0d2;color:#111",
+               "in distribution": "background:#c3f0d2;color:#111", "lossy": "background:#ffd8a8;color:#111"}
+
+
+def same_html(same: bool, what: str, decoder: str, g: Guarantee, sampled: bool = False) -> str:
+    """Whether the output equals ar's, and why it may not (sampling, a lossy decoder, another reference)."""
+    if same:
+        text = f"same {what} as ar"
+    elif g.reference != "ar":
+        text = f"not the same {what} as ar: {decoder}'s reference is {g.reference}, not ar"
+    elif g.kind == "lossy":
+        text = f"not the same {what} as ar: {decoder} is lossy"
+    elif sampled:
+        text = (f"not the same {what} as ar: sampling draws differently ({decoder} keeps ar's distribution, "
+                "not its draws)")
+    else:
+        text = f"not the same {what} as ar"
+    return f"<p class='ps-same' data-same='{str(same).lower()}' style='margin:4px 0'>{html.escape(text)}</p>"
+
+
+def speed_html(rows: list[dict], decoder: str) -> str:
+    """When `decoder` ran slower than ar, why, in one line: what one of its forwards cost here
+    against an ar forward (cost(N) of the N slots it verifies, see suite/cost.py) and how much each
+    forward accepted. speedup = (accepted / ar's accepted) / (its forward / ar's forward), exactly."""
+    base = next((r for r in rows if r["decoder"] == "ar"), None)
+    row = next((r for r in rows if r["decoder"] == decoder), None)
+    if (base is None or row is None or row is base or row.get("speedup") is None or row["speedup"] >= 1
+            or min(row["forwards"], base["forwards"]) < 1 or min(row["wall_time_s"], base["wall_time_s"]) <= 0):
+        return ""
+    cost = (row["wall_time_s"] / row["forwards"]) / (base["wall_time_s"] / base["forwards"])
+    accepted, base_accepted = row["tokens"] / row["forwards"], base["tokens"] / base["forwards"]
+    text = (f"Why {decoder} is slower than ar here: its drafts cost cost(N) on this machine, one of its forwards "
+            f"took {cost:.2f}x an ar forward, and each accepted {accepted:.2f} tokens per step "
+            f"(ar {base_accepted:.2f}): "
+            f"{accepted / base_accepted:.2f} / {cost:.2f} = {row['speedup']:.2f}x.")
+    return f"<p class='ps-speed' style='margin:4px 0'>{html.escape(text)}</p>"
+
+
 # -- the stats table --------------------------------------------------------------------------------
 
-STAT_COLUMNS = (("decoder", "decoder"), ("tokens", "new tokens"), ("forwards", "forwards"),
-                ("tokens_per_forward", "tokens / forward"), ("wall_time_s", "wall time (s)"),
+STAT_COLUMNS = (("decoder", "decoder"), ("guarantee", "guarantee"), ("tokens", "new tokens"),
+                ("forwards", "forwards"), ("tokens_per_forward", "tokens / forward"), ("wall_time_s", "wall time (s)"),
                 ("tokens_per_second", "tokens / s"), ("speedup", "speedup vs ar"))
 
 
 def stats_row(decoder: str, stats: suite.DecodeStats, seconds: float, done: bool, tokens: int | None = None) -> dict:
     """One row of the table; `seconds` is the decoder's own time (see TimedIterator); `tokens`
-    overrides what counts as one (e.g. codes rather than frames for speech)."""
+    overrides what counts as one (e.g. codes rather than frames for speech). A reader that made no
+    forward (a CTC head) has no tokens per forward."""
     tokens = stats.num_new_tokens if tokens is None else tokens
-    return {"decoder": decoder, "tokens": tokens, "forwards": stats.num_forwards,
-            "tokens_per_forward": tokens / max(stats.num_forwards, 1), "wall_time_s": seconds,
+    forwards = stats.num_forwards
+    return {"decoder": decoder, "tokens": tokens, "forwards": forwards,
+            "tokens_per_forward": tokens / forwards if forwards else None, "wall_time_s": seconds,
             "tokens_per_second": tokens / seconds if seconds > 0 else 0.0, "done": done}
 
 
@@ -183,25 +328,43 @@ def add_speedups(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def stats_table(rows: list[dict], note: str = "") -> str:
-    """HTML table; each cell carries data-stat so tests (and people with devtools) can read it."""
+def stats_table(rows: list[dict], note: str = "", guarantees: dict[str, str] | None = None) -> str:
+    """HTML table; each cell carries data-stat so tests (and people with devtools) can read it. A
+    running row shows dashes until its first result; `guarantees` maps decoder -> its guarantee."""
     head = "".join(f"<th style='text-align:left;padding:4px 10px'>{html.escape(label)}</th>"
                    for _, label in STAT_COLUMNS)
     body = []
     for r in rows:
-        cells = "".join(f"<td data-stat='{key}' style='padding:4px 10px'>{_fmt(key, r.get(key))}</td>"
+        started = r["done"] or r["forwards"] > 0
+        values = {**r, "guarantee": (guarantees or {}).get(r["decoder"])}
+        cells = "".join(f"<td data-stat='{key}' style='padding:4px 10px'>"
+                        f"{_fmt(key, values.get(key) if started or key in ('decoder', 'guarantee') else None)}</td>"
                         for key, _ in STAT_COLUMNS)
         state = "done" if r["done"] else "running"
         body.append(f"<tr data-decoder='{html.escape(r['decoder'])}' data-state='{state}'>{cells}</tr>")
     note_html = f"<p class='ps-note' style='margin:6px 0 0 0'>{html.escape(note)}</p>" if note else ""
-    return (f"<div class='ps-stats'><table style='border-collapse:collapse;width:100%'>"
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note_html}</div>")
+    return (f"<table style='border-collapse:collapse;width:100%'>"
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note_html}")
+
+
+def summary_html(rows: list[dict], modality: str, decoder: str, same: tuple[bool, str, bool] | None = None,
+                 note: str = "", own: dict[str, Guarantee] | None = None) -> str:
+    """The result's whole account: the chosen decoder's guarantee (and measured quality cost), the
+    stats table with each row's guarantee, whether the output equals ar's (`same` = (equal, what is
+    compared, sampled), once both are done) and why a slower decoder is slower."""
+    rows = add_speedups(rows)
+    kinds = {r["decoder"]: guarantee_of(r["decoder"], own).kind for r in rows}
+    parts = [guarantee_html(decoder, modality, own), stats_table(rows, note, kinds)]
+    if same is not None:
+        parts.append(same_html(same[0], same[1], decoder, guarantee_of(decoder, own), same[2]))
+    parts.append(speed_html(rows, decoder))
+    return f"<div class='ps-stats'>{''.join(parts)}</div>"
 
 
 def _fmt(key: str, value) -> str:
     if value is None:
         return "–"
-    if key == "decoder":
+    if key in ("decoder", "guarantee"):
         return html.escape(str(value))
     if key == "speedup":
         return f"{value:.2f}x"

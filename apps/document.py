@@ -14,15 +14,16 @@ import gradio as gr
 import suite
 from document.ocr import DECODER_DEFAULTS
 
-from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, parse_options, race,
-                      stats_row, stats_table, throttled, ui_options)
+from ._common import (Shared, TimedIterator, format_options, guarded, parse_options, race, stats_row, summary_html,
+                      throttled, ui_options)
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
 UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
                "s2d2": {"block_size": 8},
                **DECODER_DEFAULTS}                            # the OCR's own: ctc_speculative exact
-DEFAULT_DECODER = "block_diffusion"
+# the fastest lossless one on this CPU: 111.8 lines/s, ctc_speculative 98.1 (BENCHMARKS.md, Document)
+DEFAULT_DECODER = "ar"
 FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
 FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "
                  "as one batch, so the model runs fewer batched passes); wall time includes finding the lines")
@@ -140,7 +141,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
 
         def view():
-            table = stats_table(add_speedups([r.row() for r in runs]), FORWARDS_NOTE)
+            same = (baseline.text() == chosen.text(), "text", False) if baseline and baseline.done and chosen.done \
+                else None
+            table = summary_html([r.row() for r in runs], "document", decoder, same, FORWARDS_NOTE)
             return ([boxed(p) for p in chosen.pages], chosen.text(), lines_html(chosen),
                     baseline.text() if baseline else "", table)
 
@@ -150,7 +153,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
 
     with gr.Blocks(title="parasuite: document") as demo:
         gr.Markdown("Page reading with our OCR model: lines are found on the page, each line image is read "
-                    "by the decoder (block diffusion unmasks several characters per forward).")
+                    "by the decoder (block diffusion unmasks several characters per forward, s2d2 verifies its drafts, "
+                    "ctc_speculative drafts each line from the model's CTC head).")
         with gr.Row():
             with gr.Column(scale=2):
                 upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
@@ -173,8 +177,10 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                      visible=False, elem_id="document-ar-text")
         lines = gr.HTML(elem_id="document-lines")
 
-        decoder.change(default_options, decoder, options, queue=False)
-        compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False)
-        run.click(guarded("page reading", read), [upload, decoder, options, compare],
+        decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
+        compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False,
+                       api_visibility="private")
+        run.click(guarded("page reading", read, blank=(None, "", "", "", ""), hide_paths=lambda path, *_: (path,)),
+                  [upload, decoder, options, compare],
                   [pages, text, lines, ar_text, stats], api_name="read_document")
     return demo

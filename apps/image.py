@@ -11,14 +11,15 @@ import numpy as np
 
 import suite
 
-from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, nearest_resize, parse_options,
-                      race, stats_row, stats_table, step_colours, throttled, ui_options)
+from ._common import (Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options, race, stats_row,
+                      step_colours, summary_html, throttled, ui_options, with_scale_bar)
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
 UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
                "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}, "lpd": {"steps": 20}}
-DEFAULT_DECODER = "zipar"
+# the fastest lossless one here: sjd/mc_sjd need 3.4x fewer forwards but run at 0.45x (BENCHMARKS.md, Vision)
+DEFAULT_DECODER = "ar"
 SHOW_PX = 256                      # pictures are shown upscaled (nearest) to this width
 UPDATE_EVERY_S = 0.05
 
@@ -78,9 +79,16 @@ def upscale(image, width: int = SHOW_PX):
 
 
 def heatmap(decided_at: np.ndarray, forwards: int):
-    """(H, W) forward indices -> a PIL picture: dark early, yellow late, grey where undecided."""
+    """(H, W) forward indices -> a PIL picture on its own scale (forward 1 dark to `forwards` yellow,
+    grey where undecided), with that scale drawn below it."""
     from PIL import Image
-    return upscale(Image.fromarray(step_colours(decided_at, forwards)))
+    return with_scale_bar(upscale(Image.fromarray(step_colours(decided_at, forwards))), max(forwards, 1))
+
+
+def same_image(runs: list[ImageRun]) -> tuple[bool, str, bool] | None:
+    if len(runs) < 2 or not all(r.done and r.image is not None for r in runs):
+        return None
+    return bool(np.array_equal(np.asarray(runs[0].image), np.asarray(runs[1].image))), "image", True
 
 
 def build_demo(pipeline=None) -> gr.Blocks:
@@ -104,11 +112,12 @@ def build_demo(pipeline=None) -> gr.Blocks:
             runs.insert(0, ImageRun("ar", pipe.stream([label], decoder="ar", **args), pipe.grid))
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
 
-        def view():
-            scale = max(r.stats.num_forwards for r in runs)     # one colour scale: ar's yellow comes late
-            pictures = [upscale(chosen.image), heatmap(chosen.decided_at, scale)]
-            pictures += [upscale(baseline.image), heatmap(baseline.decided_at, scale)] if baseline else [None, None]
-            return (*pictures, stats_table(add_speedups([r.row() for r in runs])))
+        def view():       # each heatmap on its own scale: its own forwards, dark first, yellow last
+            pictures = [upscale(chosen.image), heatmap(chosen.decided_at, chosen.stats.num_forwards)]
+            pictures += ([upscale(baseline.image), heatmap(baseline.decided_at, baseline.stats.num_forwards)]
+                         if baseline else [None, None])
+            return (*pictures, summary_html([r.row() for r in runs], "image", decoder, same_image(runs),
+                                            f"class {label}, seed {args['seed']}"))
 
         yield view()
         for _ in throttled(race(runs), UPDATE_EVERY_S):
@@ -118,7 +127,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
         h, w = pipe.grid
         gr.Markdown(f"Class-conditional images from our VQ tokenizer + AR prior ({h}x{w} tokens). Parallel "
                     "decoders decide several tokens per forward; the heatmap shows when each was decided "
-                    "(dark = early forward, yellow = late; one scale for both when compared with AR).")
+                    "(dark = its first forward, yellow = its last; each heatmap on its own scale, drawn below it).")
         with gr.Row():
             with gr.Column(scale=2):
                 label = gr.Dropdown(classes, value=classes[0], label="Class", elem_id="image-class")
@@ -142,16 +151,17 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 gr.Markdown("**chosen decoder**")
                 with gr.Row():
                     picture = gr.Image(label="Image", type="pil", elem_id="image-output", buttons=["download"])
-                    steps = gr.Image(label="Forward that decided each token", type="pil", elem_id="image-steps")
+                    steps = gr.Image(label="Decided at forward", type="pil", elem_id="image-steps")
             with gr.Column(visible=False) as ar_column:
                 gr.Markdown("**ar baseline**")
                 with gr.Row():
                     ar_picture = gr.Image(label="Image (ar)", type="pil", elem_id="image-ar-output")
-                    ar_steps = gr.Image(label="Forward per token (ar)", type="pil", elem_id="image-ar-steps")
+                    ar_steps = gr.Image(label="Decided at forward (ar)", type="pil", elem_id="image-ar-steps")
 
-        decoder.change(default_options, decoder, options, queue=False)
-        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False)
-        run.click(guarded("image generation", generate),
+        decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
+        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False,
+                       api_visibility="private")
+        run.click(guarded("image generation", generate, blank=(None, None, None, None, "")),
                   [label, decoder, options, guidance, temperature, seed, compare],
                   [picture, steps, ar_picture, ar_steps, stats], api_name="generate_image")
     return demo

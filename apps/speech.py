@@ -13,13 +13,20 @@ from dataclasses import dataclass
 import gradio as gr
 import numpy as np
 
-from ._common import Shared, add_speedups, guarded, stats_row, stats_table, step_colours
+from ._common import (Guarantee, Shared, font, guarded, require_text, stats_row, step_colours, summary_html,
+                      with_scale_bar)
 
 TITLE = "Speech"
 BASELINE_TTS = "flat"          # one code per forward: the AR baseline of the TTS decoders
 BASELINE_ASR = "ar"
+DEFAULT_TTS = "delay"          # the fastest exact one: 3.92x fewer forwards than flat, RTF 0.19 (BENCHMARKS.md, Speech)
+DEFAULT_ASR = "ar"             # the only one that equals ar; ctc_speculative is 5.35x faster but lossy (BENCHMARKS.md)
 EXAMPLE_TEXT = "Return a list of cookies."
-GRID_PX = 720                  # codebook grid and waveform width on screen
+GRID_PX, LABEL_PX, ROW_PX = 640, 100, 30      # codebook grid: width, codebook labels, height of each codebook row
+# readers that are not registry decoders: the flat model (the TTS baseline, shown as ar) and the CTC head
+OWN = {"flat": Guarantee("reference", "one code per forward on the flat model (tts_flat)"),
+       "ctc": Guarantee("lossy", "greedy CTC head: no decoder forward, the encoder's own reading"),
+       "ctc_beam": Guarantee("lossy", "CTC prefix beam search with a character 6-gram LM: no decoder forward")}
 
 
 @dataclass
@@ -69,30 +76,21 @@ def decided_steps(decoder: str, accepted_lengths: list[list[int]], num_codebooks
     return out
 
 
-def codebook_grid(decoder: str, result, scale: int | None = None) -> object:
-    """The (Q, T) codes as cells coloured by the forward that decided them, on a ramp over `scale`
-    forwards (default: this run's own)."""
-    from PIL import Image
+def codebook_grid(decoder: str, result) -> object:
+    """The (Q, T) codes as cells coloured by the forward that decided them, each codebook a labelled
+    row, on this run's own scale (forward 1 to its last), drawn below the grid."""
+    from PIL import Image, ImageDraw
     num_codebooks, frames = result.codes.shape
     steps = decided_steps(decoder, result.stats.accepted_lengths, num_codebooks, frames)
-    cells = Image.fromarray(step_colours(steps, scale or result.stats.num_forwards))
-    cell = max(1, GRID_PX // max(frames, 1))
-    return cells.resize((cell * frames, 12 * num_codebooks), Image.NEAREST)
-
-
-def waveform(audio: np.ndarray, width: int = GRID_PX, height: int = 120):
-    """Min/max envelope of the samples, one column per pixel."""
-    from PIL import Image, ImageDraw
-    img = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(img)
-    if len(audio) == 0:
-        return img
-    mid = height / 2
-    for x, piece in enumerate(np.array_split(audio, width)):
-        if len(piece):
-            lo, hi = float(piece.min()), float(piece.max())
-            draw.line([(x, mid - hi * mid), (x, mid - lo * mid)], fill=(40, 90, 180))
-    return img
+    forwards = max(result.stats.num_forwards, 1)
+    cells = Image.fromarray(step_colours(steps, forwards)).resize((GRID_PX - LABEL_PX, ROW_PX * num_codebooks),
+                                                                   Image.NEAREST)
+    grid = Image.new("RGB", (GRID_PX, cells.height), "white")
+    grid.paste(cells, (LABEL_PX, 0))
+    draw, f = ImageDraw.Draw(grid), font(15)
+    for q in range(num_codebooks):
+        draw.text((4, q * ROW_PX + (ROW_PX - 15) // 2), f"codebook {q + 1}", fill=(20, 20, 20), font=f)
+    return with_scale_bar(grid, forwards)
 
 
 # -- the app ------------------------------------------------------------------------------------------
@@ -109,47 +107,49 @@ def build_demo(pipeline: SpeechPipelines | None = None) -> gr.Blocks:
             raise ValueError("text to speech is not available: train it with `python -m speech.train tts`")
         if decoder not in tts_decoders(tts):
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(tts_decoders(tts))}")
+        require_text("text", text, "type a sentence to speak")
         args = dict(temperature=float(temperature), seed=None if seed in (None, "") else int(seed))
-        names = [decoder] + ([BASELINE_TTS] if compare and decoder != BASELINE_TTS
-                             and BASELINE_TTS in tts_decoders(tts) else [])
-        rows, results = [], {}
+        names = ([BASELINE_TTS] if compare and decoder != BASELINE_TTS and BASELINE_TTS in tts_decoders(tts)
+                 else []) + [decoder]          # the baseline first, as in every tab
+        results = {}
         for name in names:                     # short utterances: each result comes whole
-            res = tts(text, decoder=name, **args)
-            results[name] = res
-            rows.append(stats_row(name if name != BASELINE_TTS else "ar", res.stats, res.stats.wall_time_s, True,
-                                  tokens=int(res.codes.numel())))     # codes (Q x T), whatever the layout
-            yield _speech_view(results, decoder, rows, None)
+            results[name] = tts(text, decoder=name, **args)
+            yield speech_view(results, decoder, None)
         heard = asr(results[decoder].audio, results[decoder].sample_rate).text if asr is not None else None
-        yield _speech_view(results, decoder, rows, heard)
+        yield speech_view(results, decoder, heard)
 
     def transcribe(recording, decoder, compare):
         if asr is None:
             raise ValueError("speech recognition is not available: train it with `python -m speech.train asr`")
+        if decoder not in asr_decoders():
+            raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(asr_decoders())}")
         if recording is None:
             raise ValueError("no audio: record or upload a clip to transcribe")
         sample_rate, audio = recording
-        names = [decoder] + ([BASELINE_ASR] if compare and decoder != BASELINE_ASR else [])
-        rows, texts = [], []
+        names = ([BASELINE_ASR] if compare and decoder != BASELINE_ASR else []) + [decoder]
+        rows, texts = [], {}
         for name in names:
             res = asr(audio, int(sample_rate), decoder=name)
             rows.append(stats_row(name, res.stats, res.stats.wall_time_s, True))
-            texts.append(f"{name}: {res.text}")
-            yield "\n".join(texts), stats_table(add_speedups(rows))
+            texts[name] = res.text
+            same = (texts[BASELINE_ASR] == texts[decoder], "text", False) if len(texts) == 2 else None
+            yield ("\n".join(f"{n}: {t}" for n, t in texts.items()),
+                   summary_html(rows, "asr", decoder, same, own=OWN))
 
     with gr.Blocks(title="parasuite: speech") as demo:
         if tts is not None:
             speak_section(tts, speak)
         if asr is not None:
-            transcribe_section(transcribe, open_=tts is None)
+            transcribe_section(transcribe)
     return demo
 
 
 def speak_section(tts, speak) -> None:
-    gr.Markdown("Text to speech with our codec (several codebooks per frame): *parallel* decides all "
-                "codebooks of a frame in one forward, *delay* staggers them, *flat* (the AR baseline) "
-                "decides one code per forward. The grid shows codebooks (rows) by frames (columns), "
-                "coloured by the forward that decided each code (dark = early, yellow = late). "
-                "Tokens in the table are codes (codebooks x frames).")
+    gr.Markdown("Text to speech with our codec (several codebooks per frame): *delay* staggers the codebooks "
+                "(exact for its own model), *parallel* decides all codebooks of a frame in one forward, "
+                "*flat* (the AR baseline) decides one code per forward. Each grid shows codebooks (rows) by "
+                "frames (columns), coloured by the forward that decided each code on its own scale "
+                "(dark = its first forward, yellow = its last). Tokens in the table are codes (codebooks x frames).")
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(value=EXAMPLE_TEXT, label="Text to speak", lines=2, elem_id="speech-text")
@@ -157,46 +157,58 @@ def speak_section(tts, speak) -> None:
             run = gr.Button("Speak", variant="primary", elem_id="speech-run")
         with gr.Column(scale=2):
             choices = tts_decoders(tts)
-            decoder = gr.Dropdown(choices, value="parallel" if "parallel" in choices else choices[0],
+            decoder = gr.Dropdown(choices, value=DEFAULT_TTS if DEFAULT_TTS in choices else choices[0],
                                   label="Decoder", elem_id="speech-decoder")
             temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05, label="Temperature")
             seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
     stats = gr.HTML(elem_id="speech-stats")
-    player = gr.Audio(label="Speech", type="numpy", interactive=False, elem_id="speech-audio")
-    heard = gr.Textbox(label="Heard by the recogniser (ASR of the speech above)", interactive=False,
-                       elem_id="speech-heard")
-    wave = gr.Image(label="Waveform", type="pil", elem_id="speech-wave")
-    grid = gr.Image(label="Codebooks x frames, coloured by forward", type="pil", elem_id="speech-grid")
-    ar_grid = gr.Image(label="Codebooks x frames (ar baseline)", type="pil", visible=False,
-                       elem_id="speech-ar-grid")
-    run.click(guarded("speech synthesis", speak), [text, decoder, temperature, seed, compare],
-              [player, wave, grid, ar_grid, heard, stats], api_name="speak")
-    compare.change(lambda on: gr.Image(visible=bool(on)), compare, ar_grid, queue=False)
+    with gr.Row():
+        with gr.Column():
+            player = gr.Audio(label="Speech", type="numpy", interactive=False, elem_id="speech-audio")
+            heard = gr.Textbox(label="Heard by the recogniser", interactive=False, elem_id="speech-heard")
+            grid = gr.Image(label="Codes, by forward", type="pil", elem_id="speech-grid")
+        with gr.Column(visible=False) as ar_column:
+            ar_player = gr.Audio(label="Speech (ar baseline)", type="numpy", interactive=False,
+                                 elem_id="speech-ar-audio")
+            ar_grid = gr.Image(label="Codes, by forward (ar)", type="pil", elem_id="speech-ar-grid")
+    run.click(guarded("speech synthesis", speak, blank=(None, None, None, None, "", "")),
+              [text, decoder, temperature, seed, compare], [player, grid, ar_player, ar_grid, heard, stats],
+              api_name="speak")
+    compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False, api_visibility="private")
 
 
-def transcribe_section(transcribe, open_: bool) -> None:
-    with gr.Accordion("Transcribe a recording", open=open_):
-        gr.Markdown("Speech recognition: *ctc_speculative* drafts the whole transcript from the CTC head and "
-                    "verifies it in one forward; *ar* decodes one character per forward.")
-        with gr.Row():
-            recording = gr.Audio(label="Audio to transcribe", type="numpy", sources=["upload", "microphone"],
-                                 elem_id="speech-recording")
-            with gr.Column():
-                decoder = gr.Dropdown(asr_decoders(), value=asr_decoders()[-1], label="Decoder",
-                                      elem_id="speech-asr-decoder")
-                compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
-                listen = gr.Button("Transcribe", elem_id="speech-transcribe")
-        transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
-        stats = gr.HTML(elem_id="speech-asr-stats")
-        listen.click(guarded("speech recognition", transcribe), [recording, decoder, compare],
-                     [transcript, stats], api_name="transcribe")
+def transcribe_section(transcribe) -> None:
+    gr.Markdown("### Transcribe a recording\nSpeech recognition: *ctc_speculative* drafts the whole transcript "
+                "from the CTC head and verifies it in one forward; *ar* decodes one character per forward.")
+    with gr.Row():
+        recording = gr.Audio(label="Audio to transcribe", type="numpy", sources=["upload", "microphone"],
+                             elem_id="speech-recording")
+        with gr.Column():
+            decoder = gr.Dropdown(asr_decoders(), value=DEFAULT_ASR if DEFAULT_ASR in asr_decoders() else
+                                  asr_decoders()[-1], label="Recognition decoder", elem_id="speech-asr-decoder")
+            compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
+            listen = gr.Button("Transcribe", elem_id="speech-transcribe")
+    transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
+    stats = gr.HTML(elem_id="speech-asr-stats")
+    listen.click(guarded("speech recognition", transcribe, blank=("", "")), [recording, decoder, compare],
+                 [transcript, stats], api_name="transcribe")
 
 
-def _speech_view(results: dict, decoder: str, rows: list[dict], heard: str | None):
-    res = results[decoder]
+def speech_view(results: dict, decoder: str, heard: str | None):
+    """(player, grid, ar player, ar grid, heard, stats) for the results so far, the baseline's first."""
+    def audio(res):
+        return res.sample_rate, (np.clip(res.audio, -1, 1) * 32767).astype(np.int16)
+
+    res = results.get(decoder)
     base = results.get(BASELINE_TTS) if decoder != BASELINE_TTS else None
-    audio = (res.sample_rate, (np.clip(res.audio, -1, 1) * 32767).astype(np.int16))
-    scale = max(r.stats.num_forwards for r in results.values())     # one scale: the baseline's yellow comes late
-    return (audio, waveform(res.audio), codebook_grid(decoder, res, scale),
-            codebook_grid(BASELINE_TTS, base, scale) if base is not None else None,
-            heard or "", stats_table(add_speedups(rows)))
+    rows = [stats_row("ar" if name == BASELINE_TTS else name, r.stats, r.stats.wall_time_s, True,
+                      tokens=int(r.codes.numel()))            # codes (Q x T), whatever the layout
+            for name, r in results.items()]
+    same = None
+    if res is not None and base is not None:
+        same = (tuple(res.codes.shape) == tuple(base.codes.shape) and bool((res.codes == base.codes).all()),
+                "codes", True)
+    table = summary_html(rows, "speech", decoder, same, own=OWN) if res is not None else ""
+    return (audio(res) if res is not None else None, codebook_grid(decoder, res) if res is not None else None,
+            audio(base) if base is not None else None, codebook_grid(BASELINE_TTS, base) if base is not None else None,
+            heard or "", table)

@@ -13,13 +13,13 @@ import gradio as gr
 
 import suite
 
-from ._common import (Shared, TimedIterator, add_speedups, format_options, guarded, parse_options, positive_int,
-                      race, sampling_args, stats_row, stats_table, throttled, ui_options)
+from ._common import (Shared, TimedIterator, format_options, guarded, parse_options, positive_int, race, require_text,
+                      sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
 UI_DEFAULTS = {"speculative": {"draft": "self:8"}}     # what a decoder needs to run in the app
-DEFAULT_DECODER = "auto"
+FASTEST_LOSSLESS = ("auto", "ngram")       # the default: auto where registered, else ngram (BENCHMARKS.md, Text)
 EXAMPLES = [
     ["Rewrite this function with type hints and a docstring:\n\ndef area(width, height):\n"
      "    return width * height", "ngram"],
@@ -33,11 +33,15 @@ UPDATE_EVERY_S = 0.05     # at most ~20 UI updates a second per request; the las
 def load_pipeline():
     """The tab's model: the embedded SmolLM2-135M-Instruct (offline)."""
     import text
-    return text.load()
+    return text.load(progress=False)
 
 
 def decoder_choices() -> list[str]:
     return suite.list_decoders("text")
+
+
+def default_decoder() -> str:
+    return next(d for d in (*FASTEST_LOSSLESS, "ar") if d in decoder_choices())
 
 
 def default_options(name: str) -> str:
@@ -127,14 +131,23 @@ def chunks_html(run: TextRun | None) -> str:
             f"{''.join(spans)}</div></div>")
 
 
-def stats_html(runs: list[TextRun]) -> str:
-    rows = add_speedups([r.stats() for r in runs])
-    note = ""
+def stop_note(run: TextRun, max_new_tokens: int, context: int | None) -> str:
+    """Why a finished run stopped short of max new tokens without an end token: the context was full."""
+    stream = run.stream
+    if not run.done or stream.finish_reason == "eos" or len(stream.token_ids) >= max_new_tokens:
+        return ""
+    limit = f" ({context} tokens)" if context else ""
+    return (f"{run.decoder} stopped after {len(stream.token_ids)} of {max_new_tokens} new tokens: the prompt and "
+            f"the answer filled the model's context{limit}; shorten the prompt for a longer answer.")
+
+
+def stats_html(runs: list[TextRun], sampled: bool, max_new_tokens: int, context: int | None) -> str:
+    chosen = runs[-1]
+    same = None
     if len(runs) == 2 and all(r.done for r in runs):
-        same = runs[0].stream.token_ids == runs[1].stream.token_ids
-        note = ("same tokens as ar" if same else
-                "tokens differ from ar (sampling draws differently, or the decoder is lossy)")
-    return stats_table(rows, note)
+        same = (runs[0].stream.token_ids == chosen.stream.token_ids, "tokens", sampled)
+    note = " ".join(n for n in (stop_note(r, max_new_tokens, context) for r in runs) if n)
+    return summary_html([r.stats() for r in runs], "text", chosen.decoder, same, note)
 
 
 # -- the app ------------------------------------------------------------------------------------------
@@ -147,8 +160,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
     def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
-        if not prompt:
-            raise ValueError("empty prompt: type some text into the prompt box")
+        require_text("prompt", prompt, "type some text into the prompt box")
         args = dict(max_new_tokens=positive_int("max new tokens", max_new_tokens), chat=bool(chat),
                     **sampling_args(temperature, top_k, top_p, seed))
         gen = shared.get()
@@ -158,8 +170,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
 
         def view():
-            return (chosen.stream.text, chunks_html(chosen),
-                    baseline.stream.text if baseline else "", chunks_html(baseline), stats_html(runs))
+            return (chosen.stream.text, chunks_html(chosen), baseline.stream.text if baseline else "",
+                    chunks_html(baseline), stats_html(runs, args["temperature"] > 0, args["max_new_tokens"],
+                                                      gen.max_length))
 
         yield view()
         for _ in throttled(race(runs), UPDATE_EVERY_S):
@@ -176,9 +189,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="text-compare")
                 run = gr.Button("Generate", variant="primary", elem_id="text-run")
             with gr.Column(scale=2):
-                decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER, label="Decoder",
+                decoder = gr.Dropdown(decoder_choices(), value=default_decoder(), label="Decoder",
                                       elem_id="text-decoder")
-                options = gr.Textbox(value=default_options(DEFAULT_DECODER), label="Decoder options",
+                options = gr.Textbox(value=default_options(default_decoder()), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="text-options")
                 max_new_tokens = gr.Slider(1, 512, value=96, step=1, label="Max new tokens",
                                            elem_id="text-max-new-tokens")
@@ -199,9 +212,11 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 ar_chunks = gr.HTML(elem_id="text-ar-chunks")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
-        decoder.change(default_options, decoder, options, queue=False)
-        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False)
+        decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
+        compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False,
+                       api_visibility="private")
         inputs = [prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare]
         outputs = [output, output_chunks, ar_output, ar_chunks, stats]
-        run.click(guarded("text generation", generate), inputs, outputs, api_name="generate_text")
+        run.click(guarded("text generation", generate, blank=("", "", "", "", "")), inputs, outputs,
+                  api_name="generate")
     return demo

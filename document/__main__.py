@@ -6,7 +6,9 @@ confidence) and DIR/FILE.pN.png overlays (--overlay). Every output is written to
 file and renamed into place; the JSON is written last and marks the file as done, so a rerun
 skips finished files (resumable; --force redoes them). A file that cannot be read (corrupt or
 password-protected PDF, not an image, 1x1 or huge image) is reported and skipped; the batch goes
-on. Exit status: 0 all read, 1 some files failed, 2 bad arguments.
+on; each file's status is a row of DIR/manifest.jsonl. With --engine ray the files are read by a
+pool of Ray Data actors (--workers N), with the same outputs. Exit status: 0 all read, 1 some files
+failed, 2 bad arguments.
 
 examples:
   python -m document scans/ --out ocr_out
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from .reader import IMAGE_SUFFIXES, PDF_SUFFIXES
@@ -59,16 +60,23 @@ def outputs_for(src: Path, root: Path, out: Path) -> Path:
     return out / rel
 
 
-def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
-    """Read one file and write its outputs: everything is computed first, then each output is
-    written atomically, the JSON last (it marks the file done); if writing fails part way, the
-    outputs already written for this file are removed."""
+def read_file(src: Path, ocr, args) -> dict:
+    """The contents of one file's outputs: text, JSON, overlay PNGs (--overlay), pages and lines."""
     from .reader import overlay, read, to_json, to_text
+    if src.stat().st_size == 0:
+        raise ValueError(f"{src} is empty (0 bytes): nothing to read; copy the file again")
     pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, **args.options)
-    outputs = [(base.with_name(base.name + ".txt"), to_text(pages))]
-    if args.overlay:
-        outputs += [(base.with_name(f"{base.name}.p{p.index + 1}.png"), png_bytes(overlay(p))) for p in pages]
-    outputs.append((base.with_name(base.name + ".json"), to_json(pages, str(src))))
+    return {"text": to_text(pages), "json": to_json(pages, str(src)),
+            "overlays": [png_bytes(overlay(p)) for p in pages] if args.overlay else [],
+            "pages": len(pages), "lines": sum(len(p.lines) for p in pages)}
+
+
+def write_outputs(base: Path, contents: dict) -> None:
+    """Each output written atomically, the JSON last (it marks the file done); if writing fails part
+    way, the outputs already written for this file are removed."""
+    outputs = [(base.with_name(base.name + ".txt"), contents["text"])]
+    outputs += [(base.with_name(f"{base.name}.p{i + 1}.png"), png) for i, png in enumerate(contents["overlays"])]
+    outputs.append((base.with_name(base.name + ".json"), contents["json"]))
     written = []
     try:
         for path, content in outputs:
@@ -78,7 +86,27 @@ def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
         for path in written:
             path.unlink(missing_ok=True)
         raise
-    return len(pages), sum(len(p.lines) for p in pages)
+
+
+def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
+    """Read one file and write its outputs (everything is computed first): (pages, lines)."""
+    contents = read_file(src, ocr, args)
+    write_outputs(base, contents)
+    return contents["pages"], contents["lines"]
+
+
+class DocumentWorker:
+    """The batch worker (suite.batch): loads the OCR model once, reads one file per call."""
+
+    def __init__(self, weights=None, threads=1, decoder="ar", detector="auto", dpi=200, options=None,
+                 overlay=False):
+        from .ocr import load_ocr
+        self.ocr = load_ocr(weights, threads=threads)
+        self.args = argparse.Namespace(decoder=decoder, detector=detector, dpi=dpi, options=options or {},
+                                       overlay=overlay)
+
+    def __call__(self, payload: dict) -> dict:
+        return read_file(Path(payload["src"]), self.ocr, self.args)
 
 
 def summary_table(rows: list[tuple[str, str, str, str, str, str]]) -> str:
@@ -89,11 +117,13 @@ def summary_table(rows: list[tuple[str, str, str, str, str, str]]) -> str:
 
 
 def parse(argv):
+    from suite.batch import add_batch_arguments
     ap = argparse.ArgumentParser(prog="python -m document", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image, a PDF, or a folder (searched recursively)")
     ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default ar: fastest on a CPU)")
+    ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default ar: "
+                    "the fastest on a CPU here, since this small model's drafts cost more than they save)")
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
     ap.add_argument("--prefix-only", action="store_true", default=None,
@@ -105,7 +135,26 @@ def parse(argv):
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")
     ap.add_argument("--weights", default=None, help="model folder (default: document/weights/ocr-small)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy machine)")
+    add_batch_arguments(ap)
     return ap.parse_args(argv)
+
+
+def build_job(args, root: Path, out: Path, files: list[Path]):
+    from suite.batch import BatchJob, Item
+
+    def base_of(item) -> Path:
+        return outputs_for(Path(item.payload["src"]), root, out)
+
+    def done(item) -> bool:
+        base = base_of(item)
+        return base.with_name(base.name + ".json").exists() and not args.force
+
+    items = [Item(str(src), {"src": str(src)}) for src in files]
+    worker_args = {"weights": args.weights, "threads": args.threads, "decoder": args.decoder,
+                   "detector": args.detector, "dpi": args.dpi, "options": args.options, "overlay": args.overlay}
+    return BatchJob("document", items, DocumentWorker, worker_args, lambda item, c: write_outputs(base_of(item), c),
+                    fields=("text", "json", "overlays", "pages", "lines"), manifest=out / "manifest.jsonl",
+                    is_done=done, echo_errors=False)
 
 
 def main(argv=None) -> int:
@@ -115,43 +164,39 @@ def main(argv=None) -> int:
         print(f"error: {root} does not exist; give an image, a PDF or a folder", file=sys.stderr)
         return 2
     import suite
+    from suite.batch import engine_from_args, run_batch
     if args.decoder not in suite.DECODERS:
         print(f"error: unknown decoder {args.decoder!r}; choose one of: {', '.join(sorted(suite.DECODERS))}", file=sys.stderr)
         return 2
     args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold),
                                       ("prefix_only", args.prefix_only)) if v is not None}
+    files, others = find_inputs(root, out)
     try:
         suite.make_decoder(args.decoder, **args.options)
-        from .ocr import load_ocr
-        ocr = load_ocr(args.weights, threads=args.threads)
+        engine = engine_from_args(args, threads=args.threads)
+        summary = run_batch(build_job(args, root, out, files), engine) if files else None
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    files, others = find_inputs(root, out)
+    except KeyboardInterrupt:
+        print("interrupted: finished files are kept; run again to resume", file=sys.stderr)
+        return 130
     rows = [(str(p), "skipped", "-", "-", "-", "not an image or PDF (by its name)") for p in others]
-    from tqdm import tqdm
-    failed = 0
-    for src in tqdm(files, desc="document", unit="file", file=sys.stderr):
-        base = outputs_for(src, root, out)
-        if base.with_name(base.name + ".json").exists() and not args.force:
-            rows.append((str(src), "done", "-", "-", "-", "already read (use --force to redo)"))
-            continue
-        t0 = time.perf_counter()
-        try:
-            n_pages, n_lines = process(src, base, ocr, args)
-        except Exception as e:   # one bad file never stops the batch
-            failed += 1
-            msg = str(e) if isinstance(e, ValueError) else f"{src}: {type(e).__name__}: {e}"
-            rows.append((str(src), "FAILED", "-", "-", f"{time.perf_counter() - t0:.1f}", msg))
-            tqdm.write(f"error: {msg}", file=sys.stderr)
-            continue
-        msg = "empty page(s): no text found" if n_lines == 0 else ""
-        rows.append((str(src), "ok", str(n_pages), str(n_lines), f"{time.perf_counter() - t0:.1f}", msg))
+    for o in summary.outcomes if summary else ():
+        if o.status == "skipped":
+            rows.append((o.item.key, "done", "-", "-", "-", "already read (use --force to redo)"))
+        elif o.status == "error":
+            rows.append((o.item.key, "FAILED", "-", "-", f"{o.seconds:.1f}", o.message))
+        else:
+            msg = "empty page(s): no text found" if o.result["lines"] == 0 else ""
+            rows.append((o.item.key, "ok", str(o.result["pages"]), str(o.result["lines"]), f"{o.seconds:.1f}", msg))
     if not rows:
         print(f"no files found under {root}", file=sys.stderr)
-    else:
-        print(summary_table(rows))
-    return 1 if failed else 0
+        return 0
+    print(summary_table(rows))
+    if summary:
+        print(summary.line(), file=sys.stderr)
+    return summary.exit_code if summary else 0
 
 
 if __name__ == "__main__":

@@ -40,6 +40,30 @@ DECODERS = [("ar", "ar", {}),
             ("ctc_speculative realign", "ctc_speculative", {"realign": True}),
             ("jacobi (suite)", "jacobi", {})]
 PAGE_DECODERS = ("ar", "block_diffusion B=4 t=0.9 prefix", "s2d2 B=8")      # whole-page rows
+# `--rules`: the diffusion-LM commit rules (suite/decoders/blocks/), a few settings each, beside ar
+# and the default; block_diffusion is Fast-dLLM's threshold rule
+_P = {"prefix_only": True}
+RULES = [("ar", "ar", {}),
+         ("block_diffusion B=8 t=0.95 prefix (default)", "block_diffusion", {"block_size": 8, "threshold": 0.95, **_P}),
+         ("threshold B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
+         ("threshold B=16 t=0.9 prefix", "block_diffusion", {"block_size": 16, "threshold": 0.9, **_P}),
+         ("threshold B=16 t=0.8 prefix", "block_diffusion", {"block_size": 16, "threshold": 0.8, **_P}),
+         ("factor B=8 f=0.25", "fast_dllm_factor", {"block_size": 8, "factor": 0.25}),
+         ("factor B=8 f=1", "fast_dllm_factor", {"block_size": 8, "factor": 1.0}),
+         ("factor B=16 f=1 prefix", "fast_dllm_factor", {"block_size": 16, "factor": 1.0, **_P}),
+         ("factor B=16 f=2 prefix", "fast_dllm_factor", {"block_size": 16, "factor": 2.0, **_P}),
+         ("factor B=16 f=0.5", "fast_dllm_factor", {"block_size": 16, "factor": 0.5}),
+         ("prophet B=8 margin=6", "prophet", {"block_size": 8, "margin": 6.0}),
+         ("prophet B=16 margin=6", "prophet", {"block_size": 16, "margin": 6.0}),
+         ("prophet B=16 margin=4 prefix", "prophet", {"block_size": 16, "margin": 4.0, **_P}),
+         ("credit B=8 t=0.95", "credit", {"block_size": 8}),
+         ("credit B=16 t=0.95 prefix", "credit", {"block_size": 16, "threshold": 0.95, **_P}),
+         ("credit B=16 t=0.9 prefix", "credit", {"block_size": 16, "threshold": 0.9, **_P}),
+         ("credit B=16 t=0.99 prefix", "credit", {"block_size": 16, "threshold": 0.99, **_P}),
+         ("entropy_bounded B=8 gamma=0.03", "entropy_bounded", {"block_size": 8, "gamma": 0.03}),
+         ("entropy_bounded B=16 gamma=0.3 prefix", "entropy_bounded", {"block_size": 16, "gamma": 0.3, **_P}),
+         ("entropy_bounded B=16 gamma=0.6 prefix", "entropy_bounded", {"block_size": 16, "gamma": 0.6, **_P}),
+         ("entropy_bounded B=16 gamma=1 prefix", "entropy_bounded", {"block_size": 16, "gamma": 1.0, **_P})]
 PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
 # scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
 PAGE_PNG_TRUTH = """Region-based segmentation
@@ -172,10 +196,10 @@ def revised(text: str, rng) -> str:
     return text[:i] + rng.choice(data.CHARSET[1:]) + text[i + 1:]
 
 
-def run_suite(ocr, crops, refs, engines: bool, threads: int, prior_row: bool) -> list[dict]:
+def run_suite(ocr, crops, refs, engines: bool, threads: int, prior_row: bool, decoders=DECODERS) -> list[dict]:
     import random
     rows, ar_texts, ar_fwd = [], None, None
-    decoders = list(DECODERS)
+    decoders = list(decoders)
     if prior_row:
         rng = random.Random(0)
         decoders.append(("ngram_prior (prior: the line with 1 char changed)", "ngram_prior",
@@ -284,6 +308,42 @@ def text_png_rows(ocr, threads: int) -> list[dict]:
     return rows
 
 
+def plot_rules(rows: list[dict], path: str, title: str) -> None:
+    """A PNG scatter of (forwards/line, CER %) per row of `run_suite`, one colour per decoder
+    family (the label's first word), each point labelled with the rest of its label."""
+    from PIL import Image, ImageDraw
+    from suite.storage import atomic_path
+    pts = [(float(r["forwards/line"]), float(r["CER %"]), r["reader"]) for r in rows]
+    W, H, left, bottom, pad = 1100, 700, 80, 60, 30
+    xmax, ymax = max(p[0] for p in pts) * 1.08, max(p[1] for p in pts) * 1.12
+    colours = ["#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
+    families = list(dict.fromkeys(label.split()[0] for _, _, label in pts))
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+
+    def xy(x, y):
+        return left + x / xmax * (W - left - pad), H - bottom - y / ymax * (H - bottom - pad)
+    d.line([xy(0, 0), xy(xmax, 0)], fill="black")
+    d.line([xy(0, 0), xy(0, ymax)], fill="black")
+    for i in range(6):
+        x, y = xmax * i / 5, ymax * i / 5
+        d.text((xy(x, 0)[0] - 10, H - bottom + 8), f"{x:.1f}", fill="black")
+        d.text((8, xy(0, y)[1] - 6), f"{y:.2f}", fill="black")
+    d.text((W // 2 - 120, H - 24), "decoder forwards per line (fewer is faster)", fill="black")
+    d.text((8, 8), f"CER %  -  {title}", fill="black")
+    for x, y, label in pts:
+        family, _, rest = label.partition(" ")
+        c = colours[families.index(family) % len(colours)]
+        px, py = xy(x, y)
+        d.ellipse([px - 5, py - 5, px + 5, py + 5], fill=c)
+        d.text((px + 7, py - 6), rest or family, fill=c)
+    for i, family in enumerate(families):
+        d.rectangle([W - 230, 40 + 18 * i, W - 220, 50 + 18 * i], fill=colours[i % len(colours)])
+        d.text((W - 214, 38 + 18 * i), family, fill="black")
+    with atomic_path(path) as tmp:
+        img.save(tmp)
+
+
 def _direct(ocr, crops, name, opts):
     res = ocr(crops, decoder=name, **opts)
     return res.texts, res.stats
@@ -298,6 +358,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--no-engines", action="store_true", help="skip tesseract and rapidocr")
     ap.add_argument("--weights", default=None)
+    ap.add_argument("--rules", action="store_true",
+                    help="only the commit-rule sweep (RULES) on the held-out lines: forwards against CER")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="with --rules: also draw (forwards/line, CER) here")
     args = ap.parse_args(argv)
     if args.lines < 1:
         print("error: --lines must be >= 1", file=sys.stderr)
@@ -312,6 +375,13 @@ def main(argv=None) -> int:
         return 2
     held = data.heldout_set(args.lines)
     print(f"held-out synthetic lines: {len(held)}", file=sys.stderr)
+    if args.rules:
+        rows = run_suite(ocr, [s.image for s in held], [s.text for s in held], False, args.threads, False, RULES)
+        print(table(f"commit rules, held-out synthetic lines ({len(held)}; threads={args.threads}, "
+                    f"batch={ocr.batch_size})", rows))
+        if args.plot:
+            plot_rules(rows, args.plot, f"commit rules on {len(held)} held-out lines")
+        return 0
     report = [f"threads={args.threads}; batch={ocr.batch_size}; forwards counted per line (one batched forward "
               "advances every line of the batch once)", ""]
     report.append(table(f"held-out synthetic lines ({len(held)})",

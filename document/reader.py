@@ -161,8 +161,14 @@ def quad_crop(image: Image.Image, quad: np.ndarray) -> Image.Image:
 # ---- reading ----------------------------------------------------------------------------------
 
 def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto", dpi: int = DPI,
-         **options) -> list[Page]:
-    """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence)."""
+         model=None, **options) -> list[Page]:
+    """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence).
+    model: the folder of a page-reading VLM (GOT-OCR2, Qwen2-VL, Florence-2) that reads each page
+    whole instead (document/hf_reader.py)."""
+    if model is not None:
+        images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
+        return read_with_model([_check_size(img, f"page {i + 1}") for i, img in enumerate(images)], model, decoder,
+                               **options)
     if ocr is None:
         from .ocr import load_ocr
         ocr = load_ocr()
@@ -171,6 +177,20 @@ def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto
     for index, img in enumerate(images):
         _check_size(img, f"page {index + 1}")
         pages.append(read_page(img, index, ocr, decoder, detector, **options))
+    return pages
+
+
+def read_with_model(images: list[Image.Image], model, decoder: str, max_new_tokens: int | None = None,
+                    **options) -> list[Page]:
+    """Pages read whole by a page-reading VLM folder (or loaded reader); each answer line becomes a
+    Line boxed by the whole page, confidence NaN (the model reads the page, not located lines)."""
+    from .hf_reader import MAX_NEW_TOKENS, load_reader
+    reader = load_reader(model, max_new_tokens or MAX_NEW_TOKENS)
+    res = reader(images, decoder=decoder, **options)
+    pages = []
+    for index, (img, text) in enumerate(zip(images, res.texts)):
+        lines = [Line((0, 0, img.width, img.height), t, float("nan")) for t in text.splitlines() if t.strip()]
+        pages.append(Page(index, img.width, img.height, lines, image=img, stats=res.stats))
     return pages
 
 

@@ -7,7 +7,9 @@
 3. SmolLM2: each decoder's speedup over `ar`, and the achieved memory bandwidth of its steps
    (weight bytes x forwards/s) against a measured device-to-device copy bandwidth.
 Writes a markdown report (stdout too). Exits 2 without a CUDA GPU, unless `--device cpu`, which
-runs part 2 alone on the CPU.
+runs part 2 alone on the CPU. `--overhead`: the loop's own time per step of every text decoder, as
+a fraction of its forwards (tiny 2-layer Llama and SmolLM2, CPU); `--cost-curve`: SmolLM2's
+cost(N)/cost(1) with plain linear layers and with suite.linear_forms (CPU).
 """
 from __future__ import annotations
 
@@ -108,6 +110,87 @@ def decoder_table(max_new: int) -> list[str]:
     return rows
 
 
+def loop_overhead(model, ids, decoder: str, max_new: int, **options) -> tuple[float, int]:
+    """(the loop's own time per step as a fraction of the time inside the model's forwards,
+    forwards) for one greedy request: step time minus forward time, timed by hooks on the model
+    (a self-draft that shares the model's modules counts as forward time)."""
+    import suite
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter   # robust to a shared CPU
+    inside, start = [0.0], [0.0]
+    pre = model.register_forward_pre_hook(lambda *_: start.__setitem__(0, clock()))
+    post = model.register_forward_hook(lambda *_: inside.__setitem__(0, inside[0] + clock() - start[0]))
+    try:
+        suite.generate(model, ids, decoder=decoder, max_new_tokens=8, **options)     # warm up
+        inside[0] = 0.0
+        adapter, dec, state = suite.prepare(model, ids, decoder=decoder, max_new_tokens=max_new, **options)
+        t0 = clock()
+        result = suite.decode(adapter, dec, state)
+        total = clock() - t0
+    finally:
+        pre.remove()
+        post.remove()
+    return (total - inside[0]) / max(inside[0], 1e-9), result.stats.num_forwards
+
+
+def overhead_table(max_new: int) -> list[str]:
+    """Loop overhead of every registered text decoder on a tiny 2-layer Llama and on SmolLM2."""
+    import suite
+    import text
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    tiny = LlamaForCausalLM(LlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                        eos_token_id=None, pad_token_id=0, bos_token_id=None)).eval()
+    with torch.no_grad():
+        tiny.get_output_embeddings().weight.mul_(8.0)
+    gen = text.load(device="cpu", progress=False)
+    smol_ids, _ = gen.encode([PROMPT], chat=True)
+    tiny_ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11]])
+    rows = []
+    for name in suite.TEXT_DECODERS:
+        options = {"draft": "self:1"} if name == "speculative" else {}
+        cells = []
+        for model, ids in ((tiny, tiny_ids), (gen.model, smol_ids)):
+            try:
+                frac, forwards = loop_overhead(model, ids, name, max_new, **options)
+                cells.append(f"{100 * frac:.0f}% ({forwards} fw)")
+            except (ValueError, RuntimeError) as e:
+                cells.append(f"n/a ({str(e)[:40]})")
+        rows.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return ["| decoder | tiny 2-layer Llama | SmolLM2-135M |", "|---|---|---|", *rows]
+
+
+def cost_curve_table(rounds: int = 4, context: int = 700, widths=(1, 2, 4, 8, 16)) -> list[str]:
+    """SmolLM2's forward cost(N)/cost(1) after `context` cached tokens, with plain nn.Linear /
+    "sdpa" and with suite.linear_forms swapped in, measured in alternation (the fastest of
+    `rounds` rounds per width; CPU time of the process under one thread)."""
+    import text.model
+    from suite import HFCausalLM
+    from suite.cost import measure_curve
+    from suite.linear_forms import swap_linears, unswap_linears
+    model, _ = text.model.load_embedded(progress=False)
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    runs = {"plain": [], "swapped": []}
+    for _ in range(rounds):
+        for label in runs:
+            (unswap_linears if label == "plain" else swap_linears)(model)
+            runs[label].append(measure_curve(HFCausalLM(model), context=context, widths=widths, repeats=2,
+                                             clock=clock).seconds)
+    rows = []
+    for label, found in runs.items():
+        best = [min(r[i] for r in found) for i in range(len(widths))]
+        rows.append(f"| {label} | {1e3 * best[0]:.1f} | " + " | ".join(f"{b / best[0]:.2f}x" for b in best[1:]) + " |")
+    return [f"| linear layers | cost(1) ms | " + " | ".join(f"cost({w})" for w in widths[1:]) + " |",
+            "|---|---|" + "---|" * (len(widths) - 1), *rows]
+
+
+def _emit(report: str, out: Path | None, status: int = 0) -> int:
+    print(report)
+    if out:
+        out.write_text(report + "\n")
+    return status
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m kernels.check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,15 +198,25 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: only the eager vs compiled step latency, on this machine's CPU")
+    p.add_argument("--overhead", action="store_true",
+                   help="only the loop-overhead table (on the CPU): each text decoder's own step time as a "
+                        "fraction of its forwards")
+    p.add_argument("--cost-curve", action="store_true",
+                   help="only SmolLM2's cost(N)/cost(1) on the CPU, plain vs suite.linear_forms")
     args = p.parse_args(argv)
+    if args.cost_curve:
+        report = "\n".join([f"# SmolLM2 forward cost curve (CPU, {torch.get_num_threads()} threads, 700 cached tokens)",
+                            "", *cost_curve_table()])
+        return _emit(report, args.out)
+    if args.overhead:
+        report = "\n".join([f"# Loop overhead (CPU, {torch.get_num_threads()} threads, "
+                            f"{args.max_new_tokens} new tokens, greedy)", "", *overhead_table(args.max_new_tokens)])
+        return _emit(report, args.out)
     latency_header = ["| model | ar step | ms/step | speedup | same tokens as eager |", "|---|---|---|---|---|"]
     if args.device == "cpu":
         report = "\n".join([f"# Step latency on the CPU ({torch.get_num_threads()} threads, {time.strftime('%Y-%m-%d')})",
                             "", *latency_header, *latency_table("cpu", args.max_new_tokens)])
-        print(report)
-        if args.out:
-            args.out.write_text(report + "\n")
-        return 0
+        return _emit(report, args.out)
     if not torch.cuda.is_available():
         print("error: no CUDA GPU here; run this on a GPU machine", file=sys.stderr)
         return 2
@@ -136,11 +229,7 @@ def main(argv=None) -> int:
              f"Device copy bandwidth: {copy_bandwidth_gbs():.0f} GB/s", "",
              "| decoder | forwards | tok/forward | ms/forward | tok/s | speedup | weight GB/s |",
              "|---|---|---|---|---|---|---|", *decoder_table(args.max_new_tokens)]
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        args.out.write_text(report + "\n")
-    return 0 if tests.returncode == 0 else 1
+    return _emit("\n".join(lines), args.out, 0 if tests.returncode == 0 else 1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python -m speech.asr clip.wav                      # one file
     python -m speech.asr recordings/ --decoder ar      # every audio file of a folder (progress bar)
     python -m speech.asr clip.wav --json               # text and decode statistics as JSON lines
+    python -m speech.asr talk.wav --model whisper-tiny/ --decoder lookahead   # a Whisper folder
 
 Decoders: ctc (greedy CTC, one encoder pass), ctc_beam (CTC prefix beam search with the
 character n-gram LM of the training text, speech/ctc_lm.py; still no decoder forward), ar (the
@@ -16,64 +17,18 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import suite
 
-from .data import SAMPLE_RATE, resample
+from .audio import MAX_SECONDS, ASRResult, check_audio, read_audio  # noqa: F401  (public here)
+from .data import SAMPLE_RATE
 
 # "ctc" and "ctc_beam" read the CTC head alone (no decoder forward); the rest are registry decoders
 DECODERS = ("ctc", "ctc_beam") + tuple(suite.list_decoders("asr", chain=("ar",)))
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3"}
-MAX_SECONDS = 30.0
-
-
-@dataclass
-class ASRResult:
-    text: str
-    stats: object            # suite.DecodeStats: decoder forwards, tokens, wall time (encoder included)
-    audio_seconds: float
-
-    @property
-    def real_time_factor(self) -> float:
-        return self.stats.wall_time_s / max(self.audio_seconds, 1e-9)
-
-
-def check_audio(audio, sample_rate) -> np.ndarray:
-    """Any mono/stereo float or int array at any rate -> float32 mono 16 kHz; clear ValueErrors."""
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be a positive integer (Hz), got {sample_rate!r}")
-    if isinstance(audio, torch.Tensor):
-        audio = audio.detach().cpu().numpy()
-    audio = np.asarray(audio)
-    if audio.dtype.kind not in "fiu":
-        raise ValueError(f"audio must be a numeric array of samples, got dtype {audio.dtype}")
-    if audio.dtype.kind in "iu":
-        audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
-    if audio.ndim == 2:   # (channels, S) or (S, channels): mix down
-        audio = audio.mean(axis=0 if audio.shape[0] < audio.shape[1] else 1)
-    if audio.ndim != 1:
-        raise ValueError(f"audio must be 1-D (mono) or 2-D (channels), got shape {audio.shape}")
-    if audio.size == 0:
-        raise ValueError("audio is empty; pass at least 0.1 s of speech")
-    if not np.isfinite(audio).all():
-        raise ValueError("audio contains NaN or infinite samples; clean the signal first")
-    audio = resample(audio.astype(np.float32), int(sample_rate))
-    seconds = len(audio) / SAMPLE_RATE
-    if seconds < 0.1:
-        raise ValueError(f"audio is {seconds * 1000:.0f} ms long; pass at least 0.1 s of speech")
-    if seconds > MAX_SECONDS:
-        raise ValueError(f"audio is {seconds:.1f} s long; split it into pieces of at most {MAX_SECONDS:.0f} s")
-    peak = float(np.abs(audio).max())
-    if peak < 1e-3:
-        raise ValueError("audio is silent (peak below -60 dBFS); check the recording or its gain")
-    if float(np.mean(np.abs(audio) >= 0.999)) > 0.05:
-        raise ValueError("audio is clipped (over 5% of samples at full scale); record it again with lower gain")
-    return audio
 
 
 SPECULATIVE_DEFAULTS = {"max_entropy": 0.65, "min_ratio": 0.1, "realign": True}
@@ -139,22 +94,16 @@ class ASR:
         return self(audio, sr, decoder=decoder)
 
 
-def read_audio(path) -> tuple[np.ndarray, int]:
-    import soundfile as sf
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path} is not a file; pass an audio file or a folder of them")
-    try:
-        audio, sr = sf.read(str(path), dtype="float32", always_2d=False)
-    except Exception as exc:  # soundfile raises its own LibsndfileError / RuntimeError
-        raise ValueError(f"{path} is not a readable audio file ({exc}); convert it to WAV or FLAC") from None
-    return audio, sr
-
-
-def load_asr(folder=None) -> ASR:
-    """The embedded recogniser (speech/weights/asr), offline, with its character LM when present."""
+def load_asr(folder=None, draft_model=None):
+    """The embedded recogniser (speech/weights/asr), offline, with its character LM when present;
+    or a folder of our recogniser, or of a transformers family (Whisper: speech/hf_asr.py, with
+    draft_model= another Whisper folder for `speculative`)."""
     from .asr_model import WEIGHTS, Recogniser
     from .ctc_lm import CharNGramLM
+    from .hf_folder import model_type
+    if folder is not None and model_type(folder) not in (None, Recogniser.model_type):
+        from .hf_asr import WhisperASR
+        return WhisperASR.load(folder, draft_model=draft_model)
     folder = Path(folder or WEIGHTS / "asr")
     lm_path, gate = folder / "char_lm.json.gz", folder / "decoding.json"
     return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None,
@@ -172,33 +121,70 @@ def _files(target: Path) -> list[Path]:
     return [target]
 
 
+class ASRWorker:
+    """The batch worker (suite.batch): loads the recogniser once, transcribes one file per call."""
+
+    def __init__(self, decoder: str = "ctc_speculative", model=None, draft_model=None, threads=None):
+        self.asr = load_asr(model, draft_model=draft_model)
+        self.decoder = decoder or getattr(self.asr, "default_decoder", "ctc_speculative")
+
+    def __call__(self, payload: dict) -> dict:
+        res = self.asr.transcribe_file(payload["src"], decoder=self.decoder)
+        return {"file": payload["src"], "text": res.text, "rtf": res.real_time_factor, **res.stats.as_dict()}
+
+
 def main(argv=None) -> int:
+    from suite.batch import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.storage import write_json, write_text
     parser = argparse.ArgumentParser(prog="python -m speech.asr", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="an audio file, or a folder searched recursively")
-    parser.add_argument("--decoder", default="ctc_speculative", choices=DECODERS)
+    from .hf_asr import DECODERS as WHISPER_DECODERS
+    parser.add_argument("--decoder", default=None, choices=DECODERS + tuple(d for d in WHISPER_DECODERS if d not in DECODERS),
+                        help="default: ctc_speculative (our recogniser), ar (a Whisper --model)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per file")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="also write DIR/<file>.txt (and .json with --json) per file, with a manifest; "
+                             "a rerun skips files already done")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="a recogniser folder (default: the embedded one), or a Whisper folder (model + processor "
+                             "saved with save_pretrained; long audio in 30 s windows)")
+    parser.add_argument("--draft-model", default=None, metavar="DIR", help="speculative: the draft model's folder")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_batch_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        files = _files(Path(args.path))
-        asr = load_asr()
+        root = Path(args.path)
+        files = _files(root)
+        engine = engine_from_args(args, threads=args.threads)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from tqdm import tqdm
-    failures = 0
-    for path in tqdm(files, desc="asr", file=sys.stderr, disable=len(files) < 2):
-        try:
-            res = asr.transcribe_file(path, decoder=args.decoder)
-        except ValueError as exc:
-            failures += 1
-            print(f"error: {exc}", file=sys.stderr)
-            continue
+    out = Path(args.out) if args.out else None
+
+    def outputs(path: Path) -> tuple[Path, ...]:
+        if out is None:
+            return ()
+        base = out / (path.relative_to(root) if root.is_dir() else Path(path.name))
+        return (base.with_name(base.name + ".txt"),) + ((base.with_name(base.name + ".json"),) if args.json else ())
+
+    def write(item, row) -> None:
+        if item.outputs:
+            item.outputs[0].parent.mkdir(parents=True, exist_ok=True)
+            write_text(item.outputs[0], row["text"] + "\n")
+            if args.json:
+                write_json(item.outputs[1], row)
         if args.json:
-            print(json.dumps({"file": str(path), "text": res.text, "rtf": res.real_time_factor, **res.stats.as_dict()}))
+            print(json.dumps(row))
         else:
-            print(f"{path}\t{res.text}" if len(files) > 1 else res.text)
-    return 2 if failures == len(files) else 0
+            print(f"{row['file']}\t{row['text']}" if len(files) > 1 else row["text"])
+
+    worker_args = {"decoder": args.decoder, "model": args.model, "draft_model": args.draft_model,
+                   "threads": args.threads}
+    job = BatchJob("asr", [Item(str(p), {"src": str(p)}, outputs(p)) for p in files], ASRWorker,
+                   worker_args, write, fields=("file", "text"),
+                   manifest=out / "manifest.jsonl" if out else None, ordered=True)
+    return run_cli(job, engine)
 
 
 if __name__ == "__main__":

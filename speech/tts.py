@@ -5,6 +5,7 @@ per-frame conditioning (speech/alignment.py) -> codec frames by one of the decod
 
     python -m speech.tts "Return a list of cookies." --out a.wav
     python -m speech.tts "Remove an item from the queue." --decoder flat --seed 3 --out b.wav
+    python -m speech.tts --input sentences.txt --out wavs/          # one WAV per line (or a folder of .txt)
 
 Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay (MusicGen delay
 pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
@@ -24,7 +25,6 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -33,33 +33,14 @@ import torch
 
 import suite
 
+from .audio import TTSResult  # noqa: F401  (public here)
+
 # "flat": `ar` over the flattened-codes model; the rest are the registry's frame decoders
 DECODERS = ("flat",) + tuple(suite.list_decoders("speech", chain=()))
 FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack",
                 "stack_local": "local"}
 ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
 MAX_CHARS = 200
-
-
-@dataclass
-class TTSResult:
-    audio: np.ndarray         # (S,) float32
-    sample_rate: int
-    codes: torch.Tensor       # (Q, T)
-    stats: object             # suite.DecodeStats of the backbone decode (wall time includes the vocoder)
-    phonemes: str
-
-    @property
-    def seconds(self) -> float:
-        return len(self.audio) / self.sample_rate
-
-    @property
-    def forwards_per_second(self) -> float:
-        return self.stats.num_forwards / max(self.seconds, 1e-9)
-
-    @property
-    def real_time_factor(self) -> float:
-        return self.stats.wall_time_s / max(self.seconds, 1e-9)
 
 
 def check_text(text) -> str:
@@ -210,13 +191,17 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None) -> TTS:
+def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None):
     """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack / flat:
     another folder for the frame model (`tts`), the delay model (`tts_delay`), the stack model
     (`tts_stack`) or the flat model (`tts_flat`), e.g. a new training run; the others stay the
-    embedded ones."""
+    embedded ones. A folder of a transformers family (MusicGen: speech/hf_tts.py) loads that model."""
     from .codec import WEIGHTS, Codec
+    from .hf_folder import model_type
     from .tts_model import TTSModel
+    if folder is not None and model_type(folder) is not None:
+        from .hf_tts import MusicgenTTS
+        return MusicgenTTS.load(folder)
     root = Path(folder) if folder else WEIGHTS
 
     def folder_of(given, name: str) -> Path:
@@ -247,12 +232,23 @@ def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.tts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("text", help="the sentence to speak (plain English)")
-    parser.add_argument("--out", default="tts.wav", help="output WAV file (default tts.wav)")
+    parser.add_argument("text", nargs="?", help="the sentence to speak (plain English), or use --input")
+    parser.add_argument("--out", default=None, help="output WAV file (default tts.wav); with --input, a folder")
     parser.add_argument("--decoder", default="parallel", choices=DECODERS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--input", default=None, metavar="PATH",
+                        help="a text file (one sentence per line -> OUT/line_0001.wav ...) or a folder of .txt "
+                             "files (each one utterance -> OUT/<name>.wav), with OUT/manifest.jsonl; resumable")
+    parser.add_argument("--threads", type=int, default=None, help="--input: torch threads (default: torch's)")
+    from suite.batch import add_batch_arguments
+    add_batch_arguments(parser)
     args = parser.parse_args(argv)
+    if (args.text is None) == (args.input is None):
+        parser.error("give either a sentence or --input PATH (not both)")
+    if args.input is not None:
+        return main_batch(args)
+    args.out = args.out or "tts.wav"
     try:
         if not Path(args.out).resolve().parent.is_dir():
             raise ValueError(f"folder of --out {args.out} does not exist; create it first")
@@ -266,6 +262,66 @@ def main(argv=None) -> int:
     print(f"{args.out}: {res.seconds:.2f} s, {res.codes.shape[1]} frames, {res.stats.num_forwards} forwards, "
           f"RTF {res.real_time_factor:.2f}")
     return 0
+
+
+class TTSWorker:
+    """The batch worker (suite.batch): loads the TTS models once, speaks one text per call into
+    WAV bytes (16-bit PCM)."""
+
+    def __init__(self, decoder="parallel", seed=0, temperature=0.7, threads=None):
+        self.tts, self.options = load_tts(), {"decoder": decoder, "seed": seed, "temperature": temperature}
+
+    def __call__(self, payload: dict) -> dict:
+        import io
+
+        import soundfile as sf
+        text = check_text(payload["text"])
+        res = self.tts(text, **self.options)
+        buf = io.BytesIO()
+        sf.write(buf, res.audio, res.sample_rate, format="WAV", subtype="PCM_16")
+        return {"wav": buf.getvalue(), "seconds": res.seconds, "frames": int(res.codes.shape[1]),
+                "forwards": res.stats.num_forwards}
+
+
+def batch_inputs(source: Path, out: Path) -> list[tuple[str, str, Path]]:
+    """(key, text, wav path) per utterance of a text file (one per line) or a folder of .txt files."""
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*.txt") if p.is_file())
+        if not files:
+            raise ValueError(f"no .txt files under {source}: put one utterance per .txt file")
+        return [(str(p), p.read_text(encoding="utf-8").strip(), out / p.relative_to(source).with_suffix(".wav"))
+                for p in files]
+    if not source.is_file():
+        raise ValueError(f"{source} does not exist; pass a text file (one sentence per line) or a folder of .txt files")
+    lines = [line.strip() for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{source} holds no sentences: write one per line")
+    return [(f"{source.name}:{i + 1}", t, out / f"line_{i + 1:04d}.wav") for i, t in enumerate(lines)]
+
+
+def main_batch(args) -> int:
+    from suite.batch import BatchJob, Item, engine_from_args, run_cli
+    from suite.storage import write_bytes
+    try:
+        if args.out is None:
+            raise ValueError("--input needs --out FOLDER for the WAV files")
+        out = Path(args.out)
+        if out.suffix.lower() == ".wav":
+            raise ValueError(f"with --input, --out names a folder, not {args.out}")
+        engine = engine_from_args(args, threads=args.threads)
+        inputs = batch_inputs(Path(args.input), out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def write(item, result) -> None:
+        item.outputs[0].parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(item.outputs[0], result["wav"])
+
+    worker_args = {"decoder": args.decoder, "seed": args.seed, "temperature": args.temperature, "threads": args.threads}
+    job = BatchJob("tts", [Item(key, {"text": text}, (wav,)) for key, text, wav in inputs], TTSWorker, worker_args,
+                   write, fields=("wav", "seconds", "frames", "forwards"), manifest=out / "manifest.jsonl", unit="utt")
+    return run_cli(job, engine)
 
 
 if __name__ == "__main__":

@@ -50,8 +50,13 @@ class HFCausalLM:
     supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
     supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
 
-    def __init__(self, model, eos_token_id=None, pad_token_id=None):
+    def __init__(self, model, eos_token_id=None, pad_token_id=None, linear_forms: bool = False):
+        """linear_forms=True swaps the model's nn.Linear layers (in place) for the per-width matmul
+        forms measured fastest on this CPU (suite.linear_forms); config.extra["linear_forms"]
+        records the model's choice either way ({} when not swapped)."""
+        from .linear_forms import describe, swap_linears
         self.model = model.eval()
+        forms = swap_linears(model) if linear_forms else describe(model)
         cfg = model.config
         gen = getattr(model, "generation_config", None)
         eos = _as_set(eos_token_id if eos_token_id is not None else
@@ -62,7 +67,8 @@ class HFCausalLM:
             pad = cfg.pad_token_id if getattr(cfg, "pad_token_id", None) is not None else min(eos, default=0)
         max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         self.config = AdapterConfig(vocab_size=model.get_output_embeddings().weight.shape[0],
-                                    eos_token_ids=eos, pad_token_id=int(pad), max_length=max_len)
+                                    eos_token_ids=eos, pad_token_id=int(pad), max_length=max_len,
+                                    extra={"linear_forms": forms})
 
     @property
     def device(self) -> torch.device:

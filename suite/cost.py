@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .linear_forms import describe as describe_forms
+
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _MEMORY: dict[str, "CostCurve"] = {}
 
@@ -73,8 +75,10 @@ def _key(adapter, masked: bool) -> str:
         machine = torch.cuda.get_device_name(torch.device(device))
     else:
         machine = f"{_cpu_name()} x{torch.get_num_threads()}"
-    parts = [type(model).__name__, cfg_text, str(param.dtype if param is not None else ""), str(device),
-             machine, torch.__version__, "masked" if masked else "causal"]
+    forms = describe_forms(model) if isinstance(model, torch.nn.Module) else {}
+    forms = getattr(getattr(adapter, "config", None), "extra", {}).get("linear_forms")   # matmul forms in use
+    parts = [type(model).__name__, cfg_text, repr(forms), str(param.dtype if param is not None else ""), str(device),
+             machine, torch.__version__, "masked" if masked else "causal", repr(sorted(forms.items()))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -101,8 +105,16 @@ def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: 
     return curve
 
 
+def measure_curve(adapter, masked: bool = False, context: int = 256, widths: tuple[int, ...] = WIDTHS,
+                  repeats: int = 3, clock=time.perf_counter) -> CostCurve:
+    """The cost curve measured now, uncached (benchmarks: cost(N)/cost(1) at a given context).
+    clock=time.process_time counts the process's CPU time, robust to other load on a shared CPU
+    when torch runs one thread."""
+    return CostCurve(tuple(widths), tuple(_measure(adapter, masked, context, widths, repeats, clock)))
+
+
 @torch.no_grad()
-def _measure(adapter, masked: bool, context: int, widths, repeats: int) -> list[float]:
+def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=time.perf_counter) -> list[float]:
     """Median seconds of a forward over n new tokens after `context` cached ones, for each n."""
     vocab = adapter.config.vocab_size
     limit = adapter.config.max_length or (context + max(widths) + 1)
@@ -124,10 +136,10 @@ def _measure(adapter, masked: bool, context: int, widths, repeats: int) -> list[
             if masked and n > 1:
                 own[:, 1:, 0] = False      # not plain causal: the attention takes the masked path
             mask = cache.attention_mask(own)
-            t0 = time.perf_counter()
+            t0 = clock()
             adapter(draft, pos, cache, mask)
             _sync(adapter)
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
             slots = cache.append(pos, torch.ones(1, n, dtype=torch.bool))
             dead = torch.zeros_like(cache.valid)
             dead[:, slots] = True
@@ -257,4 +269,4 @@ def bind_cost(decoder, model, masked: bool = False):
 
 
 __all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "best_size", "bind_cost", "chain_sizes", "forward_cost",
-           "record"]
+           "measure_curve", "record"]

@@ -91,8 +91,8 @@ class DecodeState:
         self.prompt_lengths = [len(t) for t in self.tokens]
         self.num_cached = [0] * len(self.tokens)
         self.done = [False] * len(self.tokens)
-        if self.generator is None:   # seed None: a fresh random stream per request
-            self.generator = torch.Generator()
+        if self.generator is None:   # seed None: a fresh random stream per request, on the cache's device
+            self.generator = torch.Generator(device=self.cache.valid.device)
             if self.params.seed is None:
                 self.generator.seed()
             else:

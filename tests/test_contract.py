@@ -92,7 +92,7 @@ def _text_case(name):
 def _document_case(name):
     case = _text_case("ar")
     rows = case.rows
-    if name in ("block_diffusion", "s2d2"):
+    if "mask_token_id" in suite.decoder_options(name):
         case.options = {"mask_token_id": 3}
     if name == "ngram_prior":
         case.inputs = RequestInputs(prior_tokens=tuple(list(r) + [5, 6, 7] for r in rows))

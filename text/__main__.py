@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 EXAMPLES = """\
@@ -18,11 +17,16 @@ examples:
   python -m text --input prompts.txt --output out.jsonl --chat --decoder ngram
   cat prompts.txt | python -m text --input - --output out.jsonl
   python -m text "Hello" --model ./my-model-folder
+  python -m text "def fib(n):" --decoder ngram --compare
+  python -m text --input prompts.txt --output out.jsonl --engine ray --workers 2
 
 The text goes to stdout, a one-line summary (tokens, forwards, time) to stderr. With --input, each
 non-empty line is one prompt; --output gets one JSON object per prompt (prompt, text, token_ids,
-decoder, stats), written to a temp file and renamed at the end; without --output the JSON lines go
-to stdout. The default model is the embedded SmolLM2-135M-Instruct (offline; converted once into
+decoder, finish_reason, stats), written whole at the end from per-prompt parts kept beside it
+(an interrupted job resumes where it stopped), with FILE.jsonl.manifest.jsonl holding each prompt's
+status; without --output the JSON lines go to stdout. --engine ray decodes on a Ray Data actor
+pool (--workers N) with the same records. Exit status: 0 done, 1 some prompts failed, 2 bad
+arguments. The default model is the embedded SmolLM2-135M-Instruct (offline; converted once into
 ~/.cache/parasuite, or $PARASUITE_CACHE). Put the prompt before --option, or end the options
 with --.
 """
@@ -30,11 +34,14 @@ with --.
 
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
+    from suite.batch import add_batch_arguments
 
+    names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
     p = argparse.ArgumentParser(prog="python -m text", description="Generate text with parasuite's parallel decoders.",
-                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=describe_registered(names) + "\n\n" + EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="the prompt (or use --input)")
-    p.add_argument("--decoder", default="auto", choices=sorted(set(TEXT_DECODERS) | {"eagle", "auto"}),
+    p.add_argument("--decoder", default="auto", choices=names,
                    help="decoding algorithm (default: auto, the fastest lossless one measured per request)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
     p.add_argument("--model", metavar="PATH", help="a local transformers causal LM folder (default: embedded SmolLM2)")
@@ -46,12 +53,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--option", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="decoder option, e.g. num_draft=6 (see suite.decoder_options); repeatable")
     p.add_argument("--stream", action="store_true", help="print text as it is committed (single prompt)")
+    p.add_argument("--compare", action="store_true",
+                   help="also decode with ar: print the speedup over ar and whether the text equals ar's")
     p.add_argument("--input", metavar="FILE", help="prompts, one per line ('-' = stdin)")
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
+    p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
+    add_batch_arguments(p)
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):
         p.error("give either a prompt or --input FILE (not both)")
     return args
+
+
+def describe_registered(names) -> str:
+    from suite.options import describe_decoders
+    from suite.registry import REGISTRY
+    return describe_decoders([n for n in names if n in REGISTRY])
+
+
+def decoder_options(decoder: str, items: list[str]) -> dict:
+    """--option items typed and checked once (suite.options); a bad one is a ValueError."""
+    from suite import parse_option
+    from suite.options import parse_options
+    from suite.registry import REGISTRY
+    if decoder in REGISTRY:
+        return parse_options(decoder, items)
+    return dict(parse_option(o) for o in items)     # auto / eagle: checked when the model loads
 
 
 def read_prompts(source: str) -> list[str]:
@@ -68,11 +95,68 @@ def read_prompts(source: str) -> list[str]:
     return prompts
 
 
-def run(args: argparse.Namespace) -> None:
-    import suite
+class TextWorker:
+    """The batch worker (suite.batch): loads the model once, decodes one prompt per call into the
+    JSON record of --output."""
 
-    options = dict(suite.parse_option(o) for o in args.option)
-    suite.make_decoder(args.decoder, **options)   # bad options fail before the model loads
+    def __init__(self, model=None, decoder="auto", compare=False, threads=None, **kwargs):
+        import text
+        self.gen = text.load(model)
+        self.decoder, self.compare, self.kwargs = decoder, compare, kwargs
+
+    def __call__(self, payload: dict) -> dict:
+        prompt = payload["prompt"]
+        res = self.gen.generate(prompt, decoder=self.decoder, **self.kwargs)
+        record = {"prompt": prompt, "text": res.text, "token_ids": res.token_ids, "decoder": self.decoder,
+                  "finish_reason": finish_reason(self.gen, prompt, res, self.kwargs), "stats": res.stats.as_dict()}
+        if self.compare:
+            options = {k: v for k, v in self.kwargs.items() if k in COMMON}
+            ar = self.gen.generate(prompt, decoder="ar", **options)
+            record["compare"] = {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
+                                 "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
+                                 "same_as_ar": ar.token_ids == res.token_ids}
+        return record
+
+
+COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat")
+
+
+def finish_reason(gen, prompt: str, res, kwargs: dict) -> str:
+    """eos, length (max_new_tokens reached) or context (the model's context filled first)."""
+    if res.finish_reason == "length" and len(res.token_ids) < kwargs["max_new_tokens"] and gen.max_length:
+        return "context"
+    return res.finish_reason
+
+
+def explain(record: dict, max_new_tokens: int) -> str:
+    """The notes of one record's summary: a context stop, and with --compare the speedup over ar."""
+    notes = []
+    if record["finish_reason"] == "context":
+        notes.append(f"stopped at the model's context limit after {len(record['token_ids'])} of "
+                     f"{max_new_tokens} new tokens")
+    cmp = record.get("compare")
+    if cmp:
+        notes.append(f"{cmp['speedup']:.2f}x vs ar ({cmp['ar_wall_time_s']:.2f} s, {cmp['ar_forwards']} forwards), "
+                     + ("same text as ar" if cmp["same_as_ar"] else "text differs from ar"))
+    return "; ".join(notes)
+
+
+def total_stats(records: list[dict]):
+    import suite
+    total = suite.DecodeStats()
+    for r in records:
+        s = r["stats"]
+        total.num_forwards += s["num_forwards"]
+        total.num_draft_forwards += s["num_draft_forwards"]
+        total.num_new_tokens += s["num_new_tokens"]
+        total.wall_time_s += s["wall_time_s"]
+    return total
+
+
+def run(args: argparse.Namespace) -> int:
+    options = decoder_options(args.decoder, args.option)
+    if args.prompt is not None and not args.prompt.strip():
+        raise ValueError("empty prompt: pass some text")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     prompts = read_prompts(args.input) if args.input is not None else [args.prompt]
@@ -80,73 +164,103 @@ def run(args: argparse.Namespace) -> None:
         parent = Path(args.output).expanduser().resolve().parent
         if not parent.is_dir():
             raise FileNotFoundError(f"the folder of --output {args.output!r} does not exist: create it first")
+    kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                  top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
+    if args.input is None and args.output is None and args.engine == "local":
+        return run_one(args, kwargs)
+    return run_many(args, prompts, kwargs)
 
+
+def run_one(args, kwargs) -> int:
     import text
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     gen = text.load(args.model)
-    kwargs = dict(decoder=args.decoder, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
-    for p in prompts:   # every prompt fits before any decoding starts
-        gen.encode(p, chat=args.chat)
+    gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
+    if args.stream:
+        s = gen.stream(args.prompt, decoder=args.decoder, **kwargs)
+        for chunk in s:
+            print(chunk, end="", flush=True)
+        print()
+        res = s
+    else:
+        res = gen.generate(args.prompt, decoder=args.decoder, **kwargs)
+        print(res.text)
+    record = {"token_ids": res.token_ids, "finish_reason": finish_reason(gen, args.prompt, res, kwargs)}
+    if args.compare:
+        ar = gen.generate(args.prompt, decoder="ar", **{k: v for k, v in kwargs.items() if k in COMMON})
+        record["compare"] = {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
+                             "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
+                             "same_as_ar": ar.token_ids == res.token_ids}
+    note = explain(record, args.max_new_tokens)
+    print(res.stats.summary() + (f"; {note}" if note else ""), file=sys.stderr)
+    return 0
 
-    if args.input is None and args.output is None:
-        if args.stream:
-            s = gen.stream(args.prompt, **kwargs)
-            for chunk in s:
-                print(chunk, end="", flush=True)
-            print()
-            stats = s.stats
+
+def run_many(args, prompts: list[str], kwargs) -> int:
+    """--input (or --engine ray): one suite.batch job; records in prompt order, to --output
+    (assembled from per-prompt parts, so an interrupted job resumes) or to stdout."""
+    from suite.batch import BatchJob, Item, engine_from_args, run_batch
+    from suite.storage import write_json, write_text
+
+    engine = engine_from_args(args, threads=args.threads)
+    records: dict[str, dict] = {}
+    target = Path(args.output).expanduser() if args.output else None
+    parts = target.with_name(f".{target.name}.parts") if target else None
+    if parts:
+        parts.mkdir(exist_ok=True)
+
+    def write(item, record) -> None:
+        records[item.key] = record
+        if parts:
+            write_json(item.outputs[0], record, indent=None)
         else:
-            res = gen.generate(args.prompt, **kwargs)
-            print(res.text)
-            stats = res.stats
-        print(stats.summary(), file=sys.stderr)
-        return
+            print(json.dumps(record, ensure_ascii=False), flush=True)
 
-    from tqdm.auto import tqdm
-
-    total = suite.DecodeStats()
-    out = sys.stdout
-    tmp = None
-    if args.output is not None:
-        target = Path(args.output).expanduser()
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.resolve().parent)
-        out = os.fdopen(fd, "w", encoding="utf-8")
-    try:
-        for p in tqdm(prompts, desc=f"{args.decoder}", unit="prompt", file=sys.stderr,
-                      disable=len(prompts) == 1 and args.output is None):
-            res = gen.generate(p, **kwargs)
-            record = {"prompt": p, "text": res.text, "token_ids": res.token_ids, "decoder": args.decoder,
-                      "finish_reason": res.finish_reason, "stats": res.stats.as_dict()}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            out.flush()
-            total.num_forwards += res.stats.num_forwards
-            total.num_draft_forwards += res.stats.num_draft_forwards
-            total.num_new_tokens += res.stats.num_new_tokens
-            total.accepted_lengths += res.stats.accepted_lengths
-            total.wall_time_s += res.stats.wall_time_s
-        if tmp is not None:
-            out.close()
-            os.replace(tmp, target)
-            tmp = None
-    finally:
-        if tmp is not None:
-            out.close()
-            os.unlink(tmp)
+    width = len(str(len(prompts)))
+    items = [Item(f"prompt {i + 1:0{width}d}", {"prompt": p}, (parts / f"{i:08d}.json",) if parts else ())
+             for i, p in enumerate(prompts)]
+    worker_args = {"model": args.model, "decoder": args.decoder, "compare": args.compare, "threads": args.threads,
+                   **kwargs}
+    job = BatchJob("text", items, TextWorker, worker_args, write, unit="prompt", ordered=parts is None,
+                   fields=("prompt", "text", "token_ids", "decoder", "finish_reason", "stats"),
+                   manifest=target.with_name(target.name + ".manifest.jsonl") if target else None)
+    summary = run_batch(job, engine)
+    if target:
+        for o in summary.outcomes:
+            if o.status == "skipped":
+                records[o.item.key] = json.loads(o.item.outputs[0].read_text(encoding="utf-8"))
+        lines = [json.dumps(records[it.key], ensure_ascii=False) + "\n" for it in items if it.key in records]
+        write_text(target, "".join(lines))
+        if not summary.failed:
+            shutil.rmtree(parts)
+    done = [records[it.key] for it in items if it.key in records]
+    notes = [f"{it.key}: {explain(records[it.key], args.max_new_tokens)}" for it in items
+             if it.key in records and explain(records[it.key], args.max_new_tokens)]
+    for note in notes:
+        print(note, file=sys.stderr)
     where = f" -> {args.output}" if args.output else ""
-    print(f"{len(prompts)} prompts{where}: {total.summary()}", file=sys.stderr)
+    print(f"{len(done)} prompts{where}: {total_stats(done).summary()}", file=sys.stderr)
+    if args.compare and done:
+        ar_s = sum(r["compare"]["ar_wall_time_s"] for r in done)
+        same = sum(r["compare"]["same_as_ar"] for r in done)
+        print(f"compare: {ar_s / max(total_stats(done).wall_time_s, 1e-9):.2f}x vs ar over {len(done)} prompts, "
+              f"{same} of {len(done)} the same text as ar", file=sys.stderr)
+    print(summary.line(), file=sys.stderr)
+    return summary.exit_code
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        run(args)
+        return run(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted: finished prompts are kept; run again to resume", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ group of their own); then a batch of 4 and sampling at temperature 0.7. Writes B
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -68,8 +69,9 @@ def configs(gen, args, sampling=None):
     if sampling is None and args.hf:
         counter = count_forwards(model)
         out += [("hf generate", hf_runner(model, counter, eos)),
-                ("hf prompt lookup", hf_runner(model, counter, eos, prompt_lookup_num_tokens=10)),
-                (f"hf assisted (self:{args.self_layers})", hf_runner(model, counter, eos, assistant_model=draft))]
+                ("hf prompt lookup", hf_runner(model, counter, eos, prompt_lookup_num_tokens=10))]
+        if args.assisted:
+            out.append((f"hf assisted (self:{args.self_layers})", hf_runner(model, counter, eos, assistant_model=draft)))
     return out
 
 
@@ -156,6 +158,8 @@ def parse_args(argv=None):
     p.add_argument("--num-draft", type=int, default=3, help="draft tokens per step (speculative)")
     p.add_argument("--quick", action="store_true", help="one prompt per group, no batch/sampling runs")
     p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
+    p.add_argument("--no-assisted", dest="assisted", action="store_false",
+                   help="skip transformers' assisted generate (the slowest peer)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
@@ -186,7 +190,8 @@ def main(argv=None) -> None:
     for _, run in greedy:   # warm up every path once (first calls pay one-off setup costs)
         run(*gen.encode(["Hello"], chat=True), 4)
     labels = [label for label, _ in greedy]
-    parts = [f"Command: `python -m text.bench{' --quick' if args.quick else ''}`; {torch.get_num_threads()} threads, "
+    flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
+    parts = [f"Command: `python -m text.bench{' ' + flags if flags else ''}`; {torch.get_num_threads()} threads, "
              f"max_new_tokens={args.max_new_tokens}, speculative draft = first {args.self_layers} of "
              f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
              table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), list(groups), labels,

@@ -33,6 +33,9 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
          dtype: torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
     (config, weights and tokenizer). Never downloads."""
+    if path is not None and _is_vlm_folder(path):      # an image-text-to-text family: suite.vlm.VLMChat
+        from suite.vlm import VLMChat, load_vlm
+        return VLMChat(load_vlm(path, device=device), name=str(path))
     if path is None:
         model, tokenizer = load_embedded(progress=progress)
         name = "SmolLM2-135M-Instruct (embedded)"
@@ -42,6 +45,13 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     if device is not None:
         model.to(device)
     return TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
+
+
+def _is_vlm_folder(path) -> bool:
+    from suite.storage import read_json
+    from suite.vlm import FAMILIES
+    config = Path(path).expanduser() / "config.json"
+    return config.is_file() and read_json(config).get("model_type") in FAMILIES
 
 
 def _load_folder(path, dtype):

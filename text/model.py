@@ -141,17 +141,20 @@ def fix_eos(model, tokenizer) -> None:
 
 
 def load_embedded(folder: Path | None = None, progress: bool = True):
-    """(model, tokenizer) of SmolLM2-135M-Instruct: fp32, eval mode, EOS/pad = `<|im_end|>`.
+    """(model, tokenizer) of SmolLM2-135M-Instruct: fp32, eval mode, EOS/pad = `<|im_end|>`, its
+    linear layers swapped to this CPU's fastest per-width forms (`suite.linear_forms`).
     Converts the GGUF on first use (see `ensure_converted`)."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
+    from suite.linear_forms import swap_linears
     folder = ensure_converted(folder, progress=progress)
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         model = LlamaForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
     model.eval()
     fix_eos(model, tok)
+    swap_linears(model)   # per-width matmul forms measured fastest on this CPU (cached; suite.linear_forms)
     return model, tok
 
 

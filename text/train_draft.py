@@ -73,8 +73,10 @@ def generate_rows(model, rows: list[list[int]], max_new: int, eos: int, pad: int
     return result
 
 
-def build_data(model, tok, prompts: list[dict], folder: Path, batch: int, max_new: int, name: str) -> list[dict]:
-    """Generate (or reuse) the shards of `prompts` in `folder`; returns every row."""
+def build_data(model, tok, prompts: list[dict], folder: Path, batch: int, max_new: int, name: str,
+               minutes: float | None = None) -> list[dict]:
+    """Generate (or reuse) the shards of `prompts` in `folder` (shortest prompts first); no new
+    shard is started after `minutes` (None: all); returns every row."""
     from tqdm import tqdm
     folder.mkdir(parents=True, exist_ok=True)
     eos = model.config.eos_token_id
@@ -86,6 +88,9 @@ def build_data(model, tok, prompts: list[dict], folder: Path, batch: int, max_ne
         if path.is_file():
             rows += torch.load(path)
             continue
+        if minutes is not None and time.time() - t0 > 60 * minutes:
+            log(f"data {name}: time budget reached, {i} of {len(batches)} shards")
+            break
         part = generate_rows(model, [e[0] for e in group], max_new, eos, eos)
         for r, (_, p) in zip(part, group):
             r["kind"], r["source"] = p["kind"], p["source"]
@@ -352,6 +357,8 @@ def parse_args(argv=None):
     p.add_argument("--minutes", type=float, default=28.0, help="training time budget (the data stage comes before)")
     p.add_argument("--prompts", type=int, default=900, help="training prompts")
     p.add_argument("--held-out", type=int, default=48, help="held-out prompts (evaluation only)")
+    p.add_argument("--data-minutes", type=float, default=20.0,
+                   help="no new training shard is started after this (the held-out shard always is)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--gen-batch", type=int, default=48)
     p.add_argument("--draft-vocab", default="auto", help="K, the reduced draft vocabulary's size; auto: the "
@@ -380,10 +387,10 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     model, tok = load_embedded(progress=True)
     train_p, held_p = prompt_sets(args.prompts, args.held_out)
-    log(f"{len(train_p)} training prompts, {len(held_p)} held-out prompts; work folder {work}")
+    log(f"{len(train_p)} prompts for training, {len(held_p)} held out; work folder {work}")
     t_data = time.time()
     data = work / f"data-{args.prompts}-{args.held_out}-{args.max_new_tokens}"
-    rows = build_data(model, tok, train_p, data, args.gen_batch, args.max_new_tokens, "train")
+    rows = build_data(model, tok, train_p, data, args.gen_batch, args.max_new_tokens, "train", args.data_minutes)
     held = build_data(model, tok, held_p, data, args.gen_batch, args.max_new_tokens, "held")
     data_minutes = (time.time() - t_data) / 60
     log(f"data: {len(rows)} rows, {sum(1 for _ in generated(rows))} generated tokens ({data_minutes:.1f} min)")
@@ -409,7 +416,7 @@ def main(argv=None) -> int:
             "threads": args.threads, "data_minutes": data_minutes, **result, "eval": ev,
             "coverage": {str(k): round(c, 4) for k, c in cov.items()}, "draft_vocab_size": k,
             "parameters": n_params, "bytes": 2 * n_params + 4 * k, "unroll": args.unroll,
-            "batch_tokens": args.batch_tokens, "train_prompts": len(train_p), "held_prompts": len(held_p),
+            "batch_tokens": args.batch_tokens, "train_prompts": len(rows), "held_prompts": len(held_p),
             "mix": ", ".join(f"{int(100 * MIX[k])}% {k}" for k in KINDS), "max_new_tokens": args.max_new_tokens,
             "train_tokens": sum(1 for _ in generated(rows))}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,10 @@
 the hub) and decodes it with the same decoders; Chameleon gives codes only (tokens.pt), since
 transformers ships no Chameleon VQ decoder.
 
-The job writes into a temporary folder beside --out and renames it into place only when every
-image and the manifest are written: an interrupted job leaves no half-filled --out.
+The job writes into a work folder beside --out (.OUT.partial) and renames it into place only when
+every image and the manifest are written: an interrupted job leaves no half-filled --out, and a
+rerun resumes from the batches already written. --engine ray generates the batches on a Ray Data
+actor pool (--workers N) with the same images (each batch keeps its seed).
 """
 from __future__ import annotations
 
@@ -20,10 +22,16 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
-def parse_options(pairs) -> dict:
+def parse_options(pairs, decoder: str | None = None) -> dict:
+    """--option items, typed and checked by suite.options for a registered decoder."""
     from suite import parse_option
+    from suite.registry import REGISTRY
+    if decoder in REGISTRY:
+        from suite.options import parse_options as typed
+        return typed(decoder, pairs or [])
     return dict(parse_option(kv) for kv in pairs or [])
 
 
@@ -48,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-ids", default=None, help="--hf-model: prompt token ids, comma-separated")
     p.add_argument("--grid", nargs=2, type=int, default=None, metavar=("H", "W"),
                    help="--hf-model: token grid (Emu3 needs it; Janus and Chameleon have a fixed one)")
+    from suite.batch import add_batch_arguments
+    add_batch_arguments(p, batch_size=False)      # --batch-size above: images per batch (one input of the job)
     return p
 
 
@@ -61,9 +71,12 @@ def run(args) -> dict:
     if os.path.exists(args.out) and not args.overwrite:
         raise ValueError(f"{args.out} exists; pick a new --out or pass --overwrite")
     if args.hf_model:
+        if args.engine != "local":
+            raise ValueError("--hf-model runs with --engine local")
         return run_hf(args)
     if not args.labels:
         raise ValueError("give --labels (class names or ids, or 'all'), or --hf-model with --prompt")
+    options = parse_options(args.option, args.decoder)
     pipe = load_image_pipeline(args.weights)
     sampling = default_sampling(pipe)
     settings = {"guidance_scale": sampling["guidance_scale"] if args.guidance_scale is None else args.guidance_scale,
@@ -72,26 +85,84 @@ def run(args) -> dict:
     labels = list(range(len(pipe.classes))) if args.labels == ["all"] else args.labels
     ids = pipe.label_ids(labels)
     jobs = [(c, i) for c in ids for i in range(args.num_per_label)]
-    options = parse_options(args.option)
-    return _write_all(args, lambda tmp: _label_batches(args, pipe, jobs, settings, options, tmp),
-                      {"decoder": args.decoder, **settings, "seed": args.seed, "batch_size": args.batch_size,
-                       "grid": list(pipe.grid)})
+    head = {"decoder": args.decoder, **settings, "seed": args.seed, "batch_size": args.batch_size,
+            "grid": list(pipe.grid)}
+    return _run_label_batches(args, pipe.classes, jobs, settings, options, head)
 
 
-def _label_batches(args, pipe, jobs, settings, options, tmp) -> dict:
-    from tqdm import tqdm
-    entries, batches = [], []
-    for start in tqdm(range(0, len(jobs), args.batch_size), desc=f"generate ({args.decoder})"):
+class GenerateWorker:
+    """The batch worker (suite.batch): loads the image pipeline once; one call generates one batch
+    of labels with its seed into PNG bytes and the batch's stats."""
+
+    def __init__(self, weights=None, decoder="ar", settings=None, options=None, threads=None):
+        from . import load_image_pipeline
+        self.pipe = load_image_pipeline(weights)
+        self.decoder, self.settings, self.options = decoder, settings or {}, options or {}
+
+    def __call__(self, payload: dict) -> dict:
+        import io
+        res = self.pipe(payload["labels"], decoder=self.decoder, seed=payload["seed"], **self.settings, **self.options)
+        pngs = []
+        for img in res.images:
+            buf = io.BytesIO()
+            img.save(buf, format="PNG")
+            pngs.append(buf.getvalue())
+        return {"pngs": pngs, "stats": res.stats.as_dict(), "decoder_options": res.settings["decoder_options"]}
+
+
+def _run_label_batches(args, classes, jobs, settings, options, head) -> dict:
+    """One suite.batch input per batch of --batch-size images, written into a work folder beside
+    --out (kept by an interrupted or failed job, so a rerun resumes) that becomes --out once every
+    batch is written."""
+    from suite.batch import BatchJob, Item, engine_from_args, run_batch
+    from suite.storage import read_json, write_bytes, write_json
+    engine = engine_from_args(args, threads=args.threads, batch_size=1)
+    out = os.path.abspath(args.out)
+    work = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.partial")
+    marks = os.path.join(work, ".batches")
+    os.makedirs(marks, exist_ok=True)
+    items = []
+    for start in range(0, len(jobs), args.batch_size):
         chunk = jobs[start:start + args.batch_size]
-        seed = args.seed + start // args.batch_size
-        res = pipe([c for c, _ in chunk], decoder=args.decoder, seed=seed, **settings, **options)
-        batches.append({"seed": seed, "images": len(chunk), **res.stats.as_dict()})
-        for (c, i), img in zip(chunk, res.images):
-            name = f"{pipe.classes[c]}_{i:03d}.png"
-            img.save(os.path.join(tmp, name))
-            entries.append({"file": name, "label": pipe.classes[c], "label_id": c, "batch_seed": seed})
-    return {"decoder_options": res.settings["decoder_options"], "num_images": len(entries),
-            "num_forwards": sum(b["num_forwards"] for b in batches), "batches": batches, "images": entries}
+        k = start // args.batch_size
+        names = [f"{classes[c]}_{i:03d}.png" for c, i in chunk]
+        items.append(Item(f"batch {k}", {"labels": [c for c, _ in chunk], "seed": args.seed + k, "names": names,
+                                          "indices": [i for _, i in chunk]},
+                          (os.path.join(marks, f"{k:05d}.json"), *(os.path.join(work, n) for n in names))))
+
+    def write(item, result) -> None:
+        p = item.payload
+        for name, png in zip(p["names"], result["pngs"]):
+            write_bytes(os.path.join(work, name), png)
+        entries = [{"file": n, "label": classes[c], "label_id": c, "batch_seed": p["seed"]}
+                   for n, c in zip(p["names"], p["labels"])]
+        write_json(item.outputs[0], {"batch": {"seed": p["seed"], "images": len(p["names"]), **result["stats"]},
+                                     "images": entries, "decoder_options": result["decoder_options"]})
+
+    worker_args = {"weights": args.weights, "decoder": args.decoder, "settings": settings, "options": options,
+                   "threads": args.threads}
+    job = BatchJob(f"generate ({args.decoder})", items, GenerateWorker, worker_args, write,
+                   fields=("pngs", "stats", "decoder_options"), manifest=Path(marks) / "manifest.jsonl",
+                   settings={**head, "options": options, "weights": args.weights}, unit="batch")
+    t0 = time.perf_counter()
+    summary = run_batch(job, engine)
+    if summary.failed:
+        raise BatchFailed(f"{summary.failed} of {len(items)} batches failed (kept in {work}); run again to resume")
+    marks_done = [read_json(it.outputs[0]) for it in items]
+    manifest = {**head, "decoder_options": marks_done[-1]["decoder_options"], "num_images": len(jobs),
+                "num_forwards": sum(m["batch"]["num_forwards"] for m in marks_done),
+                "batches": [m["batch"] for m in marks_done], "images": [e for m in marks_done for e in m["images"]],
+                "wall_time_s": time.perf_counter() - t0}
+    write_json(os.path.join(work, "manifest.json"), manifest, indent=1)
+    shutil.rmtree(marks)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(work, out)
+    return manifest
+
+
+class BatchFailed(Exception):
+    """Some inputs of the batch failed (exit status 1)."""
 
 
 def run_hf(args) -> dict:
@@ -165,6 +236,12 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BatchFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: finished batches are kept; run again to resume", file=sys.stderr)
+        return 130
     print(f"wrote {manifest['num_images']} images and manifest.json to {args.out} "
           f"({manifest['num_forwards']} forwards, {manifest['wall_time_s']:.1f} s)")
     return 0

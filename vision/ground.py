@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -37,11 +36,41 @@ def draw(image, result):
     return img
 
 
+def image_bytes(img, suffix: str) -> bytes:
+    import io
+    buf = io.BytesIO()
+    img.save(buf, format=(suffix.lstrip(".").upper().replace("JPG", "JPEG") or "PNG"))
+    return buf.getvalue()
+
+
 def save_atomic(img, path: Path) -> None:
+    from suite.storage import write_bytes
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    img.save(tmp, format=(path.suffix.lstrip(".").upper().replace("JPG", "JPEG") or "PNG"))
-    os.replace(tmp, path)
+    write_bytes(path, image_bytes(img, path.suffix))
+
+
+class GroundWorker:
+    """The batch worker (suite.batch): loads the grounding model once, grounds `query` in one image
+    per call into the drawn image's bytes and its JSON record."""
+
+    def __init__(self, query: str, decoder="hybrid", task="aabb", weights=None, threads=None):
+        from vision.grounding.pipeline import load_grounding_pipeline
+        self.grd = load_grounding_pipeline(weights, threads=threads)
+        self.grd.decoder_for(decoder, {})          # an unknown decoder fails before the first image
+        self.query, self.decoder, self.task = query, decoder, task
+
+    def __call__(self, payload: dict) -> dict:
+        from vision.grounding.pipeline import load_image
+        src, dst = Path(payload["src"]), Path(payload["dst"])
+        image = load_image(src)
+        res = self.grd(image, self.query, decoder=self.decoder, task=self.task)
+        rec = {"image": str(src), "output": str(dst), "query": self.query, "decoder": self.decoder,
+               "boxes": [[round(v, 1) for v in b] for b in res.boxes],
+               "scores": [round(s, 3) for s in res.scores], "no_match": res.no_match,
+               "forwards": res.stats.row_forwards}
+        if res.angles is not None:
+            rec["angles"] = [round(a, 4) for a in res.angles]
+        return {"image": image_bytes(draw(image, res), dst.suffix), "record": rec}
 
 
 def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
@@ -57,6 +86,7 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 
 def main(argv=None) -> int:
+    from suite.batch import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image file or a folder of images")
@@ -66,36 +96,31 @@ def main(argv=None) -> int:
     ap.add_argument("--task", default="aabb", choices=["aabb", "obb"], help="axis-aligned or oriented boxes")
     ap.add_argument("--weights", default=None, help="model folder (default: vision/weights/grounding)")
     ap.add_argument("--threads", type=int, default=None)
+    add_batch_arguments(ap)
     args = ap.parse_args(argv)
-    from tqdm import tqdm
+
+    def write(item, result) -> None:
+        dst = item.outputs[0]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(dst, result["image"])
+        print(json.dumps(result["record"]), flush=True)
+
+    from suite.storage import write_bytes
     try:
         if not args.query.strip():
             raise ValueError("empty query: say what to find, e.g. \"the red circle\" or \"the face\"")
-        jobs = targets(Path(args.input), args.out)
-        from vision.grounding.pipeline import load_grounding_pipeline, load_image
-        grd = load_grounding_pipeline(args.weights, threads=args.threads)
-        grd.decoder_for(args.decoder, {})
+        src = Path(args.input)
+        jobs = targets(src, args.out)
+        engine = engine_from_args(args, threads=args.threads)
+        worker_args = {"query": args.query, "decoder": args.decoder, "task": args.task, "weights": args.weights,
+                       "threads": args.threads}
+        job = BatchJob("grounding", [Item(str(s), {"src": str(s), "dst": str(d)}, (d,)) for s, d in jobs],
+                       GroundWorker, worker_args, write, fields=("image", "record"), unit="img", ordered=True,
+                       manifest=jobs[0][1].parent / "manifest.jsonl" if src.is_dir() else None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    failed = 0
-    for src, dst in tqdm(jobs, desc="grounding", unit="img", disable=len(jobs) == 1, file=sys.stderr):
-        try:
-            image = load_image(src)
-            res = grd(image, args.query, decoder=args.decoder, task=args.task)
-            save_atomic(draw(image, res), dst)
-        except ValueError as e:
-            print(f"error: {src}: {e}", file=sys.stderr)
-            failed += 1
-            continue
-        rec = {"image": str(src), "output": str(dst), "query": args.query, "decoder": args.decoder,
-               "boxes": [[round(v, 1) for v in b] for b in res.boxes],
-               "scores": [round(s, 3) for s in res.scores], "no_match": res.no_match,
-               "forwards": res.stats.row_forwards}
-        if res.angles is not None:
-            rec["angles"] = [round(a, 4) for a in res.angles]
-        print(json.dumps(rec), flush=True)
-    return 1 if failed else 0
+    return run_cli(job, engine)
 
 
 if __name__ == "__main__":

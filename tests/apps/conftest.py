@@ -140,3 +140,91 @@ def screenshot(screenshot_dir):
         return screenshot_dir / name
     return save
 
+
+
+# -- what every tab's result must say (see apps/_common.summary_html) ---------------------------------
+
+def guarantee_of(decoder: str) -> str:
+    import suite
+    from apps.speech import OWN
+    if decoder in OWN:
+        return OWN[decoder].kind
+    return "reference" if decoder == "ar" else suite.decoder_entry(decoder).guarantee
+
+
+def expect_result_says_what_it_is(page, prefix: str, decoder: str, compared: bool) -> None:
+    """#<prefix>-stats names the decoder's guarantee (with a measured quality cost when lossy), each
+    row's guarantee, whether the output equals ar's when compared, and why a slower decoder is slower."""
+    stats = page.locator(f"#{prefix}-stats")
+    kind = guarantee_of(decoder)
+    marker = stats.locator(f".ps-guarantee[data-decoder='{decoder}']")
+    assert marker.get_attribute("data-guarantee") == kind
+    assert (stats.locator(".ps-quality").count() == 1) == (kind == "lossy" and decoder in quality_figures(prefix)), \
+        marker.inner_text()
+    rows = stats.locator("tbody tr")
+    for i in range(rows.count()):
+        name = rows.nth(i).get_attribute("data-decoder")
+        want = guarantee_of(name) if name != "ar" else "reference"
+        assert rows.nth(i).locator("td[data-stat='guarantee']").inner_text() == want
+    assert stats.locator(".ps-same").count() == (1 if compared else 0)
+    if not compared:
+        return
+    assert stats.locator("tbody tr").first.get_attribute("data-decoder") == "ar"      # the baseline first
+    speedup = float(stats.locator(f"tr[data-decoder='{decoder}'] td[data-stat='speedup']").inner_text().rstrip("x"))
+    speed = stats.locator(".ps-speed")
+    if speedup < 1.0:
+        assert speed.count() == 1, f"{decoder} ran at {speedup:.2f}x ar with no word of why"
+        assert "drafts cost cost(N) on this machine" in speed.inner_text()
+        assert speed.inner_text().endswith(f"= {speedup:.2f}x.")
+    else:
+        assert speed.count() == 0
+
+
+def quality_figures(prefix: str) -> dict:
+    from apps._common import quality_costs
+    return quality_costs({"speech-asr": "asr"}.get(prefix, prefix))
+
+
+def expect_cleared(page, prefix: str, outputs: list[str]) -> None:
+    """After an error, no earlier result stays on screen: no stats, and each output empty."""
+    page.wait_for_function(f"() => !document.querySelector('#{prefix}-stats tr')")
+    for sel in outputs:
+        loc = page.locator(sel)
+        if sel.endswith("textarea"):
+            page.wait_for_function("s => document.querySelector(s).value === ''", arg=sel)
+        else:
+            page.wait_for_function("s => document.querySelectorAll(s).length === 0", arg=sel)
+        assert loc.count() == 0 or sel.endswith("textarea")
+
+
+def expect_readable_error(page, message: str) -> None:
+    page.get_by_text(message, exact=False).first.wait_for()
+    body = page.locator("body").inner_text()
+    assert "Traceback" not in body and 'File "' not in body and "/tmp/gradio" not in body
+
+
+def open_tab(open_app, title: str):
+    """A fresh page (another user) on tab `title`."""
+    page = open_app()
+    page.get_by_role("tab", name=title).click()
+    return page
+
+
+def pick(page, element: str, name: str) -> None:
+    """Choose `name` in the dropdown #element."""
+    page.locator(f"#{element} input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+
+
+def stat(page, prefix: str, decoder: str, key: str) -> str:
+    """One cell of #<prefix>-stats: decoder's row, column `key`."""
+    return page.locator(f"#{prefix}-stats tr[data-decoder='{decoder}'] td[data-stat='{key}']").inner_text()
+
+
+@pytest.fixture(scope="session")
+def checks():
+    """What every tab's test shares: checks.says_what_it_is, .cleared, .readable_error, and the
+    moves open_tab, pick and stat."""
+    from types import SimpleNamespace
+    return SimpleNamespace(says_what_it_is=expect_result_says_what_it_is, cleared=expect_cleared,
+                           readable_error=expect_readable_error, open_tab=open_tab, pick=pick, stat=stat)

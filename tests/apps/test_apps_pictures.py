@@ -25,23 +25,37 @@ def test_codebook_steps_follow_each_decoders_layout():
     assert decided_steps("parallel", [[2], [1]], 1, 4).tolist() == [[1, 1, 2, 0]]
 
 
-def test_speech_view_draws_both_grids_when_compared():
+def speech_result(per_step, q, t, codes=0):
     from types import SimpleNamespace
 
     import suite
-    from apps.speech import _speech_view
+    stats = suite.DecodeStats(num_forwards=len(per_step), num_new_tokens=sum(per_step),
+                              accepted_lengths=[[n] for n in per_step], wall_time_s=0.1)
+    audio = np.sin(np.linspace(0, 50, 1600)).astype(np.float32)
+    import torch
+    return SimpleNamespace(codes=torch.full((q, t), codes, dtype=torch.long), stats=stats, audio=audio, sample_rate=16000)
 
-    def result(per_step, q, t):
-        stats = suite.DecodeStats(num_forwards=len(per_step), num_new_tokens=sum(per_step),
-                                  accepted_lengths=[[n] for n in per_step], wall_time_s=0.1)
-        audio = np.sin(np.linspace(0, 50, 1600)).astype(np.float32)
-        return SimpleNamespace(codes=np.zeros((q, t), dtype=np.int64), stats=stats, audio=audio, sample_rate=16000)
 
-    results = {"parallel": result([1] * 6, 4, 5), "flat": result([1] * 20, 4, 5)}
-    audio, wave, grid, ar_grid, heard, table = _speech_view(results, "parallel", [], "hello")
-    assert audio[0] == 16000 and audio[1].dtype == np.int16
-    assert grid.size == ar_grid.size and grid.height == 4 * 12      # Q rows of 12 px, same frames
-    assert wave.width > 0 and heard == "hello"
-    # one colour scale for both: parallel's last frame (forward 5) is far from flat's last, yellow (forward 20 of 20)
-    assert grid.getpixel((grid.width - 1, 0)) != ar_grid.getpixel((ar_grid.width - 1, grid.height - 1))
-    assert ar_grid.getpixel((ar_grid.width - 1, ar_grid.height - 1)) == (253, 231, 37)
+def test_speech_view_draws_each_grid_on_its_own_scale_baseline_first():
+    from apps.speech import ROW_PX, speech_view
+    results = {"flat": speech_result([1] * 20, 4, 5), "parallel": speech_result([1] * 5, 4, 5, codes=1)}
+    audio, grid, ar_audio, ar_grid, heard, table = speech_view(results, "parallel", "hello")
+    assert audio[0] == 16000 and audio[1].dtype == np.int16 and ar_audio[1].dtype == np.int16
+    assert grid.size == ar_grid.size and grid.height > 4 * ROW_PX     # Q legible rows, then the scale bar
+    assert heard == "hello"
+    # each on its own scale: both grids' last code (last frame, last codebook) is their own last forward, yellow
+    last = (grid.width - 1, 30 + 3 * ROW_PX + ROW_PX // 2)     # below the 30 px label band
+    assert grid.getpixel(last) == ar_grid.getpixel(last) == RAMP[-1]
+    # the table lists ar (the flat baseline) first, says parallel is lossy and differs from it
+    assert table.index("<tr data-decoder='ar'") < table.index("<tr data-decoder='parallel'")
+    assert "data-guarantee='lossy'" in table and "data-same='false'" in table
+    assert "CER of our recogniser" in table          # the measured quality cost, from speech/quality.json
+
+
+def test_heatmaps_carry_their_own_scale():
+    from apps.image import heatmap
+    early = heatmap(np.array([[1, 2], [3, 4]]), 4)
+    late = heatmap(np.array([[1, 2], [3, 4]]), 256)
+    assert early.getpixel((early.width - 1, 30 + early.width - 1)) == RAMP[-1]   # 4 of 4 forwards: yellow
+    assert late.getpixel((late.width - 1, 30 + late.width - 1)) != RAMP[-1]      # 4 of 256: still dark
+    assert early.height > early.width                                       # the scale bar below it

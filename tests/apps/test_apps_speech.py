@@ -1,5 +1,7 @@
-"""The Speech tab in a real browser: text spoken by a codebook-parallel decoder (player, waveform and
-codebook grid shown, and what the recogniser heard), and a recording uploaded and transcribed."""
+"""The Speech tab in a real browser: text spoken by a codebook-parallel decoder raced against the
+flat baseline (players, codebook grids on their own scales, what the recogniser heard, what the
+result is), an error that clears the earlier result, three users at once, and a recording uploaded
+and transcribed in the section below (open, not collapsed)."""
 import shutil
 import subprocess
 
@@ -21,28 +23,63 @@ def require_section(app_server, name: str):
             pytest.skip(line)
 
 
-def test_speech_tab_speaks_like_the_library(open_app, app_server, speech_pipes, screenshot):
+def test_speech_tab_speaks_like_the_library(open_app, app_server, speech_pipes, screenshot, checks):
     require_section(app_server, "TTS")
     want = speech_pipes.tts(TEXT, decoder="parallel", temperature=0.7, seed=0)
+    flat = speech_pipes.tts(TEXT, decoder="flat", temperature=0.7, seed=0)
 
-    page = open_app()
-    page.get_by_role("tab", name="Speech").click()
+    page = checks.open_tab(open_app, "Speech")
     page.locator("#speech-text textarea").fill(TEXT)
+    checks.pick(page, "speech-decoder", "parallel")
+    page.locator("#speech-compare input[type=checkbox]").check()
     page.locator("#speech-run").click()
-    row = page.locator("#speech-stats tr[data-decoder='parallel'][data-state='done']")
-    row.wait_for()
-    assert int(row.locator("td[data-stat='forwards']").inner_text()) == want.stats.num_forwards
-    assert int(row.locator("td[data-stat='tokens']").inner_text()) == want.codes.numel()   # codes, Q x T
-    page.locator("#speech-audio audio[src]").first.wait_for(state="attached")   # the player, loaded
-    page.locator("#speech-wave img").wait_for()
+    page.locator("#speech-stats tr[data-decoder='parallel'][data-state='done']").wait_for()
+    assert int(checks.stat(page, "speech", "parallel", "forwards")) == want.stats.num_forwards
+    assert int(checks.stat(page, "speech", "parallel", "tokens")) == want.codes.numel()    # codes, Q x T
+    assert int(checks.stat(page, "speech", "ar", "forwards")) == flat.stats.num_forwards   # the flat model: one code per forward
+    page.locator("#speech-audio audio[src]").first.wait_for(state="attached")   # the players, loaded
+    page.locator("#speech-ar-audio audio[src]").first.wait_for(state="attached")
     page.locator("#speech-grid img").wait_for()                         # codebooks x frames by forward
+    page.locator("#speech-ar-grid img").wait_for()
+    assert page.locator("#speech-wave").count() == 0                    # the player already shows the waveform
+    checks.says_what_it_is(page, "speech", "parallel", compared=True)
+    assert "CER of our recogniser on the speech 0.196" in page.locator("#speech-stats .ps-quality").inner_text()
     if speech_pipes.asr is not None:
         heard = speech_pipes.asr(want.audio, want.sample_rate).text
         page.wait_for_function("want => document.querySelector('#speech-heard textarea').value === want", arg=heard)
+        assert page.locator("#speech-transcribe").is_visible()          # the recognition section is open
     screenshot(page, "app-speech.png")
 
+    page.locator("#speech-text textarea").fill("  ")                    # then only spaces
+    page.locator("#speech-run").click()
+    checks.readable_error(page, "empty text: type a sentence to speak")
+    checks.cleared(page, "speech", ["#speech-grid img", "#speech-ar-grid img", "#speech-heard textarea",
+                                    "#speech-audio audio[src]"])
 
-def test_speech_tab_transcribes_an_uploaded_recording(open_app, app_server, speech_pipes, tmp_path, screenshot):
+
+def test_speech_tab_three_users_at_once_hear_their_own_sentences(open_app, app_server, speech_pipes, checks):
+    require_section(app_server, "TTS")
+    from apps.speech import DEFAULT_TTS
+    texts = ["Open the door.", "The cat sat on the mat.", "It is raining today."]
+    pages = []
+    for text in texts:
+        page = checks.open_tab(open_app, "Speech")
+        page.locator("#speech-text textarea").fill(text)
+        pages.append(page)
+    for page in pages:
+        page.locator("#speech-run").click()
+    for page, text in zip(pages, texts):
+        want = speech_pipes.tts(text, decoder=DEFAULT_TTS, temperature=0.7, seed=0)
+        page.locator(f"#speech-stats tr[data-decoder='{DEFAULT_TTS}'][data-state='done']").wait_for()
+        assert int(checks.stat(page, "speech", DEFAULT_TTS, "tokens")) == want.codes.numel()
+        assert int(checks.stat(page, "speech", DEFAULT_TTS, "forwards")) == want.stats.num_forwards
+        if speech_pipes.asr is not None:
+            heard = speech_pipes.asr(want.audio, want.sample_rate).text
+            page.wait_for_function("w => document.querySelector('#speech-heard textarea').value === w", arg=heard)
+
+
+def test_speech_tab_transcribes_an_uploaded_recording(open_app, app_server, speech_pipes, tmp_path, screenshot,
+                                                      checks):
     require_section(app_server, "ASR")
     import soundfile as sf
     if not shutil.which("espeak-ng"):
@@ -51,25 +88,23 @@ def test_speech_tab_transcribes_an_uploaded_recording(open_app, app_server, spee
     subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(wav), "Open the door please."], check=True)
     audio, rate = sf.read(str(wav), dtype="int16")       # what the browser upload hands the app
     want = speech_pipes.asr(audio, rate, decoder="ctc_speculative")
+    ar = speech_pipes.asr(audio, rate, decoder="ar")
 
-    page = open_app()
-    page.get_by_role("tab", name="Speech").click()
-    if page.locator("#speech-transcribe").is_hidden():
-        page.get_by_text("Transcribe a recording").click()   # open the accordion
+    page = checks.open_tab(open_app, "Speech")
     page.locator("#speech-recording input[type=file]").set_input_files(str(wav))
     page.locator("#speech-recording audio").first.wait_for(state="attached")
+    checks.pick(page, "speech-asr-decoder", "ctc_speculative")
+    page.locator("#speech-asr-compare input[type=checkbox]").check()
     page.locator("#speech-transcribe").click()
     page.locator("#speech-asr-stats tr[data-decoder='ctc_speculative']").wait_for()
-    assert page.locator("#speech-transcript textarea").input_value() == f"ctc_speculative: {want.text}"
-    row = page.locator("#speech-asr-stats tr[data-decoder='ctc_speculative']")
-    assert int(row.locator("td[data-stat='forwards']").inner_text()) == want.stats.num_forwards
+    assert page.locator("#speech-transcript textarea").input_value() == f"ar: {ar.text}\nctc_speculative: {want.text}"
+    assert int(checks.stat(page, "speech-asr", "ctc_speculative", "forwards")) == want.stats.num_forwards
+    if want.stats.num_forwards == 0:      # the CTC draft was confident: no forward, so no tokens per forward
+        assert checks.stat(page, "speech-asr", "ctc_speculative", "tokens_per_forward") == "–"
+    checks.says_what_it_is(page, "speech-asr", "ctc_speculative", compared=True)
     if speech_pipes.tts is None:
         screenshot(page, "app-speech.png")
 
-    page = open_app()                                     # nothing recorded: a readable message
-    page.get_by_role("tab", name="Speech").click()
-    if page.locator("#speech-transcribe").is_hidden():
-        page.get_by_text("Transcribe a recording").click()
+    page = checks.open_tab(open_app, "Speech")                      # nothing recorded: a readable message
     page.locator("#speech-transcribe").click()
-    page.get_by_text("no audio: record or upload a clip to transcribe").first.wait_for()
-    assert "Traceback" not in page.locator("body").inner_text()
+    checks.readable_error(page, "no audio: record or upload a clip to transcribe")

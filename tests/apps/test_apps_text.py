@@ -69,7 +69,7 @@ def expected(smol, prompt: str, tokens: int = TOKENS):
     return smol.generate(prompt, decoder="ar", max_new_tokens=tokens, chat=True)
 
 
-def test_text_tab_compares_a_decoder_with_ar(open_app, smol, screenshot):
+def test_text_tab_compares_a_decoder_with_ar(open_app, smol, screenshot, checks):
     want = expected(smol, PRIME_PROMPT)
     tab = TextTab(open_app())
     tab.type_prompt(PRIME_PROMPT)
@@ -84,7 +84,8 @@ def test_text_tab_compares_a_decoder_with_ar(open_app, smol, screenshot):
 
     assert tab.output() == want.text            # greedy ngram is lossless: the library's ar text
     assert tab.output(baseline=True) == want.text
-    assert tab.note() == "same tokens as ar"
+    assert tab.page.locator("#text-stats .ps-same").get_attribute("data-same") == "true"
+    checks.says_what_it_is(tab.page, "text", "ngram", compared=True)     # in distribution; a slower run says why
     n = len(want.token_ids)
     ar, ng = tab.stats("ar"), tab.stats("ngram")
     assert int(ar["tokens"]) == int(ng["tokens"]) == n
@@ -123,12 +124,19 @@ def wait_for_error(page, message: str):
     assert "Traceback" not in body and 'File "' not in body
 
 
-def test_text_tab_bad_input_shows_a_readable_error_and_keeps_serving(open_app, smol):
+def test_text_tab_bad_input_shows_a_readable_error_and_keeps_serving(open_app, smol, checks):
     page = open_app()
     tab = TextTab(page)
-    tab.type_prompt("")
+    tab.type_prompt(PRIME_PROMPT)
+    tab.pick_decoder("ar")
+    tab.set_max_new_tokens(4)
+    tab.generate()
+    tab.wait_done("ar")
+    assert tab.output()
+    tab.type_prompt("   ")                           # only spaces: refused, and the earlier answer goes
     tab.generate()
     wait_for_error(page, "empty prompt: type some text into the prompt box")
+    checks.cleared(page, "text", ["#text-output textarea", "#text-chunks .ps-chunk"])
 
     tab.type_prompt(PRIME_PROMPT)
     tab.pick_decoder("jacobi")

@@ -43,8 +43,9 @@ def decoder_options(name: str) -> dict:
 
 
 def cases() -> list[tuple[str, str]]:
-    """Every in-distribution decoder at T = 1; the causal-LM ones also under top-k and top-p."""
-    names = ["ar"] + suite.list_decoders(guarantee="in distribution")
+    """Every in-distribution decoder of a causal LM at T = 1; the text ones also under top-k and top-p
+    (the box decoders' χ² tests: tests/vision/test_vision_locus.py)."""
+    names = ["ar"] + suite.list_decoders("document", guarantee="in distribution")
     return [(n, s) for n in names for s in SETTINGS if s == "t1" or n in suite.TEXT_DECODERS]
 
 

@@ -27,8 +27,8 @@ def test_greedy_equals_ar(arch, options):
     head = head_for(model)
     prompts = [torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]]), torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])]
     for ids in prompts:
-        ref = suite.generate(model, ids, decoder="ar", max_new_tokens=24)
-        out = suite.generate(model, ids, decoder=Eagle(head, **options), max_new_tokens=24)
+        ref = suite.generate(model, ids, decoder="ar", max_new_tokens=16)
+        out = suite.generate(model, ids, decoder=Eagle(head, **options), max_new_tokens=16)
         assert out.new_tokens == ref.new_tokens
     # ragged batch, left-padded
     ids = torch.tensor([[0, 0, 0, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2]])
@@ -47,7 +47,7 @@ def test_trees_commit_several_tokens_per_forward():
     assert max(n for step in out.stats.accepted_lengths for n in step) > 1
 
 
-V, NEW, ROWS = 5, 3, 400
+V, NEW, ROWS = 5, 3, 300
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
 
 
@@ -93,3 +93,30 @@ def test_bad_heads_are_refused(tmp_path):
     head_for(other, k=32).save(tmp_path / "other")
     with pytest.raises(ValueError, match=r"vocabulary 50 .*hidden size 32.*vocabulary 99 and hidden size 32"):
         suite.generate(model, ids, decoder=Eagle(tmp_path / "other"), max_new_tokens=4)
+
+
+def test_auto_equals_ar_and_reports_its_choices():
+    from suite.decoders.chain.auto import Auto
+    model = tiny_model("llama")
+    head = head_for(model)
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])
+    ref = suite.generate(model, ids, mask, decoder="ar", max_new_tokens=24)
+    out = suite.generate(model, ids, mask, decoder=Auto(draft_head=head, probe=1, recheck=4), max_new_tokens=24)
+    assert out.new_tokens == ref.new_tokens
+    choices = {k: v for k, v in out.stats.events.items() if k.startswith("auto:")}
+    assert sum(choices.values()) == out.stats.num_forwards and len(choices) >= 3
+
+
+def test_auto_samples_the_target_distribution():
+    from suite.decoders.chain.auto import Auto
+    model = tiny_model("llama", vocab=V, sharpen=3.0)
+    head = head_for(model, k=V)
+    kw = dict(temperature=1.0)
+    law = exact_law(model, SamplingParams(**kw))
+    samples = []
+    for seed in range(3):
+        out = suite.generate(model, torch.tensor([PROMPT] * ROWS), max_new_tokens=NEW, seed=seed,
+                             decoder=Auto(draft_head=head, probe=1, recheck=2), **kw)
+        samples += [tuple(t) for t in out.new_tokens]
+    assert goodness_of_fit(samples, law) > 1e-3

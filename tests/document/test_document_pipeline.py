@@ -151,9 +151,16 @@ def test_cli_reports_bad_files_and_continues_then_resumes(tmp_path):
     for name, status, message in (("good.png", "ok", ""), ("scan.pdf", "ok", ""), ("blank.jpg", "ok", "empty page"),
                                   ("blank.pdf", "ok", "empty page"), ("tiny.png", "FAILED", "too small"),
                                   ("huge.png", "FAILED", "downscale"), ("fake.png", "FAILED", "not an image or PDF"),
-                                  ("broken.pdf", "FAILED", "corrupt"), ("empty.pdf", "FAILED", "corrupt"),
+                                  ("broken.pdf", "FAILED", "corrupt"), ("empty.pdf", "FAILED", "empty (0 bytes)"),
                                   ("notes.txt", "skipped", "not an image or PDF")):
         assert f"| {status}" in rows[name] and message in rows[name], rows[name]
+    assert "qpdf" not in rows["empty.pdf"]
+    for name in ("tiny.png", "broken.pdf"):          # each error is printed once, in the table, naming its file
+        assert (r.stdout + r.stderr).count(f"{name}:") == 1, name
+    manifest = {json.loads(line)["input"].rsplit("/", 1)[-1]: json.loads(line) for line in
+                (out / "manifest.jsonl").read_text().splitlines()}
+    assert manifest["good.png"]["status"] == "ok" and manifest["broken.pdf"]["status"] == "error"
+    assert "1 failed" not in r.stderr and "failed in" in r.stderr          # the summary line
     if (src / "locked.pdf").exists():
         assert "password-protected" in next(line for line in table.splitlines() if "locked.pdf" in line)
     good = json.loads((out / "good.png.json").read_text())

@@ -110,8 +110,9 @@ def test_cli_tts_and_asr_batch(tmp_path):
     sf.write(tmp_path / "silent.wav", np.zeros(16000, np.float32), 16000)
     run = subprocess.run([sys.executable, "-m", "speech.asr", str(tmp_path), "--decoder", "ctc"],
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert "a.wav\t" in run.stdout and "not a readable audio file" in run.stderr and "silent" in run.stderr
+    assert run.returncode == 1, run.stderr                          # 1: some files of the batch failed
+    assert "a.wav\t" in run.stdout and "not a readable audio file" in run.stderr
+    assert "error: " + str(tmp_path / "silent.wav") + ": audio is silent" in run.stderr   # errors name the file
 
 
 def test_cli_errors_exit_2_and_write_nothing(tmp_path):

@@ -42,8 +42,11 @@ def test_batch_file_to_jsonl(tiny, tiny_dir, tmp_path, capsys):
         assert r["decoder"] == "lookahead"
         assert r["text"] == tiny.generate(r["prompt"], max_new_tokens=4, chat=True).text
         assert r["stats"]["num_new_tokens"] == len(r["token_ids"]) and r["stats"]["num_forwards"] >= 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "prompts.txt"]
-    assert "3 prompts" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.manifest.jsonl", "prompts.txt"]
+    manifest = [json.loads(line) for line in (tmp_path / "out.jsonl.manifest.jsonl").read_text().splitlines()]
+    assert [m["status"] for m in manifest] == ["ok"] * 3
+    err = capsys.readouterr().err
+    assert "3 prompts" in err and "3 done, 0 skipped, 0 failed" in err
 
 
 def test_stdin_input_to_stdout(tiny_dir, monkeypatch, capsys):
@@ -77,16 +80,20 @@ def test_errors_exit_2_with_one_line(tiny_dir, capsys, argv, message):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
-def test_no_output_file_when_a_prompt_is_too_long(tiny, tiny_dir, tmp_path, capsys):
+def test_a_too_long_prompt_is_an_error_row_and_the_batch_goes_on(tiny, tiny_dir, tmp_path, capsys):
     src = tmp_path / "prompts.txt"
     src.write_text("Hello\n" + "word " * (tiny.max_length + 10) + "\n")
     dst = tmp_path / "out.jsonl"
-    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir)]) == 2
-    assert "context" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]
+    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--decoder", "ar",
+                 "--max-new-tokens", "2"]) == 1                      # 1: an input of the batch failed
+    err = capsys.readouterr().err
+    assert "error: prompt 2: " in err and "context" in err and "Traceback" not in err
+    assert [json.loads(line)["prompt"] for line in dst.read_text().splitlines()] == ["Hello"]
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl.manifest.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "error"] and "context" in rows[1]["message"]
 
 
-def test_no_partial_output_when_decoding_fails_midway(tiny_dir, tmp_path, monkeypatch, capsys):
+def test_a_failure_midway_keeps_the_rest_and_a_rerun_resumes(tiny_dir, tmp_path, monkeypatch, capsys):
     real = TextGenerator.generate
     calls = []
 
@@ -100,9 +107,38 @@ def test_no_partial_output_when_decoding_fails_midway(tiny_dir, tmp_path, monkey
     src = tmp_path / "prompts.txt"
     src.write_text("one\ntwo\nthree\n")
     dst = tmp_path / "out.jsonl"
-    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--max-new-tokens", "2"]) == 2
-    assert "simulated failure" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]
+    argv = ["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--decoder", "ar", "--max-new-tokens", "2"]
+    assert main(argv) == 1
+    assert "error: prompt 2: simulated failure" in capsys.readouterr().err
+    assert [json.loads(line)["prompt"] for line in dst.read_text().splitlines()] == ["one", "three"]
+    assert main(argv) == 0                                           # only the failed prompt runs again
+    assert calls == ["one", "two", "three", "two"]
+    assert [json.loads(line)["prompt"] for line in dst.read_text().splitlines()] == ["one", "two", "three"]
+    assert "2 skipped" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.manifest.jsonl", "prompts.txt"]
+
+
+@pytest.mark.parametrize("decoder,option,message", [
+    ("jacobi", "window=abc", "option window must be an integer, got 'abc'"),
+    ("lookahead", "level=x", "option level must be an integer"),
+    ("ngram", "bogus=1", "does not take 'bogus'"),
+])
+def test_bad_decoder_options_are_one_line_errors(tiny_dir, capsys, decoder, option, message):
+    assert main(["Hi", "--model", str(tiny_dir), "--decoder", decoder, "--option", option]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {message}\n" or (err.startswith("error: ") and message in err and err.count("\n") == 1)
+
+
+def test_whitespace_prompt_is_refused(capsys):
+    assert main(["   ", "--decoder", "ar"]) == 2
+    assert "empty prompt" in capsys.readouterr().err
+
+
+def test_compare_prints_the_speedup_over_ar(tiny_dir, capsys):
+    assert main(["Hello there", "--model", str(tiny_dir), "--decoder", "jacobi", "--max-new-tokens", "5",
+                 "--compare"]) == 0
+    err = capsys.readouterr().err
+    assert "x vs ar (" in err and "same text as ar" in err           # jacobi is exact under greedy
 
 
 def test_unknown_decoder_is_an_argparse_error(capsys):
@@ -116,7 +152,7 @@ def test_subprocess_help_and_exit_code(tiny_dir, tmp_path):
     run = subprocess.run([sys.executable, "-m", "text", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0 and "examples:" in run.stdout and "ngram" in run.stdout
     dst = tmp_path / "out.jsonl"
-    run = subprocess.run([sys.executable, "-m", "text", "", "--model", str(tiny_dir), "--output", str(dst)],
+    run = subprocess.run([sys.executable, "-m", "text", " ", "--model", str(tiny_dir), "--output", str(dst)],
                          cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2
     assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr

@@ -144,7 +144,7 @@ def test_frame_init_drafts_the_same_cell_of_the_previous_frame(video):
 V, ROWS, BATCHES = 3, 300, 3
 
 
-def exact_law(video, prompt, n, params):
+def exact_law(video, prompt, n, params, vocab=V):
     """The exact joint law of the first n codes (every prefix scored by the adapter)."""
     law = {(): 1.0}
     for _ in range(n):
@@ -154,7 +154,7 @@ def exact_law(video, prompt, n, params):
         with torch.no_grad():
             logits = video(ids, pos, video.new_cache(len(seqs)), None)[:, -1]
         probs = logits_to_probs(logits, params)
-        law = {s + (t,): law[s] * float(probs[i, t]) for i, s in enumerate(seqs) for t in range(V)}
+        law = {s + (t,): law[s] * float(probs[i, t]) for i, s in enumerate(seqs) for t in range(vocab)}
     return law
 
 
@@ -193,3 +193,27 @@ def test_video_decoders_need_a_video_adapter():
         gen(tiny_prior(), torch.tensor([[16]]), Diagonal(), 16)
     with pytest.raises(ValueError, match="video_grid"):
         gen(tiny_prior(), torch.tensor([[16]]), "sjd", 16, init="frame")
+
+
+@pytest.mark.parametrize("guided", [False, True])
+def test_video_zipar_sjd_full_rows_equals_ar_greedy_in_fewer_forwards_than_diagonal(video, guided):
+    from suite.decoders.raster.video_zipar_sjd import VideoZipARSJD
+    lay = video.layout
+    n = lay.frames * lay.cells
+    p = prompts(video, [(0, 0), (1, 1)])
+    model = cfg(video, p) if guided else video
+    out = gen(model, p, VideoZipARSJD(draft_len=3), n)
+    assert out.new_tokens == gen(model, p, "ar", n).new_tokens
+    assert out.stats.num_forwards < gen(model, p, Diagonal(), n).stats.num_forwards
+
+
+@pytest.mark.parametrize("coupled", [True, False])
+def test_video_zipar_sjd_is_lossless_when_sampling(coupled):
+    from suite.decoders.raster.video_zipar_sjd import VideoZipARSJD
+    video = tiny_video(codebook=2, frames=2, grid=(1, 3), radius=1, sharpen=3.0)
+    prompt = video.layout.prompt(1, 1)
+    setting = dict(temperature=1.0)
+    samples, longest = sample_law(video, prompt, 6, VideoZipARSJD(draft_len=2, coupled=coupled), setting)
+    law = exact_law(video, prompt, 6, SamplingParams(**setting), vocab=2)
+    assert goodness_of_fit(samples, law) > 1e-3
+    assert longest > 2

@@ -122,8 +122,9 @@ def test_cli_single_image_and_folder(tmp_path, capsys):
     assert single.is_file() and "boxes" in rec and not list(single.parent.glob(".*.tmp"))
     assert main([str(tmp_path), "the face", "--decoder", "parallel_box"]) == 1     # broken.jpg fails, the rest run
     out = capsys.readouterr()
-    assert sorted(p.name for p in (tmp_path / "grounded").iterdir()) == ["s0.png", "s1.png"]
-    assert "broken.jpg" in out.err and "cannot read image" in out.err
+    assert sorted(p.name for p in (tmp_path / "grounded").iterdir()) == ["manifest.jsonl", "s0.png", "s1.png"]
+    assert "broken.jpg" in out.err and "cannot read image" in out.err and out.err.count("cannot read image") == 1
+    assert [json.loads(line)["image"] for line in out.out.splitlines()] == [str(tmp_path / "s0.png"), str(tmp_path / "s1.png")]
     assert main([str(tmp_path / "s0.png"), " ", "--out", str(single.parent / "empty.png")]) == 2
     assert not (single.parent / "empty.png").exists()
     assert main([str(tmp_path / "s0.png"), "the face", "--decoder", "nope"]) == 2

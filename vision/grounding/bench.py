@@ -1,14 +1,15 @@
 """Grounding benchmark: `python -m vision.bench grounding [--n 300] [--obb-n 150] [--batch 1]`.
 
-Every decoder (ar, parallel_box, hybrid) runs on the same held-out generated scenes and queries,
-interleaved per batch in one process. Columns: Acc@0.5 (a query is right when every target box
-is found at IoU >= 0.5 and nothing else is returned; "no match" queries are right when nothing is
-returned), box F1@0.5, boxes per second (end to end: letterbox + MobileNetV2 + decoding; and the
+Every decoder (ar, parallel_box, hybrid, locus) runs on the same held-out generated scenes and
+queries, interleaved per batch in one process. Columns: Acc@0.5 (a query is right when every target
+box is found at IoU >= 0.5 and nothing else is returned; "no match" queries are right when nothing
+is returned), box F1@0.5, boxes per second (end to end: letterbox + MobileNetV2 + decoding; and the
 decode loop alone), forwards per box (each query's own decoder forwards / boxes returned),
-same-as-ar (identical output tokens), blocks re-decoded AR (hybrid). Oriented scenes: rotated IoU,
-for the learned angles and for the axis-aligned envelope of the same predicted boxes. Real-image
-checks: faces found by scikit-image's LBP cascade on real photos, and words located by
-rapidocr on a real scanned page, against the model's "the face" / "the text" boxes.
+same-as-ar (identical output tokens), blocks re-decoded AR (hybrid; for locus, the boxes whose
+parallel draft needed correcting). Oriented scenes: rotated IoU, for the learned angles and for
+the axis-aligned envelope of the same predicted boxes. Real-image checks: faces found by
+scikit-image's LBP cascade on real photos, and words located by rapidocr on a real scanned page,
+against the model's "the face" / "the text" boxes.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from suite.storage import write_json
 
-DECODERS = ("ar", "parallel_box", "hybrid")
+DECODERS = ("ar", "parallel_box", "hybrid", "locus")
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 import suite
+from suite.storage import read_json
 
 from .data import MAX_BOXES
 from .grammar import BoxGrammar
@@ -259,7 +260,13 @@ class GroundingPipeline:
 def load_grounding_pipeline(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None,
                             grammar: bool = True):
     """The trained grounding model (vision/weights/grounding unless `path` names another folder);
-    grammar=False lets the model break the block layout (malformed blocks are then dropped)."""
+    grammar=False lets the model break the block layout (malformed blocks are then dropped). A
+    folder of a transformers family (Florence-2, PaliGemma, Kosmos-2: its config.json names a
+    model_type) loads through vision.hf_grounding."""
     if threads is not None:
         torch.set_num_threads(threads)
+    config = Path(path or DEFAULT_WEIGHTS) / "config.json"
+    if config.is_file() and "model_type" in read_json(config):
+        from ..hf_grounding import load_hf_grounding
+        return load_hf_grounding(path)
     return GroundingPipeline(GroundingModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size, grammar=grammar)

@@ -1,6 +1,6 @@
 """Benchmark: every video decoder vs `ar` on the same prompts and seeds, in one process.
 
-    python -m vision.video.bench                              # ar, sjd, mc_sjd, diagonal, video_zipar
+    python -m vision.video.bench                              # ar, sjd, mc_sjd, diagonal, video_zipar_sjd, video_zipar
     python -m vision.video.bench --clips 12 --seeds 2 --decoders ar diagonal video_zipar:window=2
     python -m vision.video.bench --no-fd --json out.json
 
@@ -26,6 +26,7 @@ DEFAULT_DECODERS = {
     "sjd": {"init": "frame", "window": 16},
     "mc_sjd": {"init": "frame", "window": 16},
     "diagonal": {},
+    "video_zipar_sjd": {"draft_len": 8},
     "video_zipar": {"window": 3},
 }
 

@@ -8,8 +8,9 @@ decoded through `suite`.
         frame.clip, frame.index, frame.image      # each frame as soon as its last code is decided
 
 Decoder names: every registered one that samples ("ar", "sjd", "mc_sjd", ...), "diagonal"
-(frames pipelined, exact), "video_zipar" (and its alias "zipar": rows inside a frame as ZipAR,
-lossy). sjd and mc_sjd draft each new frame from the previous one (init="frame").
+(frames pipelined, exact), "video_zipar_sjd" (diagonal + speculative drafts from the previous
+frame inside each row, lossless), "video_zipar" (and its alias "zipar": rows inside a frame as
+ZipAR, lossy). sjd and mc_sjd draft each new frame from the previous one (init="frame").
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
 def video_decoder(name: str, **options):
     """A decoder by name: the video ones (until the registry lists them), else the registry's."""
     from suite.decoders.raster.video_zipar import Diagonal, VideoZipAR
+    from suite.decoders.raster.video_zipar_sjd import VideoZipARSJD
     name = ALIASES.get(name, name)
-    local = {cls.name: cls for cls in (VideoZipAR, Diagonal)}
+    local = {cls.name: cls for cls in (VideoZipAR, Diagonal, VideoZipARSJD)}
     if name in local and name not in suite.REGISTRY:
         valid = {f.name for f in dataclasses.fields(local[name])}
         unknown = sorted(set(options) - valid)

@@ -154,6 +154,7 @@ def train_prior(args) -> None:
     budget = CPUBudget(args.minutes, before) if device.type == "cpu" else Budget(args.minutes - before, None, before)
     saved = budget.elapsed_s
     null = torch.tensor([layout.null_motion, layout.null_class], device=device)
+    recent = []
     while not budget.spent():
         set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), warmup=args.warmup))
         x = seqs[torch.randint(len(seqs), (args.batch,), device=device)].clone()
@@ -163,9 +164,10 @@ def train_prior(args) -> None:
             loss = sequence_loss(model, layout, x, mask)
         optimizer_step(opt, loss, clip=1.0)
         step += 1
+        recent.append(loss.item())
         if step % 10 == 0:
-            log(f"video prior step {step} loss {loss.item():.4f} {before + budget.elapsed_s / 60:.1f} min "
-                f"({(time.time() - wall0) / 60:.1f} wall)")
+            log(f"video prior step {step} loss {sum(recent[-10:]) / len(recent[-10:]):.4f} (mean of 10) "
+                f"{before + budget.elapsed_s / 60:.1f} min ({(time.time() - wall0) / 60:.1f} wall)")
         if budget.elapsed_s - saved > 60 * args.save_every:
             _checkpoint(ckpt_path, model, opt, step, before + budget.elapsed_s / 60)
             saved = budget.elapsed_s
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
                    "faster), wall minutes on a GPU; a resumed run counts earlier minutes")
     p.add_argument("--steps", type=int, default=None, help="motion: training steps (the prior runs on --minutes)")
     p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (prior: 1.5e-4, a fine-tune)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--per-pair", type=int, default=24, help="training clips per visible (class, motion) pair")
     p.add_argument("--test-per-pair", type=int, default=1, help="held-out clips per pair for the reported loss")
@@ -232,7 +234,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    defaults = {"prior": (2, 5e-4, None), "motion": (32, 2e-3, 800)}[args.what]
+    defaults = {"prior": (2, 1.5e-4, None), "motion": (32, 2e-3, 800)}[args.what]
     args.batch = args.batch or defaults[0]
     args.lr = args.lr or defaults[1]
     args.steps = args.steps or defaults[2]

@@ -17,6 +17,9 @@ Lossy: filled tokens are not verified. Quality cost is reported by the benchmark
 block_size=1, or a threshold above 1, is exactly `ar`. threshold=1.0 fills only slots whose
 softmax confidence is exactly 1.0 in float32 (a model that is certain); otherwise it is `ar`.
 The mask token id comes from the adapter config (extra["mask_token_id"]) via `bind`.
+`BlockCommit` is this loop with the commit law left to a method (`commit`): `BlockDiffusion` is
+the threshold law; the sibling files of this folder (fast_dllm_factor, prophet, credit,
+entropy_bounded) are the other laws.
 """
 from __future__ import annotations
 

@@ -76,6 +76,8 @@ class Auto:
     def propose(self, state: DecodeState) -> Draft:
         a = state.scratch["auto"]
         a["t0"] = time.perf_counter()
+        # the prefill (whole prompts pending) is no sample of a decoder's speed: it is not counted
+        a["prefill"] = any(len(state.pending(b)) > 1 for b in range(state.batch) if not state.done[b])
         dec = self._choose(a)
         draft = dec.propose(state)
         eagle = self._eagle(a)
@@ -91,12 +93,14 @@ class Auto:
         eagle = self._eagle(a)
         if eagle is not None and dec is not eagle:
             eagle.observe(state, draft, acc.keep)
+        state.stats.count(f"auto:{dec.name}")
+        if a["prefill"]:
+            return acc
         tokens = sum(len(c) for c in acc.committed)
         rate = tokens / max(time.perf_counter() - a["t0"], 1e-9)
         old = a["rate"][dec.name]
         a["rate"][dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
         a["step"] += 1
-        state.stats.count(f"auto:{dec.name}")
         return acc
 
     @staticmethod

@@ -27,12 +27,16 @@ from .base import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_
 
 @dataclass(frozen=True)
 class Delay(FrameDecoder):
+    fixed_frames: int | None = None   # T known in advance for a model without an EOS (MusicGen: its
+                                      # max_length minus K); None: codebook 0's EOS ends a row
 
     name: ClassVar[str] = "delay"
 
     def start(self, state: DecodeState) -> None:
         super().start(state)
-        state.scratch["num_frames"] = [None] * state.batch     # T of each row once codebook 0 says EOS
+        if self.fixed_frames is not None and self.fixed_frames < 1:
+            raise ValueError(f"fixed_frames must be >= 1, got {self.fixed_frames}")
+        state.scratch["num_frames"] = [self.fixed_frames] * state.batch   # T of each row once known
 
     @staticmethod
     def num_frames(state: DecodeState, b: int) -> int | None:

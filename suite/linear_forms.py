@@ -1,0 +1,288 @@
+"""Per-width matmul forms for a model's linear layers on the CPU: a load-time module swap.
+
+On a CPU, which BLAS kernel a linear layer reaches depends on how the product is written: with
+MKL sgemm, `F.linear(x, W)` over a few rows (the 2..32 tokens a decoder verifies) can take 2-3x
+longer than `x @ W.T` with the transpose stored contiguous, or than oneDNN's packed weights,
+while over one row `F.linear` is the fastest. So, as quantisation libraries do, `swap_linears`
+replaces every `nn.Linear` of a model by a `FormLinear` (same parameters, same state dict) whose
+forward dispatches on the input's row count to the form measured fastest for that width:
+
+  * "linear": `F.linear(x, W, b)` (what nn.Linear does);
+  * "wxt":    `(W @ x.T).T`, made contiguous;
+  * "xwt":    `x @ Wt` with `Wt = W.T` stored contiguous (one extra copy of W);
+  * "onednn": oneDNN's matmul over a weight packed once (`torch.ops.mkldnn`, one extra copy).
+
+Each layer holds at most one extra layout. The swap also sets the model's attention to
+"parasuite_sdpa" (registered through transformers' public `AttentionInterface`): transformers'
+SDPA copies grouped K/V to every query head (`repeat_kv`) whenever a mask is given, which on a CPU
+costs more than the attention itself over a few hundred cached tokens; this one lets SDPA read the
+grouped heads (`enable_gqa`, the same result bit for bit) and otherwise is transformers' SDPA. The measurement runs once per weight shape, thread
+count, CPU and torch build (about a second) and is cached on disk under the cache folder. Every
+form computes the same product (float rounding aside), on the CPU without grad only; elsewhere
+(CUDA, training) the layer is a plain `F.linear`. `describe(model)` tells what was chosen.
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WIDTHS = (1, 2, 4, 8, 16, 32)      # the token widths the decoders' forwards use
+FORMS = ("linear", "wxt", "xwt", "onednn")
+_LAYOUT = {"xwt": "transposed", "onednn": "packed"}   # forms that need an extra copy of W
+_MARGIN = 0.05                     # another form must beat F.linear by 5% to replace it
+
+
+def _has_onednn() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _layout(weight: torch.Tensor, kind: str | None) -> torch.Tensor | None:
+    if kind == "transposed":
+        return weight.detach().t().contiguous()
+    if kind == "packed":
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
+    return None
+
+
+def _apply(form: str, x2: torch.Tensor, weight: torch.Tensor, extra, bias) -> torch.Tensor:
+    """One form over rows x2 (R, K) -> (R, O)."""
+    if form == "xwt":
+        return x2 @ extra if bias is None else torch.addmm(bias, x2, extra)
+    if form == "onednn":
+        return torch.ops.mkldnn._linear_pointwise(x2, extra, bias, "none", [], "")
+    if form == "wxt":
+        out = (weight @ x2.t()).t().contiguous()   # a strided output would push attention off its fast kernel
+        return out if bias is None else out + bias
+    return F.linear(x2, weight, bias)
+
+
+class FormLinear(nn.Linear):
+    """An nn.Linear (same `weight`/`bias` parameters) whose CPU inference forward uses, for an
+    input of R rows, `forms[w]` of the smallest measured width w >= R (R > max width: F.linear)."""
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, forms: dict[int, str]) -> "FormLinear":
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.forms = dict(sorted(forms.items()))
+        widths = list(self.forms)
+        self._by_rows = tuple(self.forms[next(w for w in widths if w >= r)] for r in range(widths[-1] + 1))
+        kinds = {_LAYOUT[f] for f in self.forms.values() if f in _LAYOUT}
+        if len(kinds) > 1:
+            raise ValueError(f"a FormLinear holds one extra layout, got forms {sorted(set(self.forms.values()))}")
+        self._kind = kinds.pop() if kinds else None
+        self._extra, self._stamp = None, None
+        return self
+
+    def _extra_layout(self):
+        """The extra copy of W, rebuilt whenever the weight changes (in place or replaced)."""
+        w = self.weight
+        stamp = (w.data_ptr(), w._version, w.dtype)
+        if stamp != self._stamp:
+            self._extra, self._stamp = _layout(w, self._kind), stamp
+        return self._extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features if self.in_features else 0
+        if (rows >= len(self._by_rows) or x.device.type != "cpu" or self.weight.device.type != "cpu"
+                or (torch.is_grad_enabled() and self.weight.requires_grad) or x.dtype != self.weight.dtype):
+            return F.linear(x, self.weight, self.bias)
+        form = self._by_rows[rows]
+        if form == "linear":
+            return F.linear(x, self.weight, self.bias)
+        out = _apply(form, x.reshape(rows, self.in_features), self.weight, self._extra_layout(), self.bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ", forms=" + ",".join(f"{w}:{f}" for w, f in self.forms.items())
+
+
+# -- measurement ---------------------------------------------------------------------------------
+
+def _machine() -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name} x{torch.get_num_threads()} torch {torch.__version__}"
+
+
+def _clock():
+    """Thread CPU time when torch runs one thread (robust to other load on a shared CPU), else wall time."""
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
+@torch.no_grad()
+def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
+                  widths=WIDTHS, repeats: int = 7) -> dict[str, dict[int, float]]:
+    """Seconds of each candidate form (the fastest of `repeats` interleaved runs) per width, on
+    a random weight of this shape; CPU seconds of the thread when torch runs one thread."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=gen).to(dtype)
+    b = torch.randn(out_features, generator=gen).to(dtype) if bias else None
+    forms = [f for f in FORMS if f != "onednn" or (_has_onednn() and dtype == torch.float32)]
+    extra = {f: _layout(weight, _LAYOUT.get(f)) for f in forms}
+    best = {f: {} for f in forms}
+    for w in widths:
+        x = torch.randn(w, in_features, generator=gen).to(dtype)
+        for f in forms:
+            _apply(f, x, weight, extra[f], b)        # warm up
+        times, clock = {f: float("inf") for f in forms}, _clock()
+        for _ in range(repeats):
+            for f in forms:
+                t0 = clock()
+                _apply(f, x, weight, extra[f], b)
+                times[f] = min(times[f], clock() - t0)
+        for f in forms:
+            best[f][w] = times[f]
+    return best
+
+
+def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
+    """The fastest form per width, with at most one extra layout for the layer (the layout
+    family that saves the most time overall) and F.linear kept unless beaten by `_MARGIN`."""
+    widths = sorted(seconds["linear"])
+
+    def choice(allowed):
+        out = {}
+        for w in widths:
+            f = min(allowed, key=lambda f: seconds[f][w])
+            out[w] = f if seconds[f][w] < (1 - _MARGIN) * seconds["linear"][w] else "linear"
+        return out
+
+    plain = [f for f in seconds if f not in _LAYOUT]
+    options = [choice(plain)] + [choice(plain + [f]) for f in seconds if f in _LAYOUT]
+    return min(options, key=lambda c: sum(seconds[c[w]][w] for w in widths))
+
+
+def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
+                 refresh: bool = False) -> dict[int, str]:
+    """The per-width forms for a layer of this shape on this machine, measured once and cached."""
+    from .storage import cache_dir, read_json, write_json
+    shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
+    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}".encode()).hexdigest()[:16]
+    if not refresh and key in _MEMORY:
+        return _MEMORY[key]
+    path = cache_dir("linear_forms", f"{key}.json")
+    data = None if refresh else read_json(path, default=None)
+    if not (isinstance(data, dict) and isinstance(data.get("forms"), dict)):
+        seconds = measure_forms(out_features, in_features, bias, dtype)
+        data = {"shape": shape, "machine": _machine(), "forms": {str(w): f for w, f in pick_forms(seconds).items()},
+                "seconds": {f: {str(w): s for w, s in row.items()} for f, row in seconds.items()}}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, data)
+        except OSError:   # a read-only cache folder: keep the choice for this process only
+            pass
+    forms = {int(w): f for w, f in data["forms"].items()}
+    _MEMORY[key] = forms
+    return forms
+
+
+_MEMORY: dict[str, dict[int, str]] = {}
+
+
+# -- grouped-query attention without the K/V copy -------------------------------------------------
+
+ATTENTION = "parasuite_sdpa"
+
+
+def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                       is_causal=None, **kwargs):
+    """transformers' SDPA attention, except that a masked multi-token query over grouped K/V
+    heads on the CPU runs SDPA with `enable_gqa` instead of copying K/V per query head."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (groups == 1 or attention_mask is None or query.shape[2] == 1 or query.device.type != "cpu"
+            or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+    if ATTENTION not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        AttentionInterface.register(ATTENTION, gqa_sdpa_attention)
+        AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+def use_gqa_attention(model: nn.Module) -> bool:
+    """Switch a transformers model that uses "sdpa" to "parasuite_sdpa" (see the module doc);
+    True when the model now uses it."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if current == ATTENTION:
+        return True
+    if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    _register_attention()
+    model.set_attn_implementation(ATTENTION)
+    return True
+
+
+# -- the swap ------------------------------------------------------------------------------------
+
+def swap_linears(model: nn.Module, refresh: bool = False, forms: dict[int, str] | None = None) -> dict[str, int]:
+    """Replace every nn.Linear of a CPU model (in place) by a `FormLinear` with the forms chosen
+    for its shape (`forms` given: those for every layer, unmeasured); parameters, tied weights and
+    the state dict are unchanged. A no-op for a model off the CPU or already swapped. Returns
+    `describe(model)`."""
+    if forms is not None and (set(forms.values()) - set(FORMS) or not forms):
+        raise ValueError(f"forms maps widths to some of {', '.join(FORMS)}, got {forms!r}")
+    param = next(iter(model.parameters()), None)
+    if param is None or param.device.type != "cpu":
+        return describe(model)
+    use_gqa_attention(model)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                chosen = forms or choose_forms(child.out_features, child.in_features, child.bias is not None,
+                                               child.weight.dtype, refresh)
+                if any(f != "linear" for f in chosen.values()):
+                    setattr(parent, name, FormLinear.from_linear(child, chosen))
+    return describe(model)
+
+
+def unswap_linears(model: nn.Module) -> None:
+    """Undo `swap_linears`: plain nn.Linear modules over the same parameters, "sdpa" attention."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION:
+        model.set_attn_implementation("sdpa")
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, FormLinear):
+                plain = nn.Linear.__new__(nn.Linear)
+                nn.Module.__init__(plain)
+                plain.in_features, plain.out_features = child.in_features, child.out_features
+                plain.weight, plain.bias = child.weight, child.bias
+                setattr(parent, name, plain)
+
+
+def describe(model: nn.Module) -> dict[str, int]:
+    """How many layers use each per-width choice, e.g. {"1:linear,2:xwt,...": 60}, and
+    {"attention:parasuite_sdpa": 1} when that attention is on; {} when nothing is swapped (what
+    the adapter records in config.extra["linear_forms"])."""
+    out: dict[str, int] = {}
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION:
+        out["attention:" + ATTENTION] = 1
+    for m in model.modules():
+        if isinstance(m, FormLinear):
+            key = ",".join(f"{w}:{f}" for w, f in m.forms.items())
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+__all__ = ["ATTENTION", "FORMS", "FormLinear", "WIDTHS", "choose_forms", "describe", "gqa_sdpa_attention",
+           "measure_forms", "pick_forms", "swap_linears", "unswap_linears", "use_gqa_attention"]

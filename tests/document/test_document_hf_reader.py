@@ -1,0 +1,43 @@
+"""Whole-page reading with transformers page-reading VLMs (GOT-OCR2, Qwen2-VL, Florence-2 <OCR>)
+on tiny random configs saved with their processors: `document.read(path, model=folder)` with every
+exact chain decoder equals the family's own greedy generate."""
+import pytest
+
+import tiny_vlm
+
+FAMILIES = ("got_ocr2", "qwen2_vl", "florence2")
+TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from text.model import ensure_converted
+    embedded = ensure_converted()
+    return {f: tiny_vlm.BUILDERS[f](embedded, tmp_path_factory.mktemp(f)) for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_read_with_a_model_folder_equals_its_generate(folders, family, tmp_path):
+    import document
+    from document.hf_reader import load_reader
+    pages = tiny_vlm.images(2, size=(60, 80))
+    path = tmp_path / "page.png"
+    pages[0].save(path)
+    reader = load_reader(folders[family], max_new_tokens=TOKENS)
+    want = reader.reference(pages)
+    assert {"ar", "ngram", "lookahead", "speculative", "jacobi"} <= set(reader.decoders)
+    for decoder in reader.decoders:
+        options = {"draft": "self:1"} if decoder == "speculative" else {}
+        assert reader(pages, decoder=decoder, **options).tokens == want, decoder      # one ragged batch
+    out = document.read(path, model=folders[family], decoder="ngram", max_new_tokens=TOKENS)
+    text = reader.vlm.tokenizer.decode(want[0], skip_special_tokens=True).strip()
+    assert len(out) == 1 and out[0].text == "\n".join(line for line in text.splitlines() if line.strip())
+
+
+def test_a_model_that_reads_no_pages_is_refused(tmp_path):
+    import document
+    from tinymodels import tiny_model
+    tiny_model("llama").save_pretrained(tmp_path / "llama")
+    page = tiny_vlm.images(1)[0]
+    with pytest.raises(ValueError, match="known: .*GotOcr2ForConditionalGeneration"):
+        document.read(page, model=tmp_path / "llama")
