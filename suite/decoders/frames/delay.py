@@ -10,7 +10,8 @@ training layout (BOS before codebook k starts, EOS/PAD after it ends), never sam
 
 Exact: this IS the delay-layout model's own factorisation (each step samples the heads the
 model was trained to predict jointly); there is nothing slower it approximates. Committed tokens
-are delayed columns (tuples of K ids); `undelay` undoes the shift. This file is the delay layout's
+are delayed columns (tuples of K ids); `undelay` undoes the shift. A model without an EOS whose
+length the request fixes (MusicGen: bos = eos = pad = its start id) passes `fixed_frames=T`. This file is the delay layout's
 one home: the training layout (`delay_pattern`) and the forced slots (`delay_column`) with it.
 """
 from __future__ import annotations
