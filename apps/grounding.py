@@ -11,7 +11,6 @@ import html
 import math
 
 import gradio as gr
-import numpy as np
 
 import suite
 
@@ -148,9 +147,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
             boxes = gr.HTML(elem_id="grounding-boxes")
         def task_changed(d, t, img, q):      # the decoder's options for the task, and its own example
             task_key = TASKS.get(t, "aabb")      # in place of the other task's (a person's own image stays)
-            shown = [example(k) for k in TASKS.values() if k != task_key]
-            is_example = img is None or any(np.array_equal(np.asarray(img.convert("RGB")), np.asarray(e))
-                                            and q == eq for e, eq in shown)
+            # the other task's example query still shown: its example (the image comes back re-encoded,
+            # so the query, not the pixels, tells)
+            is_example = img is None or any(q == EXAMPLES[k][1] for k in TASKS.values() if k != task_key)
             new = example(task_key) if is_example else (gr.update(), gr.update())
             return (default_options(d, shared.get(), task_key), *new)
 
