@@ -31,6 +31,16 @@ class DecodeStats:
         lengths = [n for step in self.accepted_lengths for n in step if n > 0]
         return sum(lengths) / max(len(lengths), 1)
 
+    def steps_per_row(self) -> list[int]:
+        """Forwards each batch row needed (its last committing step + 1): the forwards it would take
+        decoded on its own, since a ragged batch advances every row by its own accepted length."""
+        last = [0] * (len(self.accepted_lengths[0]) if self.accepted_lengths else 0)
+        for i, step in enumerate(self.accepted_lengths):
+            for b, n in enumerate(step):
+                if n > 0:
+                    last[b] = i + 1
+        return last
+
     def summary(self) -> str:
         return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "
                 f"({self.tokens_per_forward:.2f} tok/forward), {self.wall_time_s:.2f} s, "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinymodels import tiny_model, tiny_prior, tiny_tts
+from tinymodels import tiny_eagle_head, tiny_model, tiny_prior, tiny_tts, tiny_video
 
 import suite
 from suite import CTCHypothesis, RequestInputs
@@ -44,8 +44,9 @@ def test_entry_resolves_to_its_class_and_is_tagged(name):
 
 
 def test_list_decoders_filters():
-    assert suite.list_decoders("grounding", chain=("ar",)) == ["ar", "parallel_box", "hybrid"]
-    assert set(suite.list_decoders("text")) == {e.name for e in REGISTRY.values() if e.modalities == ("any",)}
+    assert suite.list_decoders("grounding", chain=("ar",)) == ["ar", "parallel_box", "hybrid", "locus"]
+    assert "eagle" in suite.list_decoders("text") and "eagle" not in suite.list_decoders("image")
+    assert set(suite.list_decoders("image")) >= {e.name for e in REGISTRY.values() if e.modalities == ("any",)}
     assert "lookahead" not in suite.list_decoders(adapter=_NoCustomMask())
     with pytest.raises(ValueError, match="unknown modality"):
         suite.list_decoders("smell")
@@ -78,6 +79,10 @@ class Counting:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    @property
+    def __class__(self):         # isinstance checks see the wrapped adapter
+        return type(self.inner)
+
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.inner(*args, **kwargs)
@@ -85,7 +90,8 @@ class Counting:
 
 def _text_case(name):
     model = tiny_model("llama")
-    opts = {"draft_model": tiny_model("llama", seed=1)} if name == "speculative" else {}
+    opts = {"speculative": {"draft_model": tiny_model("llama", seed=1)},
+            "eagle": {"draft_head": tiny_eagle_head(model)}}.get(name, {})
     return Case(suite.as_adapter(model), [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21]], 12, opts)
 
 
@@ -131,7 +137,13 @@ def _speech_case(name):
     return Case(adapter, [prompt], 6, eos_is_a_token=False)
 
 
-CASES = {"text": _text_case, "document": _document_case, "asr": _document_case, "image": _image_case,
+def _video_case(name):
+    video = tiny_video()
+    rows = [video.layout.prompt(0, 1), video.layout.prompt(1, 0)]
+    return Case(video, [list(r) for r in rows], 3 * 16, eos_is_a_token=False, budgets=())    # whole clips only
+
+
+CASES = {"video": _video_case, "text": _text_case, "document": _document_case, "asr": _document_case, "image": _image_case,
          "grounding": _grounding_case, "speech": _speech_case}
 
 

@@ -54,3 +54,24 @@ def tiny_tts(seed=0, local_frames=1, codebooks=4, codebook_size=16):
             head.weight.mul_(8.0)
     return model
 
+
+def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0):
+    """A tiny random video prior (vision/video/prior.py's layout and window mask) behind its adapter."""
+    from vision.video.prior import VideoLayout, VideoPrior, build_video_prior
+    meta = {"codebook_size": codebook, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": frames,
+            "grid": list(grid), "radius": radius}
+    torch.manual_seed(seed)
+    model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4).eval()
+    with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
+        model.get_output_embeddings().weight.mul_(sharpen)
+    return VideoPrior(model, meta)
+
+
+def tiny_eagle_head(model, k=64, seed=0):
+    """A random EAGLE draft head for a tiny target (sharpened: it drafts confidently, deep trees)."""
+    from suite.decoders.chain.eagle_head import EagleHead
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(model.config, min(k, model.config.vocab_size))
+    with torch.no_grad():
+        head.fc.weight.mul_(4.0)
+    return head.eval()

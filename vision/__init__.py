@@ -12,12 +12,16 @@ from __future__ import annotations
 
 __all__ = ["ImagePipeline", "ImageResult", "load_image_pipeline"]
 _GROUNDING = ["GroundingPipeline", "GroundingResult", "load_grounding_pipeline"]
+_VIDEO = ["VideoFrame", "VideoPipeline", "VideoResult", "load_video_pipeline"]
 
 
 def __getattr__(name: str):
     if name in _GROUNDING:   # box grounding: vision/grounding/
         from . import grounding
         return getattr(grounding, name)
+    if name in _VIDEO:       # video generation: vision/video/
+        from .video import pipeline as video
+        return getattr(video, name)
     if name in __all__:
         from . import pipeline
         return getattr(pipeline, name)
@@ -25,4 +29,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(list(globals()) + __all__ + _GROUNDING)
+    return sorted(list(globals()) + __all__ + _GROUNDING + _VIDEO)

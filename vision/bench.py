@@ -60,21 +60,9 @@ def run(pipe, specs, labels, seeds, guidance, temperature, top_k, progress=True)
         row["forwards"] += res.stats.num_forwards
         row["tokens"] += res.stats.num_new_tokens
         row["images"] += res.images
-        row["row_steps"] += steps_per_row(res.stats)
+        row["row_steps"] += res.stats.steps_per_row()
         row["labels"] += res.labels
     return rows
-
-
-def steps_per_row(stats) -> list[int]:
-    """Forwards each batch row needed (its last committing step + 1): the forwards it would take
-    decoded on its own, since a ragged batch advances every row by its own accepted length."""
-    rows = len(stats.accepted_lengths[0]) if stats.accepted_lengths else 0
-    last = [0] * rows
-    for i, step in enumerate(stats.accepted_lengths):
-        for b, n in enumerate(step):
-            if n > 0:
-                last[b] = i + 1
-    return last
 
 
 def score(rows, classifier, fd_net, reference_feats):
@@ -119,6 +107,9 @@ def main(argv=None) -> int:
     if (sys.argv[1:] if argv is None else argv)[:1] == ["grounding"]:   # box grounding: vision/grounding/bench.py
         from .grounding.bench import main as grounding_main
         return grounding_main((sys.argv[1:] if argv is None else argv)[1:])
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["video"]:       # video: vision/video/bench.py
+        from .video.bench import main as video_main
+        return video_main((sys.argv[1:] if argv is None else argv)[1:])
     p = argparse.ArgumentParser(prog="python -m vision.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--decoders", nargs="+", default=None,

@@ -99,6 +99,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["grounding"]:        # box grounding: vision/grounding/train.py
         return grounding_main(argv[1:])
+    if argv[:1] == ["video"]:            # the video prior and motion classifier: vision/video/train.py
+        from .video.train import main as video_main
+        return video_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["tokenizer", "prior", "classifier", "lpd"])

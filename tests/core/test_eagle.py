@@ -4,7 +4,7 @@ heads are refused with the fix named."""
 import pytest
 import torch
 from chisq import goodness_of_fit
-from tinymodels import tiny_model
+from tinymodels import tiny_model, tiny_eagle_head
 
 import suite
 from suite import SamplingParams, logits_to_probs
@@ -12,19 +12,11 @@ from suite.decoders.chain.eagle import Eagle
 from suite.decoders.chain.eagle_head import EagleHead
 
 
-def head_for(model, k=64, seed=0):
-    torch.manual_seed(seed)
-    head = EagleHead.for_target(model.config, min(k, model.config.vocab_size))
-    with torch.no_grad():   # a sharper random head drafts confidently (deep trees)
-        head.fc.weight.mul_(4.0)
-    return head.eval()
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("options", [{}, {"top_k": 2, "depth": 3, "max_nodes": 5, "cost": None}])
 def test_greedy_equals_ar(arch, options):
     model = tiny_model(arch)
-    head = head_for(model)
+    head = tiny_eagle_head(model)
     prompts = [torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]]), torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])]
     for ids in prompts:
         ref = suite.generate(model, ids, decoder="ar", max_new_tokens=16)
@@ -42,7 +34,7 @@ def test_trees_commit_several_tokens_per_forward():
     # the target's own greedy continuation is easy for a head on a model this sharp: some forward
     # commits more than one token (the tree path was verified)
     model = tiny_model("llama", vocab=8, sharpen=12.0)
-    head = head_for(model, k=8)
+    head = tiny_eagle_head(model, k=8)
     out = suite.generate(model, torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4]]), decoder=Eagle(head, cost=None), max_new_tokens=40)
     assert max(n for step in out.stats.accepted_lengths for n in step) > 1
 
@@ -65,7 +57,7 @@ def exact_law(model, params):
 @pytest.mark.parametrize("kw", [dict(temperature=1.0), dict(temperature=0.7, top_k=3)])
 def test_sampling_matches_target(kw):
     model = tiny_model("llama", vocab=V, sharpen=3.0)
-    head = head_for(model, k=V)
+    head = tiny_eagle_head(model, k=V)
     law = exact_law(model, SamplingParams(**kw))
     samples, longest = [], 0
     for seed in range(4):
@@ -90,7 +82,7 @@ def test_bad_heads_are_refused(tmp_path):
     with pytest.raises(ValueError, match="text.train_draft"):
         suite.generate(model, ids, decoder=Eagle(tmp_path / "bad"), max_new_tokens=4)
     other = tiny_model("llama", vocab=50)
-    head_for(other, k=32).save(tmp_path / "other")
+    tiny_eagle_head(other, k=32).save(tmp_path / "other")
     with pytest.raises(ValueError, match=r"vocabulary 50 .*hidden size 32.*vocabulary 99 and hidden size 32"):
         suite.generate(model, ids, decoder=Eagle(tmp_path / "other"), max_new_tokens=4)
 
@@ -98,7 +90,7 @@ def test_bad_heads_are_refused(tmp_path):
 def test_auto_equals_ar_and_reports_its_choices():
     from suite.decoders.chain.auto import Auto
     model = tiny_model("llama")
-    head = head_for(model)
+    head = tiny_eagle_head(model)
     ids = torch.tensor([[0, 0, 5, 6, 7, 8, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6]])
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])
     ref = suite.generate(model, ids, mask, decoder="ar", max_new_tokens=24)
@@ -111,7 +103,7 @@ def test_auto_equals_ar_and_reports_its_choices():
 def test_auto_samples_the_target_distribution():
     from suite.decoders.chain.auto import Auto
     model = tiny_model("llama", vocab=V, sharpen=3.0)
-    head = head_for(model, k=V)
+    head = tiny_eagle_head(model, k=V)
     kw = dict(temperature=1.0)
     law = exact_law(model, SamplingParams(**kw))
     samples = []

@@ -9,17 +9,8 @@ from chisq import goodness_of_fit
 import suite
 from suite import SamplingParams, logits_to_probs
 from suite.decoders.raster.video_zipar import Diagonal, VideoZipAR
-from vision.video.prior import PROMPT, VideoLayout, VideoPrior, build_video_prior
-
-
-def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0):
-    meta = {"codebook_size": codebook, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": frames,
-            "grid": list(grid), "radius": radius}
-    torch.manual_seed(seed)
-    model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4).eval()
-    with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
-        model.get_output_embeddings().weight.mul_(sharpen)
-    return VideoPrior(model, meta)
+from tinymodels import tiny_video
+from vision.video.prior import PROMPT, VideoLayout
 
 
 @pytest.fixture(scope="module")

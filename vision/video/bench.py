@@ -48,7 +48,6 @@ def prompts(count: int) -> tuple[list[int], list[int]]:
 
 def run(pipe, specs, labels, motions, seeds, frames, batch, sampling, progress=True):
     from tqdm import tqdm
-    from ..bench import steps_per_row
     rows = {s: {"forwards": 0, "tokens": 0, "wall": 0.0, "clips": [], "labels": [], "motions": [], "row_steps": [],
                 "codes": []} for s in specs}
     chunks = [(seed, i) for seed in seeds for i in range(0, len(labels), batch)]
@@ -62,7 +61,7 @@ def run(pipe, specs, labels, motions, seeds, frames, batch, sampling, progress=T
         row["wall"] += time.perf_counter() - t0
         row["forwards"] += res.stats.num_forwards
         row["tokens"] += res.stats.num_new_tokens
-        row["row_steps"] += steps_per_row(res.stats)
+        row["row_steps"] += res.stats.steps_per_row()
         row["clips"] += res.clips
         row["labels"] += res.labels
         row["motions"] += res.motions

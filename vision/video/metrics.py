@@ -108,7 +108,7 @@ def vq_round_trip(clips: np.ndarray, tokenizer=None) -> np.ndarray:
     """(N, T, S, S, 3) uint8 clips through the shipped VQ tokenizer and back."""
     from ..data import to_uint8
     from ..tokenizer import VQTokenizer
-    from .train import VISION_WEIGHTS, encode_clips
+    from .codes import VISION_WEIGHTS, encode_clips
     tok = tokenizer or VQTokenizer.load(os.path.join(VISION_WEIGHTS, "tokenizer"))
     codes = encode_clips(tok, clips)
     n, t = codes.shape[:2]

@@ -14,7 +14,6 @@ ZipAR, lossy). sjd and mc_sjd draft each new frame from the previous one (init="
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -35,18 +34,8 @@ ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
 
 
 def video_decoder(name: str, **options):
-    """A decoder by name: the video ones (until the registry lists them), else the registry's."""
-    from suite.decoders.raster.video_zipar import Diagonal, VideoZipAR
-    from suite.decoders.raster.video_zipar_sjd import VideoZipARSJD
+    """A registered decoder by name (aliases: "zipar" is video_zipar), with the video defaults."""
     name = ALIASES.get(name, name)
-    local = {cls.name: cls for cls in (VideoZipAR, Diagonal, VideoZipARSJD)}
-    if name in local and name not in suite.REGISTRY:
-        valid = {f.name for f in dataclasses.fields(local[name])}
-        unknown = sorted(set(options) - valid)
-        if unknown:
-            raise ValueError(f"decoder {name!r} does not take {', '.join(unknown)}; its options are: "
-                             f"{', '.join(sorted(valid))}")
-        return local[name](**options)
     return suite.make_decoder(name, **{**VIDEO_DEFAULTS.get(name, {}), **options})
 
 
@@ -96,7 +85,12 @@ class VideoFrame:
     stats: suite.DecodeStats          # the request's running totals (live)
 
 
+DECODERS = ("ar", "sjd", "mc_sjd") + tuple(suite.list_decoders("video", chain=()))
+
+
 class VideoPipeline:
+    decoders = DECODERS
+
     def __init__(self, tokenizer: VQTokenizer, prior: VideoPrior):
         self.tokenizer, self.prior = tokenizer, prior
         if tokenizer.codebook_size != prior.codebook_size:

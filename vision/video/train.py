@@ -24,24 +24,13 @@ from suite.storage import atomic_folder, atomic_path, cache_dir, write_json
 from suite.training import Budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
 from . import data as vdata
+from .codes import VISION_WEIGHTS, encode_clips
 from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, warm_start
 
-VISION_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
 WEIGHTS = os.path.join(VISION_WEIGHTS, "video")
 
 
 # ---------------------------------------------------------------- data
-
-def encode_clips(tokenizer, clips, batch: int = 128) -> torch.Tensor:
-    """(N, T, S, S, 3) uint8 clips -> (N, T, H, W) codes (on the CPU)."""
-    from ..data import to_tensor
-    n, t = clips.shape[:2]
-    frames = clips.reshape(n * t, *clips.shape[2:])
-    device = next(tokenizer.vq.parameters()).device
-    codes = [tokenizer.encode(to_tensor(frames[i:i + batch]).to(device)).cpu() for i in range(0, len(frames), batch)]
-    codes = torch.cat(codes)
-    return codes.reshape(n, t, *codes.shape[1:])
-
 
 def clip_codes(tokenizer, tokenizer_folder: str, split: str, per_pair: int, frames: int):
     """Codes, class ids and motion ids of a split, cached per tokenizer file and data version."""
