@@ -25,7 +25,7 @@ import suite
 from suite.vlm import load_vlm
 
 FAMILIES = ("florence2", "paligemma", "kosmos-2")
-BOX_DECODERS = ("parallel_box", "hybrid")
+BOX_DECODERS = ("parallel_box", "hybrid", "locus")   # need a MASK-trained box block
 MAX_NEW_TOKENS = 128
 
 

@@ -67,8 +67,8 @@ def test_options_are_typed():
 @pytest.mark.parametrize("argv,message", [
     (["Hi", "--model", "/no/such/model"], "no model folder"),
     (["", "--model", "{tiny}"], "empty prompt"),
-    (["Hi", "--model", "{tiny}", "--option", "bogus=1"], "does not take bogus"),
-    (["Hi", "--model", "{tiny}", "--option", "novalue"], "KEY=VALUE"),
+    (["Hi", "--model", "{tiny}", "--option", "bogus=1"], "does not take 'bogus'"),
+    (["Hi", "--model", "{tiny}", "--option", "novalue"], "is not key=value"),
     (["--input", "/no/such/file.txt", "--model", "{tiny}"], "no prompt file"),
     (["Hi", "--model", "{tiny}", "--max-new-tokens", "0"], "max-new-tokens"),
     (["Hi", "--model", "{tiny}", "--output", "/no/such/dir/out.jsonl"], "does not exist"),
