@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from suite.storage import write_json
+from suite.training import exit_status
 
 DEFAULT_DECODERS = {
     "ar": {},
@@ -144,11 +145,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
     torch.set_num_threads(args.threads)
-    try:
-        return _main(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return exit_status(_main, args)
 
 
 def _main(args) -> int:
