@@ -14,17 +14,20 @@ from .storage import read_json
 
 
 class Budget:
-    """A run's budget: `steps` steps and/or `minutes` of wall clock (None or 0: no limit of that
+    """A run's budget: `steps` steps and/or `minutes` of `clock` (None or 0: no limit of that
     kind), counted from construction. `minutes_before`: minutes of earlier runs that the
-    schedule's clock counts too (a resumed run continues the cosine where it stopped)."""
+    schedule's clock counts too (a resumed run continues the cosine where it stopped).
+    `clock=time.process_time` (see `cpu_budget`) counts this process's CPU time: on a shared CPU
+    the wall clock overstates the compute a run got."""
 
-    def __init__(self, minutes: float | None = None, steps: int | None = None, minutes_before: float = 0.0):
-        self.minutes, self.steps, self.minutes_before = minutes, steps, minutes_before
-        self.start = time.time()
+    def __init__(self, minutes: float | None = None, steps: int | None = None, minutes_before: float = 0.0,
+                 clock=time.time):
+        self.minutes, self.steps, self.minutes_before, self.clock = minutes, steps, minutes_before, clock
+        self.start = clock()
 
     @property
     def elapsed_s(self) -> float:
-        return time.time() - self.start
+        return self.clock() - self.start
 
     def progress(self, step: int = 0) -> float:
         """How much of the budget `step` steps and the clock have used (by steps or by time,
@@ -44,6 +47,13 @@ class Budget:
             log(f"time budget reached at step {step}")
             return True
         return False
+
+
+def cpu_budget(minutes: float | None, steps: int | None = None, minutes_before: float = 0.0,
+               device: str = "cpu") -> Budget:
+    """The budget a training on `device` runs on: CPU minutes of this process on a CPU (a
+    shared CPU's wall clock runs ahead of the compute), wall minutes elsewhere."""
+    return Budget(minutes, steps, minutes_before, time.process_time if device == "cpu" else time.time)
 
 
 def warmup_cosine(base: float, step: int, progress: float, warmup: int = 0, floor: float = 0.05) -> float:

@@ -31,14 +31,12 @@ from pathlib import Path
 
 import torch
 
+from suite.training import cpu_budget, log
+
 WEIGHTS = Path(__file__).parent / "weights" / "eagle"
 KINDS = ("chat", "code", "grounded")
 MIX = {"chat": 0.4, "code": 0.25, "grounded": 0.35}
 K_CHOICES = (1024, 2048, 4096, 8192, 16384, 32768)
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 # -- 1. data --------------------------------------------------------------------------------------
@@ -82,13 +80,13 @@ def build_data(model, tok, prompts: list[dict], folder: Path, batch: int, max_ne
     eos = model.config.eos_token_id
     encoded = sorted(((encode(tok, p), p) for p in prompts), key=lambda e: len(e[0]))
     batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
-    rows, t0, made = [], time.time(), 0
+    rows, budget, made, t0 = [], cpu_budget(minutes), 0, time.time()
     for i, group in enumerate(tqdm(batches, desc=f"data ({name})", file=sys.stderr)):
         path = folder / f"{name}_{i:04d}.pt"
         if path.is_file():
             rows += torch.load(path)
             continue
-        if minutes is not None and time.time() - t0 > 60 * minutes:
+        if budget.spent():
             log(f"data {name}: time budget reached, {i} of {len(batches)} shards")
             break
         part = generate_rows(model, [e[0] for e in group], max_new, eos, eos)
@@ -275,12 +273,12 @@ def train(head, rows, held, args, work: Path) -> dict:
         opt.load_state_dict(state["opt"])
         step, spent = state["step"], state["spent_s"]
         log(f"resumed at step {step} ({spent / 60:.1f} min trained)")
-    budget = 60 * args.minutes
+    budget = cpu_budget(args.minutes - spent / 60, None, spent / 60)
     rng = random.Random(step)
-    t0, last_save, ema = time.time() - spent, time.time(), None
+    last_save, ema = time.time(), None
     head.train()
-    while time.time() - t0 < budget:
-        lr = warmup_cosine(args.lr, step, (time.time() - t0) / budget, warmup=args.warmup)
+    while not budget.spent():
+        lr = warmup_cosine(args.lr, step, budget.progress(), warmup=args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         loss, accs = unrolled_loss(head, *sample_batch(rows, args.batch_tokens, args.context, rng), args.unroll)
@@ -291,14 +289,13 @@ def train(head, rows, held, args, work: Path) -> dict:
         step += 1
         ema = accs if ema is None else [0.95 * e + 0.05 * a for e, a in zip(ema, accs)]
         if step % 10 == 0:
-            elapsed = time.time() - t0
-            log(f"step {step} {elapsed / 60:.1f}/{args.minutes:.0f} min loss {float(loss.detach()):.3f} lr {lr:.2e} "
+            log(f"step {step} {spent / 60 + budget.elapsed_s / 60:.1f}/{args.minutes:.0f} CPU min loss {float(loss.detach()):.3f} lr {lr:.2e} "
                 f"top-1 per step " + " ".join(f"{a:.3f}" for a in ema))
         if time.time() - last_save > 120:
-            _save_checkpoint(ckpt, head, opt, step, time.time() - t0)
+            _save_checkpoint(ckpt, head, opt, step, spent + budget.elapsed_s)
             last_save = time.time()
-    _save_checkpoint(ckpt, head, opt, step, time.time() - t0)
-    return {"steps": step, "train_minutes": (time.time() - t0) / 60}
+    _save_checkpoint(ckpt, head, opt, step, spent + budget.elapsed_s)
+    return {"steps": step, "train_minutes": spent / 60 + budget.elapsed_s / 60}
 
 
 def _save_checkpoint(path, head, opt, step, spent):
@@ -354,7 +351,7 @@ Mean accepted length of a {len(acc)}-token chain: {info['eval']['mean_accepted_c
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m text.train_draft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=28.0, help="training time budget (the data stage comes before)")
+    p.add_argument("--minutes", type=float, default=28.0, help="training budget in CPU minutes of this process (the data stage comes before)")
     p.add_argument("--prompts", type=int, default=900, help="training prompts")
     p.add_argument("--held-out", type=int, default=48, help="held-out prompts (evaluation only)")
     p.add_argument("--data-minutes", type=float, default=20.0,

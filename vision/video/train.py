@@ -21,7 +21,7 @@ import time
 import torch
 
 from suite.storage import atomic_folder, atomic_path, cache_dir, write_json
-from suite.training import Budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
+from suite.training import cpu_budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
 from . import data as vdata
 from .codes import VISION_WEIGHTS, encode_clips
@@ -79,24 +79,6 @@ def held_out_loss(model, layout, seqs, mask, batch: int = 4) -> torch.Tensor:
 
 # ---------------------------------------------------------------- prior
 
-class CPUBudget:
-    """`suite.training.Budget`'s interface over this process's CPU time (on a shared CPU the wall
-    clock overstates the compute: the budget is CPU minutes, `minutes_before` from earlier runs)."""
-
-    def __init__(self, minutes: float, minutes_before: float = 0.0):
-        self.minutes, self.minutes_before = minutes, minutes_before
-        self.start = time.process_time()
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.process_time() - self.start
-
-    def progress(self, step: int = 0) -> float:
-        return (self.minutes_before + self.elapsed_s / 60) / self.minutes
-
-    def spent(self, step: int = 0) -> bool:
-        return self.progress() >= 1.0
-
 def _layout(args, codebook: int) -> VideoLayout:
     from ..data import CLASSES
     return VideoLayout(codebook, len(CLASSES), len(vdata.MOTIONS), args.frames, 16, 16, args.radius)
@@ -140,7 +122,7 @@ def train_prior(args) -> None:
     if state is not None:
         opt.load_state_dict(state["opt"])
         step, before = state["step"], state["minutes"]
-    budget = CPUBudget(args.minutes, before) if device.type == "cpu" else Budget(args.minutes - before, None, before)
+    budget = cpu_budget(args.minutes - before, None, before, device.type)
     saved = budget.elapsed_s
     null = torch.tensor([layout.null_motion, layout.null_class], device=device)
     recent = []
