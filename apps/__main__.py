@@ -35,6 +35,7 @@ class Tab:
 TABS = [
     Tab("text", "Text", "apps.text"),
     Tab("image", "Image", "apps.image"),
+    Tab("video", "Video", "apps.video"),
     Tab("grounding", "Grounding", "apps.grounding"),
     Tab("document", "Document", "apps.document"),
     Tab("speech", "Speech", "apps.speech"),

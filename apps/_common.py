@@ -212,8 +212,9 @@ def with_scale_bar(picture, forwards: int, title: str = "forward"):
 
 # -- what a result is: its decoder's guarantee, measured quality cost, and whether it equals ar ------
 
-QUALITY_DOMAINS = {"image": "vision", "grounding": "vision", "document": "document", "speech": "speech",
-                   "asr": "speech"}     # modality -> the package whose quality.json holds its lossy figures
+# modality -> the package whose quality.json holds its lossy figures
+QUALITY_DOMAINS = {"image": "vision", "video": "vision", "grounding": "vision", "document": "document",
+                   "speech": "speech", "asr": "speech"}
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import gradio as gr
 
 import suite
 from document.ocr import DECODER_DEFAULTS
+from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
 
 from ._common import (Shared, TimedIterator, format_options, guarded, parse_options, race, stats_row, summary_html,
                       throttled, ui_options)
@@ -22,8 +23,6 @@ TITLE = "Document"
 UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
                "s2d2": {"block_size": 8},
                **DECODER_DEFAULTS}                            # the OCR's own: ctc_speculative exact
-# the fastest lossless one on this CPU: 111.8 lines/s, ctc_speculative 98.1 (BENCHMARKS.md, Document)
-DEFAULT_DECODER = "ar"
 FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
 FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "
                  "as one batch, so the model runs fewer batched passes); wall time includes finding the lines")

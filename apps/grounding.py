@@ -13,13 +13,12 @@ import math
 import gradio as gr
 
 import suite
+from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
 from ._common import (Shared, font, format_options, guarded, parse_options, require_text, stats_row, summary_html,
                       ui_options)
 
 TITLE = "Grounding"
-# the lossless one; hybrid reads at ar's Acc@0.5 at 1.95x ar's speed but is not exact (BENCHMARKS.md, Grounding)
-DEFAULT_DECODER = "ar"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
 FORWARDS_NOTE = ("forwards: decoder passes for this query (the MobileNetV2 encoder runs once more); "
                  "tokens: box slots and end tokens; wall time: letterbox, encoder and decoding")

@@ -10,6 +10,7 @@ import gradio as gr
 import numpy as np
 
 import suite
+from vision.pipeline import DEFAULT_DECODER  # vision.generate's and the API's default too
 
 from ._common import (Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options, race, stats_row,
                       step_colours, summary_html, throttled, ui_options, with_scale_bar)
@@ -18,8 +19,6 @@ TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
 UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
                "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}, "lpd": {"steps": 20}}
-# the fastest lossless one here: sjd/mc_sjd need 3.4x fewer forwards but run at 0.45x (BENCHMARKS.md, Vision)
-DEFAULT_DECODER = "ar"
 SHOW_PX = 256                      # pictures are shown upscaled (nearest) to this width
 UPDATE_EVERY_S = 0.05
 

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 import gradio as gr
 import numpy as np
 
+from speech.asr import DEFAULT_DECODER as DEFAULT_ASR   # the fastest lossless ones (python -m speech.asr /
+from speech.tts import DEFAULT_DECODER as DEFAULT_TTS   # speech.tts use them too: one default per modality)
+
 from ._common import (Guarantee, Shared, font, guarded, require_text, stats_row, step_colours, summary_html,
                       with_scale_bar)
 
 TITLE = "Speech"
 BASELINE_TTS = "flat"          # one code per forward: the AR baseline of the TTS decoders
 BASELINE_ASR = "ar"
-DEFAULT_TTS = "delay"          # the fastest exact one: 3.92x fewer forwards than flat, RTF 0.19 (BENCHMARKS.md, Speech)
-DEFAULT_ASR = "ar"             # the only one that equals ar; ctc_speculative is 5.35x faster but lossy (BENCHMARKS.md)
 EXAMPLE_TEXT = "Return a list of cookies."
 GRID_PX, LABEL_PX, ROW_PX = 640, 100, 30      # codebook grid: width, codebook labels, height of each codebook row
 # readers that are not registry decoders: the flat model (the TTS baseline, shown as ar) and the CTC head

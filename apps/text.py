@@ -19,7 +19,6 @@ from ._common import (Shared, TimedIterator, format_options, guarded, parse_opti
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
 UI_DEFAULTS = {"speculative": {"draft": "self:8"}}     # what a decoder needs to run in the app
-FASTEST_LOSSLESS = ("auto", "ngram")       # the default: auto where registered, else ngram (BENCHMARKS.md, Text)
 EXAMPLES = [
     ["Rewrite this function with type hints and a docstring:\n\ndef area(width, height):\n"
      "    return width * height", "ngram"],
@@ -41,7 +40,9 @@ def decoder_choices() -> list[str]:
 
 
 def default_decoder() -> str:
-    return next(d for d in (*FASTEST_LOSSLESS, "ar") if d in decoder_choices())
+    """The text CLI's and API's default (text.generator.DEFAULT_DECODER: auto), where registered."""
+    from text.generator import DEFAULT_DECODER
+    return DEFAULT_DECODER if DEFAULT_DECODER in decoder_choices() else "ar"
 
 
 def default_options(name: str) -> str:

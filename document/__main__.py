@@ -14,6 +14,7 @@ examples:
   python -m document scans/ --out ocr_out
   python -m document report.pdf --out ocr_out --decoder ar --overlay
   python -m document scans/ --out ocr_out --decoder block_diffusion --block-size 4 --threshold 0.9 --prefix-only
+  python -m document report.pdf --out ocr_out --model got-ocr2/ --decoder ngram    # a page-reading VLM folder
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from .reader import IMAGE_SUFFIXES, PDF_SUFFIXES
+from .reader import DEFAULT_DECODER, IMAGE_SUFFIXES, PDF_SUFFIXES
 
 
 def find_inputs(root: Path, out: Path) -> tuple[list[Path], list[Path]]:
@@ -65,7 +66,8 @@ def read_file(src: Path, ocr, args) -> dict:
     from .reader import overlay, read, to_json, to_text
     if src.stat().st_size == 0:
         raise ValueError(f"{src} is empty (0 bytes): nothing to read; copy the file again")
-    pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, **args.options)
+    model = getattr(args, "model", None)          # a page-reading VLM (--model), else our line OCR
+    pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, model=model, **args.options)
     return {"text": to_text(pages), "json": to_json(pages, str(src)),
             "overlays": [png_bytes(overlay(p)) for p in pages] if args.overlay else [],
             "pages": len(pages), "lines": sum(len(p.lines) for p in pages)}
@@ -98,12 +100,19 @@ def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
 class DocumentWorker:
     """The batch worker (suite.batch): loads the OCR model once, reads one file per call."""
 
-    def __init__(self, weights=None, threads=1, decoder="ar", detector="auto", dpi=200, options=None,
-                 overlay=False):
+    def __init__(self, weights=None, threads=1, decoder=DEFAULT_DECODER, detector="auto", dpi=200, options=None,
+                 overlay=False, model=None, max_new_tokens=None):
+        import torch
+
+        from .hf_reader import MAX_NEW_TOKENS, load_reader
         from .ocr import load_ocr
-        self.ocr = load_ocr(weights, threads=threads)
+        if model is not None:           # a page-reading VLM reads whole pages: our line OCR is not needed
+            torch.set_num_threads(threads)
+            self.ocr, model = None, load_reader(model, max_new_tokens or MAX_NEW_TOKENS)
+        else:
+            self.ocr = load_ocr(weights, threads=threads)
         self.args = argparse.Namespace(decoder=decoder, detector=detector, dpi=dpi, options=options or {},
-                                       overlay=overlay)
+                                       overlay=overlay, model=model)
 
     def __call__(self, payload: dict) -> dict:
         return read_file(Path(payload["src"]), self.ocr, self.args)
@@ -122,8 +131,10 @@ def parse(argv):
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image, a PDF, or a folder (searched recursively)")
     ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--decoder", default="ar", help="ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default ar: "
-                    "the fastest on a CPU here, since this small model's drafts cost more than they save)")
+    ap.add_argument("--decoder", default=DEFAULT_DECODER,
+                    help=f"ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default {DEFAULT_DECODER}: the "
+                         "fastest lossless one on a CPU here, since this small model's drafts cost more than they "
+                         "save; the app's default too)")
     ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
     ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
     ap.add_argument("--prefix-only", action="store_true", default=None,
@@ -134,6 +145,10 @@ def parse(argv):
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")
     ap.add_argument("--weights", default=None, help="model folder (default: document/weights/ocr-small)")
+    ap.add_argument("--model", default=None, metavar="DIR",
+                    help="a page-reading vision-language folder (GOT-OCR2, Qwen2-VL class, Florence-2 <OCR>; saved "
+                         "with its processor) that reads each page whole instead of our line OCR")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="--model: tokens per page at most (default 1024)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy machine)")
     add_batch_arguments(ap)
     return ap.parse_args(argv)
@@ -151,10 +166,19 @@ def build_job(args, root: Path, out: Path, files: list[Path]):
 
     items = [Item(str(src), {"src": str(src)}) for src in files]
     worker_args = {"weights": args.weights, "threads": args.threads, "decoder": args.decoder,
-                   "detector": args.detector, "dpi": args.dpi, "options": args.options, "overlay": args.overlay}
+                   "detector": args.detector, "dpi": args.dpi, "options": args.options, "overlay": args.overlay,
+                   "model": args.model, "max_new_tokens": args.max_new_tokens}
     return BatchJob("document", items, DocumentWorker, worker_args, lambda item, c: write_outputs(base_of(item), c),
                     fields=("text", "json", "overlays", "pages", "lines"), manifest=out / "manifest.jsonl",
                     is_done=done, echo_errors=False)
+
+
+def check_block_flags(args) -> None:
+    """--block-size and --threshold in their ranges (a user error, exit status 2, before any file)."""
+    if args.block_size is not None and args.block_size < 1:
+        raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise ValueError(f"--threshold is a confidence in (0, 1], got {args.threshold}")
 
 
 def main(argv=None) -> int:
@@ -165,13 +189,15 @@ def main(argv=None) -> int:
         return 2
     import suite
     from suite.batch import engine_from_args, run_batch
-    if args.decoder not in suite.DECODERS:
-        print(f"error: unknown decoder {args.decoder!r}; choose one of: {', '.join(sorted(suite.DECODERS))}", file=sys.stderr)
+    if args.decoder not in suite.list_decoders("document"):     # an image or speech decoder too: before any file
+        print(f"error: unknown decoder {args.decoder!r} for documents; choose one of: "
+              f"{', '.join(suite.list_decoders('document'))}", file=sys.stderr)
         return 2
     args.options = {k: v for k, v in (("block_size", args.block_size), ("threshold", args.threshold),
                                       ("prefix_only", args.prefix_only)) if v is not None}
     files, others = find_inputs(root, out)
     try:
+        check_block_flags(args)
         suite.make_decoder(args.decoder, **args.options)
         engine = engine_from_args(args, threads=args.threads)
         summary = run_batch(build_job(args, root, out, files), engine) if files else None

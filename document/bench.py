@@ -11,6 +11,9 @@ interleaved in one process on the same batches, each after an untimed read of on
 one line per image) and rapidocr (PP-OCRv6 recogniser, ONNX) get the same crops and threads.
 Tesseract's time includes its process start (loading its model), so its row also gives lines/s
 without it, timed on a one-line run.
+`--model DIR` benches a page-reading VLM folder (GOT-OCR2, Qwen2-VL class, Florence-2: document/hf_reader.py)
+instead: each of its exact decoders reads the same held-out line images as pages (batches of --pages-batch),
+greedy; rows: CER, pages/s, forwards, tokens per forward, speedup over ar (wall time), same as ar.
 """
 from __future__ import annotations
 
@@ -188,6 +191,49 @@ def table(title: str, rows: list[dict], cols=None) -> str:
     return "\n".join(out)
 
 
+def family_rows(reader, images, refs, decoders, batch: int) -> list[dict]:
+    """A page-reading VLM's decoders interleaved per batch on the same images (document/hf_reader.py)."""
+    from tqdm import tqdm
+    runs = {d: {"texts": [], "tokens": [], "forwards": 0, "new": 0, "wall": 0.0} for d in decoders}
+    for i in tqdm(range(0, len(images), batch), desc="bench pages", file=sys.stderr):
+        for d in decoders:
+            t0 = time.perf_counter()
+            res = reader(images[i:i + batch], decoder=d)
+            run = runs[d]
+            run["wall"] += time.perf_counter() - t0
+            run["texts"] += res.texts
+            run["tokens"] += res.tokens
+            run["forwards"] += res.stats.num_forwards
+            run["new"] += res.stats.num_new_tokens
+    ar = runs["ar"]
+    return [{"reader": f"{reader.family} {d}", "CER %": f"{100 * suite_cer(refs, r['texts']):.2f}",
+             "pages/s": f"{len(images) / max(r['wall'], 1e-9):.2f}", "forwards": r["forwards"],
+             "tokens/forward": f"{r['new'] / max(r['forwards'], 1):.2f}",
+             "speedup vs ar": f"{ar['wall'] / max(r['wall'], 1e-9):.2f}",
+             "same as ar %": f"{100 * np.mean([a == b for a, b in zip(r['tokens'], ar['tokens'])]):.0f}"}
+            for d, r in runs.items()]
+
+
+def main_family(args) -> int:
+    """`--model DIR`: a page-reading VLM's rows on the held-out line images, each read as a page."""
+    from .hf_reader import MAX_NEW_TOKENS, load_reader
+    try:
+        reader = load_reader(args.model, args.max_new_tokens or MAX_NEW_TOKENS)
+        decoders = ["ar"] + [d for d in (args.decoders or reader.decoders) if d not in ("ar", "speculative")]
+        for d in decoders:
+            if d not in reader.decoders:
+                raise ValueError(f"unknown decoder {d!r} for {reader.family}; use some of: {', '.join(reader.decoders)}")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    held = data.heldout_set(args.lines)
+    rows = family_rows(reader, [s.image for s in held], [s.text for s in held], decoders, args.pages_batch)
+    print(table(f"{reader.family} from {args.model}: held-out synthetic lines read as pages ({len(held)}; "
+                f"threads={args.threads}, batch={args.pages_batch}, greedy)", rows,
+                ["reader", "CER %", "pages/s", "forwards", "tokens/forward", "speedup vs ar", "same as ar %"]))
+    return 0
+
+
 def revised(text: str, rng) -> str:
     """A previous version of a line: one character changed (the prior of input-guided decoding)."""
     if not text:
@@ -358,6 +404,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--no-engines", action="store_true", help="skip tesseract and rapidocr")
     ap.add_argument("--weights", default=None)
+    ap.add_argument("--model", default=None, metavar="DIR",
+                    help="bench a page-reading VLM folder instead (GOT-OCR2, Qwen2-VL class, Florence-2)")
+    ap.add_argument("--decoders", nargs="+", default=None, help="--model: its decoders to run (default: every exact "
+                                                                 "one but speculative; ar always runs)")
+    ap.add_argument("--pages-batch", type=int, default=4, help="--model: images read together")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="--model: tokens per page at most (default 1024)")
     ap.add_argument("--rules", action="store_true",
                     help="only the commit-rule sweep (RULES) on the held-out lines: forwards against CER")
     ap.add_argument("--plot", default=None, metavar="PNG", help="with --rules: also draw (forwards/line, CER) here")
@@ -367,6 +419,8 @@ def main(argv=None) -> int:
         return 2
     import torch
     torch.set_num_threads(args.threads)
+    if args.model is not None:
+        return main_family(args)
     from .ocr import load_ocr
     try:
         ocr = load_ocr(args.weights)

@@ -138,15 +138,15 @@ class OCRModel(nn.Module):
         return load_tied(cls(read_json(folder / "config.json")), folder).eval()
 
 
-def block_anchor(n: int, block_size: int, offset: int) -> torch.Tensor:
+def block_anchor(n: int, block_size: int, offset: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """(n,) the anchor (first position) of each position's block; blocks start at offset + k*B
     (positions before `offset` form a block anchored at 0)."""
-    p = torch.arange(n)
+    p = torch.arange(n, device=device)
     k = torch.div(p - offset, block_size, rounding_mode="floor")
     return torch.where(p >= offset, offset + k * block_size, torch.zeros_like(p))
 
 
-def block_train_mask(n: int, block_size: int, offset: int = 0) -> torch.Tensor:
+def block_train_mask(n: int, block_size: int, offset: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
     """(2n, 2n) bool attention for one training sequence laid out as [clean n slots ++ noisy n slots].
 
     clean slot p: causal over clean slots (the plain AR stream; its K/V is what the cache holds).
@@ -154,14 +154,14 @@ def block_train_mask(n: int, block_size: int, offset: int = 0) -> torch.Tensor:
     anchor included) and, bidirectionally, the noisy slots of its own block except the anchor's.
     The anchor's noisy slot is an unused duplicate (sees clean <= a only). With block size 1 every
     noisy slot is an anchor: the objective is plain AR."""
-    a = block_anchor(n, block_size, offset)
-    p = torch.arange(n)
+    a = block_anchor(n, block_size, offset, device)
+    p = torch.arange(n, device=device)
     inner = p > a                                              # (n,) noisy slot carries a masked/filled token
-    mask = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
-    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask = torch.zeros(2 * n, 2 * n, dtype=torch.bool, device=device)
+    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     mask[n:, :n] = p[None, :] <= a[:, None]
     same_block = (a[:, None] == a[None, :]) & inner[:, None] & inner[None, :]
-    mask[n:, n:] = same_block | torch.eye(n, dtype=torch.bool)
+    mask[n:, n:] = same_block | torch.eye(n, dtype=torch.bool, device=device)
     return mask
 
 
@@ -205,6 +205,7 @@ class OCRAdapter(CrossAttentionAdapter):
         return [ctc_draft(row, row.shape[0], blank=PAD) for row in log_probs]
 
     def for_images(self, pixels: torch.Tensor) -> "OCRAdapter":
-        """pixels (B, 1, H, W) in [0, 1] -> an adapter holding their encoder states."""
+        """pixels (B, 1, H, W) in [0, 1], on any device (moved once to the model's) -> an adapter
+        holding their encoder states."""
         with torch.no_grad():
-            return OCRAdapter(self.model, self.model.encoder(pixels))
+            return OCRAdapter(self.model, self.model.encoder(pixels.to(next(self.model.parameters()).device)))

@@ -177,18 +177,19 @@ def confidence(bound, new_tokens: list[list[int]]) -> list[float]:
     """Mean probability the causal model gives each read token (one teacher-forced forward
     through the adapter, on a fresh cache)."""
     n = max(len(t) for t in new_tokens) + 1
-    ids = torch.full((len(new_tokens), n), bound.config.pad_token_id, dtype=torch.long)
-    for b, t in enumerate(new_tokens):
-        ids[b, :len(t) + 1] = torch.tensor([bound.start_token_id] + t)
     cache = bound.new_cache(len(new_tokens))
+    dev = cache.valid.device
+    pad = bound.config.pad_token_id
+    ids = torch.tensor([[bound.start_token_id] + t + [pad] * (n - 1 - len(t)) for t in new_tokens],
+                       dtype=torch.long, device=dev)
     with torch.no_grad():
-        logp = bound(ids, torch.arange(n).expand(len(new_tokens), n), cache, None).log_softmax(-1)
+        logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).log_softmax(-1)
     out = []
     for b, t in enumerate(new_tokens):
         if not t:
             out.append(0.0)
             continue
-        lp = logp[b, torch.arange(len(t)), torch.tensor(t)]
+        lp = logp[b, torch.arange(len(t), device=dev), torch.tensor(t, device=dev)]
         out.append(float(lp.mean().exp()))
     return out
 

@@ -24,7 +24,9 @@ PDF_SUFFIXES = {".pdf"}
 MAX_PIXELS = 64_000_000          # larger pages are refused (downscale them first)
 MIN_SIDE = 8
 DPI = 200                # PDF rendering resolution (150 reads 10-point text worse: python -m document.bench)
-DEFAULT_DECODER = "ar"   # fastest and most accurate on a CPU (python -m document.bench); pass decoder= to change
+# the CLI's, the Document tab's and read()'s default: the fastest lossless reader on this CPU (ar 111.8 lines/s,
+# ctc_speculative 98.1, both exact: BENCHMARKS.md, Document); pass decoder= to change
+DEFAULT_DECODER = "ar"
 
 
 @dataclass

@@ -92,7 +92,8 @@ class VEDAdapter(CrossAttentionAdapter):
         if attention_mask is None:
             attention_mask = causal_mask(cache, tokens)
         dtype = self.model.dtype
-        additive = torch.zeros(attention_mask.shape, dtype=dtype).masked_fill(~attention_mask, torch.finfo(dtype).min)
+        additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
+            ~attention_mask, torch.finfo(dtype).min)
         kwargs = dict(attention_mask=additive, encoder_hidden_states=self.encoder_states, cache=cache.encdec,
                       use_cache=True)
         if self._takes_positions:
@@ -111,7 +112,7 @@ class VEDAdapter(CrossAttentionAdapter):
             raise ValueError(f"{type(self.model.decoder).__name__} takes no position_ids and has no learned position "
                              "table to correct; decode it with a decoder whose drafts stay contiguous in a full batch")
         offset = getattr(table, "offset", 0)
-        own = torch.arange(cache_length, cache_length + tokens.shape[1]).expand_as(tokens)
+        own = torch.arange(cache_length, cache_length + tokens.shape[1], device=tokens.device).expand_as(tokens)
         if int(own.max()) + offset >= table.num_embeddings:
             raise ValueError(f"line longer than the decoder's {table.num_embeddings - offset} positions")
         return inner.embed_tokens(tokens) + table.weight[positions + offset] - table.weight[own + offset]

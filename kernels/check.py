@@ -1,6 +1,7 @@
 """`python -m kernels.check [--out REPORT.md]`: the GPU check, within minutes on one GPU.
 
-1. the GPU-marked tests (Triton kernels vs references, on CUDA tensors);
+1. the GPU-marked tests (Triton kernels vs references, on CUDA tensors), and the decoder smoke:
+   every registered decoder on a tiny random model of its modality on CUDA (`--smoke` below);
 2. per-step latency of the `ar` step on SmolLM2 and on the vision prior: eager over the dynamic
    cache, eager over the static cache, and compiled over the static cache (CUDA graphs on a
    GPU), each checked token for token against eager;
@@ -10,6 +11,9 @@ Writes a markdown report (stdout too). Exits 2 without a CUDA GPU, unless `--dev
 runs part 2 alone on the CPU. `--overhead`: the loop's own time per step of every text decoder, as
 a fraction of its forwards (tiny 2-layer Llama and SmolLM2, CPU); `--cost-curve`: SmolLM2's
 cost(N)/cost(1) with plain linear layers and with suite.linear_forms (CPU).
+`--smoke`: every registered decoder on a tiny random model of its modality, on `--device`
+(cuda by default; cpu runs it here): at T = 0 the exact ones equal `ar` token for token, at T = 1
+every one runs within its budget.
 """
 from __future__ import annotations
 
@@ -110,6 +114,138 @@ def decoder_table(max_new: int) -> list[str]:
     return rows
 
 
+def tiny_llama(seed: int = 0, vocab: int = 99, sharpen: float = 8.0):
+    """A random 2-layer Llama (hidden 32), its logits sharpened so greedy paths are not decided by float noise."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                         eos_token_id=None, pad_token_id=0, bos_token_id=None)).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen)
+    return model
+
+
+def _sharpened(model, factor: float):
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(factor)
+    return model.eval()
+
+
+def smoke_case(name: str, device: str) -> tuple[object, list, int, dict, object]:
+    """(adapter, prompt rows, max_new_tokens, decoder options, RequestInputs or None): a tiny random
+    model of the decoder's modality (its registry entry), built on the CPU and moved to `device` once."""
+    import suite
+    from suite.registry import REGISTRY
+    entry = REGISTRY[name]
+    modality = "text" if entry.modalities == ("any",) else entry.modalities[0]
+    if modality in ("text", "document", "asr"):
+        model = tiny_llama().to(device)
+        options, inputs = {}, None
+        rows = [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21]]
+        if name == "speculative":
+            options = {"draft_model": tiny_llama(seed=1).to(device)}
+        elif name == "eagle":
+            from suite.decoders.chain.eagle_head import EagleHead
+            torch.manual_seed(0)
+            head = EagleHead.for_target(model.config, 64)
+            with torch.no_grad():
+                head.fc.weight.mul_(4.0)
+            options = {"draft_head": head.eval().to(device)}
+        elif "mask_token_id" in suite.decoder_options(name):
+            options = {"mask_token_id": 3}
+        if name == "ngram_prior":
+            inputs = suite.RequestInputs(prior_tokens=tuple(r + [5, 6, 7] for r in rows))
+        elif name == "ctc_speculative":
+            inputs = suite.RequestInputs(ctc=tuple(suite.CTCHypothesis([5, 6, 7, 8], torch.ones(6, device=device))
+                                                   for _ in rows))
+        return suite.as_adapter(model), rows, 12, options, inputs
+    if modality == "image":
+        from vision.position_queries import add_query_tokens
+        from vision.prior import ImagePrior, build_prior
+        torch.manual_seed(0)
+        model = _sharpened(build_prior(16, 3, (4, 4), hidden=32, layers=2, heads=4), 4.0)
+        meta = {"codebook_size": 16, "classes": ["c0", "c1", "c2"], "grid": [4, 4]}
+        if name == "lpd":
+            meta = add_query_tokens(model, meta)
+        prior = ImagePrior(model.to(device), meta)
+        return prior, [[prior.class_token(0)], [prior.class_token(2)]], 16, {"steps": 6} if name == "lpd" else {}, None
+    if modality == "video":
+        from vision.video.prior import VideoLayout, VideoPrior, build_video_prior
+        meta = {"codebook_size": 8, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": 3, "grid": [4, 4],
+                "radius": 1}
+        torch.manual_seed(0)
+        lay = VideoLayout.from_meta(meta)
+        video = VideoPrior(_sharpened(build_video_prior(lay, hidden=32, layers=2, heads=4), 4.0).to(device), meta)
+        return video, [list(lay.prompt(0, 1)), list(lay.prompt(1, 0))], 3 * 16, {}, None
+    if modality == "grounding":
+        from vision.grounding import model as g
+        torch.manual_seed(0)
+        net = g.GroundingModel(g.default_config(8, n_embd=32, n_layer=2, n_head=2))
+        with torch.no_grad():
+            net.decoder.lm_head.weight.mul_(8.0)
+        net = net.eval().to(device)
+        features = torch.randn(2, g.GRID_CELLS * g.GRID_CELLS, g.FEATURE_DIM, device=device)
+        prompt = [g.BOS, g.TASKS["aabb"][0], g.QUERY0 + 1, g.QUERY0 + 2, g.SEP]
+        return g.GroundingAdapter(net).for_images(features), [prompt, prompt], 25, {}, None
+    if modality == "speech":
+        from speech.alignment import frame_conditioning
+        from speech.tts_model import FrameTTSAdapter, TTSConfig, TTSModel
+        torch.manual_seed(0)
+        cfg = TTSConfig(num_codebooks=4, codebook_size=16, hidden_size=32, num_layers=2, num_heads=2, symbols="a b c",
+                        local_layers=1, local_hidden=16, stack_frames=2,
+                        local_frames=2 if name == "stack_local" else 1)
+        tts = TTSModel(cfg).eval()
+        with torch.no_grad():
+            tts.local.heads.mul_(8.0)
+            for head in list(tts.heads) + list(tts.stack_heads):
+                head.weight.mul_(8.0)
+        output = {"local_ar": "local", "local_maskgit": "local", "stack_local": "local", "stack": "stack"}.get(name, "frame")
+        q = cfg.num_codebooks
+        prompt = [(cfg.delay_token if name == "delay" else cfg.parallel_token,) + (cfg.pad,) * (q - 1), (cfg.bos,) * q]
+        table = frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)
+        adapter = FrameTTSAdapter(tts.to(device), output).for_request([len(prompt) - 1], [table])
+        return adapter, [prompt], 6, {}, None
+    raise ValueError(f"no smoke model for modality {modality!r} of decoder {name!r}: add one to kernels.check.smoke_case")
+
+
+def smoke(device: str, names=None) -> tuple[list[str], int]:
+    """Every registered decoder (or `names`) on its tiny model on `device`: T = 0 (greedy; the exact
+    and in-distribution ones against `ar`, token for token) and T = 1 (seeded sampling; runs, keeps
+    its budget). Returns the markdown table and the number of failed cells."""
+    import suite
+    from suite.registry import REGISTRY
+    rows, failures = ["| decoder | guarantee | T = 0 | T = 1 |", "|---|---|---|---|"], 0
+    for name in names or list(REGISTRY):
+        entry = REGISTRY[name]
+        cells = []
+        adapter, prompts, budget, options, inputs = smoke_case(name, device)
+        def run(decoder, temperature, **opts):      # prompts are ragged rows: prepare + decode, as the apps do
+            request = suite.prepare(adapter, prompts, decoder=decoder, max_new_tokens=budget,
+                                    temperature=temperature, seed=0, inputs=inputs, **opts)
+            return suite.decode(*request)
+
+        for temperature in (0.0, 1.0):
+            try:
+                out = run(name, temperature, **options)
+                ok = all(len(t) <= budget for t in out.new_tokens)
+                cell = f"ok ({out.stats.num_forwards} fw)" if ok else "OVER BUDGET"
+                if ok and temperature == 0.0 and entry.guarantee != "lossy" and entry.reference == "ar":
+                    ok = out.new_tokens == run("ar", 0.0).new_tokens
+                    cell = f"= ar ({out.stats.num_forwards} fw)" if ok else "DIFFERS FROM ar"
+            except ValueError as e:
+                if temperature > 0 and "greedy only" in str(e):     # jacobi refuses sampling, by design
+                    ok, cell = True, "n/a (greedy only)"
+                else:
+                    ok, cell = False, f"error: ValueError: {str(e)[:80]}"
+            except (RuntimeError, TypeError, IndexError) as e:
+                ok, cell = False, f"error: {type(e).__name__}: {str(e)[:80]}"
+            failures += not ok
+            cells.append(cell)
+        rows.append(f"| {name} | {entry.guarantee} | {cells[0]} | {cells[1]} |")
+    return rows, failures
+
+
 def loop_overhead(model, ids, decoder: str, max_new: int, **options) -> tuple[float, int]:
     """(the loop's own time per step as a fraction of the time inside the model's forwards,
     forwards) for one greedy request: step time minus forward time, timed by hooks on the model
@@ -136,13 +272,7 @@ def overhead_table(max_new: int) -> list[str]:
     """Loop overhead of every registered text decoder on a tiny 2-layer Llama and on SmolLM2."""
     import suite
     import text
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    tiny = LlamaForCausalLM(LlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                        eos_token_id=None, pad_token_id=0, bos_token_id=None)).eval()
-    with torch.no_grad():
-        tiny.get_output_embeddings().weight.mul_(8.0)
+    tiny = tiny_llama()
     gen = text.load(device="cpu", progress=False)
     smol_ids, _ = gen.encode([PROMPT], chat=True)
     tiny_ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11]])
@@ -197,13 +327,25 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the report here")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                   help="cpu: only the eager vs compiled step latency, on this machine's CPU")
+                   help="cpu: only the eager vs compiled step latency, on this machine's CPU (with --smoke: "
+                        "the smoke, on the CPU)")
     p.add_argument("--overhead", action="store_true",
                    help="only the loop-overhead table (on the CPU): each text decoder's own step time as a "
                         "fraction of its forwards")
     p.add_argument("--cost-curve", action="store_true",
                    help="only SmolLM2's cost(N)/cost(1) on the CPU, plain vs suite.linear_forms")
+    p.add_argument("--smoke", action="store_true",
+                   help="only the decoder smoke test on --device: every registered decoder on a tiny model, "
+                        "T = 0 against ar and T = 1 within budget (exit 1 on a failure)")
     args = p.parse_args(argv)
+    if args.smoke:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            print("error: no CUDA GPU here; run the smoke with --device cpu, or on a GPU machine", file=sys.stderr)
+            return 2
+        table, failures = smoke(args.device)
+        report = "\n".join([f"# Decoder smoke on {args.device} ({time.strftime('%Y-%m-%d')}): {failures} failed",
+                            "", *table])
+        return _emit(report, args.out, 1 if failures else 0)
     if args.cost_curve:
         report = "\n".join([f"# SmolLM2 forward cost curve (CPU, {torch.get_num_threads()} threads, 700 cached tokens)",
                             "", *cost_curve_table()])
@@ -223,13 +365,15 @@ def main(argv=None) -> int:
     root = Path(__file__).resolve().parents[1]
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests"], cwd=root,
                            capture_output=True, text=True)
+    smoke_rows, smoke_failures = smoke("cuda")
     lines = [f"# GPU check ({torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')})", "",
              "GPU tests: " + (tests.stdout.strip().splitlines() or ["(no output)"])[-1], "",
+             f"Decoder smoke on CUDA: {smoke_failures} failed", "", *smoke_rows, "",
              *latency_header, *latency_table("cuda", args.max_new_tokens), "",
              f"Device copy bandwidth: {copy_bandwidth_gbs():.0f} GB/s", "",
              "| decoder | forwards | tok/forward | ms/forward | tok/s | speedup | weight GB/s |",
              "|---|---|---|---|---|---|---|", *decoder_table(args.max_new_tokens)]
-    return _emit("\n".join(lines), args.out, 0 if tests.returncode == 0 else 1)
+    return _emit("\n".join(lines), args.out, 0 if tests.returncode == 0 and not smoke_failures else 1)
 
 
 if __name__ == "__main__":

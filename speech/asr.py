@@ -29,19 +29,25 @@ from .data import SAMPLE_RATE
 # "ctc" and "ctc_beam" read the CTC head alone (no decoder forward); the rest are registry decoders
 DECODERS = ("ctc", "ctc_beam") + tuple(suite.list_decoders("asr", chain=("ar",)))
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3"}
+# the CLI's, the Speech tab's and the API's default: the fastest lossless reader measured here is ar itself
+# (ctc_speculative is 5.35x faster but lossy with its gate, and exact only without it, at 0.94x ar;
+# greedy ctc reads better, CER 0.213 against ar's 0.345, but is no decoder of ar's: BENCHMARKS.md, Speech)
+DEFAULT_DECODER = "ar"
 
 
 SPECULATIVE_DEFAULTS = {"max_entropy": 0.65, "min_ratio": 0.1, "realign": True}
 
 
 class ASR:
+    default_decoder = DEFAULT_DECODER         # what `python -m speech.asr` runs without --decoder
+
     def __init__(self, model, lm=None, speculative: dict | None = None):
         self.model = model.eval()
         self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
         # ctc_speculative's gate (tuned on the valid split: weights/asr/decoding.json)
         self.speculative = {**SPECULATIVE_DEFAULTS, **(speculative or {})}
 
-    def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = "ctc_speculative",
+    def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = DEFAULT_DECODER,
                  max_entropy: float | None = None, min_ratio: float | None = None,
                  realign: bool | None = None) -> ASRResult:
         """ctc_speculative options (None: the shipped values, `self.speculative`): max_entropy
@@ -62,8 +68,8 @@ class ASR:
         audio = check_audio(audio, sample_rate)
         t0 = time.perf_counter()
         with torch.no_grad():
-            mel = features.log_mel(torch.from_numpy(audio))[None]
-            enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]]))
+            mel = features.log_mel(torch.from_numpy(audio))[None].to(next(self.model.parameters()).device)
+            enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]], device=mel.device))
             if decoder == "ctc_beam":
                 from .ctc_lm import prefix_beam_search
                 alpha, beta = (self.lm.alpha, self.lm.beta) if self.lm is not None else (0.0, 0.0)
@@ -89,7 +95,7 @@ class ASR:
         stats.wall_time_s = time.perf_counter() - t0
         return ASRResult(text, stats, len(audio) / SAMPLE_RATE)
 
-    def transcribe_file(self, path, decoder: str = "ctc_speculative") -> ASRResult:
+    def transcribe_file(self, path, decoder: str = DEFAULT_DECODER) -> ASRResult:
         audio, sr = read_audio(path)
         return self(audio, sr, decoder=decoder)
 
@@ -124,9 +130,9 @@ def _files(target: Path) -> list[Path]:
 class ASRWorker:
     """The batch worker (suite.batch): loads the recogniser once, transcribes one file per call."""
 
-    def __init__(self, decoder: str = "ctc_speculative", model=None, draft_model=None, threads=None):
+    def __init__(self, decoder: str | None = None, model=None, draft_model=None, threads=None):
         self.asr = load_asr(model, draft_model=draft_model)
-        self.decoder = decoder or getattr(self.asr, "default_decoder", "ctc_speculative")
+        self.decoder = decoder or getattr(self.asr, "default_decoder", DEFAULT_DECODER)
 
     def __call__(self, payload: dict) -> dict:
         res = self.asr.transcribe_file(payload["src"], decoder=self.decoder)
@@ -141,7 +147,8 @@ def main(argv=None) -> int:
     parser.add_argument("path", help="an audio file, or a folder searched recursively")
     from .hf_asr import DECODERS as WHISPER_DECODERS
     parser.add_argument("--decoder", default=None, choices=DECODERS + tuple(d for d in WHISPER_DECODERS if d not in DECODERS),
-                        help="default: ctc_speculative (our recogniser), ar (a Whisper --model)")
+                        help=f"default: {DEFAULT_DECODER} (our recogniser: the fastest lossless one here, the app's "
+                             "default too), ar (a Whisper --model)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per file")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="also write DIR/<file>.txt (and .json with --json) per file, with a manifest; "

@@ -154,7 +154,7 @@ class AudioPrefixLM:
     def new_cache(self, batch: int, max_len: int | None = None):
         from transformers import DynamicCache
         from suite import KVCache
-        return KVCache(batch, DynamicCache())
+        return KVCache(batch, DynamicCache(), device=self.prefix.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         embeds = self.model.get_input_embeddings()(tokens.clamp(max=DEC_VOCAB - 1))
@@ -165,7 +165,8 @@ class AudioPrefixLM:
             embeds = torch.where(is_audio[..., None], frames, embeds)
         if attention_mask is None:
             n = tokens.shape[1]
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
+            causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril()
+            attention_mask = cache.attention_mask(causal.expand(tokens.shape[0], n, n))
         out = self.model(inputs_embeds=embeds, position_ids=positions, cache=cache.backend,
                          attention_mask=attention_mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
         return out.logits

@@ -8,6 +8,8 @@
                                                  # (--tts-flat-weights: of a new flat model)
     python -m speech.bench --asr 0 --tts-decoders flat delay --tts-delay-weights /tmp/tts_delay
                                                  # (also --tts-stack-weights for a tts-stack run)
+    python -m speech.bench --model whisper/ --asr 40             # a Whisper folder: its decoders, ASR rows
+    python -m speech.bench --model dia/ --tts 4 --seconds 3      # a MusicGen, Dia or CSM folder: TTS rows
 
 TTS, per decoder (every one the shipped checkpoints support: flat, delay, parallel, local_ar,
 local_maskgit, stack, stack_local): backbone forwards per frame and per second of audio (and flat's rate over
@@ -17,6 +19,10 @@ audio. Reference rows: the flite slt recording itself and its codec round trip.
 ASR, per decoder: CER on the held-out voice (flite rms, unseen sentences), decoder forwards,
 real-time factor, speedup over ar; ctc_speculative with its shipped gate and, as a check, exact
 (gate off, strict acceptance).
+--model DIR: a transformers family's folder instead (hf_asr.py, hf_tts.py, hf_dia.py, hf_csm.py), each of
+its decoders on the same inputs, greedy: Whisper as the ASR rows above (speedup and exact match against
+its `ar`); a text-to-audio family per decoder, on FAMILY_TEXTS: forwards, frames, real-time factor,
+speedup (wall time) and same codes as its exact decoder (delay; CSM's local_ar).
 """
 from __future__ import annotations
 
@@ -125,6 +131,70 @@ def bench_asr(asr, items: list[dict], decoders=("ar", "ctc", "ctc_beam", "ctc_sp
             for d, r in rows.items()]
 
 
+FAMILY_TEXTS = ("Return a list of cookies.", "Open the file and read it.", "The queue is empty.",
+                "Remove an item from the set.", "Close the socket now.", "Print the last line.",
+                "Sort the keys by value.", "Wait for the thread to end.")    # short: any family's context holds them
+
+
+def bench_family_tts(tts, texts: list[str], seconds: float, seed: int) -> list[dict]:
+    """Each decoder of a transformers text-to-audio family on the same texts, greedy, interleaved;
+    speedup and same codes against the family's exact decoder (its default)."""
+    from tqdm import tqdm
+    exact = tts.default_decoder
+    rows = {d: {"forwards": 0, "frames": 0, "seconds": 0.0, "wall": 0.0, "codes": []} for d in tts.decoders}
+    for text in tqdm(texts, desc="bench tts", file=sys.stderr):
+        for d in tts.decoders:
+            res = tts(text, decoder=d, seconds=seconds, seed=seed, temperature=0.0)
+            r = rows[d]
+            r["forwards"] += res.stats.num_forwards
+            r["frames"] += res.codes.shape[1]
+            r["seconds"] += res.seconds
+            r["wall"] += res.stats.wall_time_s
+            r["codes"].append(res.codes)
+    base = rows[exact]
+    return [{"decoder": d, "forwards": r["forwards"], "frames": r["frames"], "audio_s": r["seconds"],
+             "forwards_per_frame": r["forwards"] / max(r["frames"], 1), "rtf": r["wall"] / max(r["seconds"], 1e-9),
+             "speedup_vs_exact": base["wall"] / max(r["wall"], 1e-9),
+             f"same_codes_as_{exact}": sum(a.shape == b.shape and bool((a == b).all())
+                                           for a, b in zip(r["codes"], base["codes"])) / max(len(texts), 1)}
+            for d, r in rows.items()]
+
+
+def bench_family(args) -> int:
+    """`--model DIR`: the decoders of one transformers family folder (Whisper: ASR rows; MusicGen,
+    Dia, CSM: TTS rows) on the held-out data."""
+    import speech
+
+    from .hf_asr import DECODERS as WHISPER_DECODERS
+    from .hf_asr import FAMILIES as ASR_FAMILIES
+    from .hf_folder import model_type
+    from .tts import load_family_tts, tts_families
+    kind, known = model_type(args.model), {**ASR_FAMILIES, **tts_families()}
+    if kind not in known:
+        print(f"error: {args.model} holds a {kind!r} model; the speech bench knows these transformers families: "
+              f"{', '.join(f'{k} ({v[0]})' for k, v in known.items())}", file=sys.stderr)
+        return 2
+    results = {"threads": args.threads, "model": str(args.model), "family": kind}
+    print(f"# speech bench: {kind} from {args.model} ({args.threads} thread(s), {time.strftime('%Y-%m-%d %H:%M')})\n")
+    if kind in ASR_FAMILIES:
+        items = data.load_split("heldout")[:args.asr]
+        results["asr"] = bench_asr(speech.load_asr(args.model), items, decoders=WHISPER_DECODERS)
+        print(f"## ASR: {len(items)} held-out utterances, greedy\n")
+        print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
+                                        "exact_match_with_ar"]) + "\n")
+    else:
+        tts = load_family_tts(args.model)
+        texts = [tts.prompt_prefix + t for t in FAMILY_TEXTS[:args.tts]]
+        results["tts"] = bench_family_tts(tts, texts, args.seconds, args.seed)
+        exact = tts.default_decoder
+        print(f"## TTS: {len(texts)} sentences, at most {args.seconds:g} s each, greedy\n")
+        print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_frame", "rtf",
+                                        "speedup_vs_exact", f"same_codes_as_{exact}"]) + "\n")
+    if args.json:
+        write_json(args.json, results)
+    return 0
+
+
 def markdown(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
         if v is None:
@@ -158,8 +228,19 @@ def main(argv=None) -> int:
                         "when shipped; else `stack` runs on the frame model's stacked heads and `stack_local` "
                         "is unavailable)")
     parser.add_argument("--tts-decoders", nargs="+", default=None, help="TTS decoders to run (default: all)")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="bench a transformers family's folder instead: Whisper (ASR rows) or MusicGen, Dia, CSM "
+                             "(TTS rows)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="--model, text-to-audio: seconds of audio per "
+                                                                     "sentence (an upper bound for Dia and CSM)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.model is not None:
+        try:
+            return bench_family(args)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     import speech
     asr = speech.load_asr(args.asr_weights)
     results = {"threads": args.threads}

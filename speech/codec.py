@@ -92,7 +92,7 @@ class ResidualVQ(nn.Module):
     def _init_from(self, flat: torch.Tensor) -> None:
         residual = flat
         for q in range(self.codebooks.shape[0]):
-            pick = torch.randint(len(residual), (self.codebooks.shape[1],))
+            pick = torch.randint(len(residual), (self.codebooks.shape[1],), device=residual.device)
             self.codebooks[q] = residual[pick]
             self.ema_sum[q] = self.codebooks[q].clone()
             idx = torch.cdist(residual, self.codebooks[q]).argmin(-1)
@@ -107,7 +107,7 @@ class ResidualVQ(nn.Module):
         self.codebooks[q] = self.ema_sum[q] / self.ema_count[q].clamp(min=1e-3)[:, None]
         dead = self.ema_count[q] < 0.05
         if dead.any():   # restart unused codes on random current residuals
-            pick = torch.randint(len(residual), (int(dead.sum()),))
+            pick = torch.randint(len(residual), (int(dead.sum()),), device=residual.device)
             self.codebooks[q][dead] = residual[pick]
             self.ema_sum[q][dead] = residual[pick]
             self.ema_count[q][dead] = 1.0
@@ -153,7 +153,7 @@ class Codec(ConfigModule, nn.Module):
         """codes (B, Q, T) -> audio (B, S), S = (stride T - 1) hop samples (none for T = 0)."""
         t = codes.shape[-1]
         if t < 2:     # the decoder's convolutions and Griffin-Lim need 2 frames: decode one twice, keep one
-            audio = self.decode(codes.repeat(1, 1, 2)) if t else torch.zeros(codes.shape[0], 0)
+            audio = self.decode(codes.repeat(1, 1, 2)) if t else torch.zeros(codes.shape[0], 0, device=codes.device)
             return audio[:, :max(self.config.stride * t - 1, 0) * self.config.hop_length]
         return features.griffin_lim(self.decode_latent(self.rvq.decode(codes)))
 

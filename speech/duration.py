@@ -32,7 +32,7 @@ class DurationPredictor(nn.Module):
     @torch.no_grad()
     def frames(self, ids: list[int], pace: float = 1.0) -> list[int]:
         """Whole frames per phone (the running total rounded, so no rounding drift; at least one frame)."""
-        pred = torch.expm1(self(torch.tensor([ids]))[0]).clamp(min=0) * pace
+        pred = torch.expm1(self(torch.tensor([ids], device=self.embed.weight.device))[0]).clamp(min=0) * pace
         ends = torch.cumsum(pred, 0).round().long()
         out = torch.diff(ends, prepend=ends.new_zeros(1)).tolist()
         if sum(out) == 0:

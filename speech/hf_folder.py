@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 PROCESSOR_FILES = (("tokenizer_config.json",), ("preprocessor_config.json", "processor_config.json"))
+# what transformers' generate uses for a setting a generation config leaves unset (None)
+GENERATE_DEFAULTS = {"top_k": 50, "max_length": 20}
 
 # generation-config fields that add logits processors or change the search, with the value under
 # which they do nothing (None: unset); any other value is refused by name (never silently dropped)
@@ -66,13 +68,18 @@ def load_family(folder, families: dict[str, tuple[str, str]], task: str, with_pr
         raise ValueError(f"{folder}: not a loadable {model_class} checkpoint ({e})") from None
     if not with_processor:
         return model.eval(), None
-    missing = [" or ".join(names) for names in PROCESSOR_FILES if not any((folder / n).is_file() for n in names)]
-    if missing:
-        raise ValueError(f"{folder} has no {' and no '.join(missing)}: save the processor beside the model "
-                         f"({processor_class}.from_pretrained(<hub id>).save_pretrained(folder))")
+    require_files(folder, PROCESSOR_FILES, processor_class)
     try:
         processor = getattr(transformers, processor_class).from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"{folder}: its {processor_class} does not load ({e}); save it with "
                          f"{processor_class}.save_pretrained(folder)") from None
     return model.eval(), processor
+
+
+def require_files(folder: Path, groups, processor_class: str) -> None:
+    """A clear error unless `folder` holds one file of each group of names (the processor's files)."""
+    missing = [" or ".join(names) for names in groups if not any((folder / n).is_file() for n in names)]
+    if missing:
+        raise ValueError(f"{folder} has no {' and no '.join(missing)}: save the processor beside the model "
+                         f"({processor_class}.from_pretrained(<hub id>).save_pretrained(folder))")

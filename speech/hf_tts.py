@@ -29,15 +29,15 @@ call overrides them; settings the adapter cannot honour are refused by name.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+import numpy as np
 import torch
 
 from suite import AdapterConfig
 from suite.cache import KVCache
 from suite.encoder_decoder import CrossAttentionAdapter
 
-from .hf_folder import load_family, refuse_settings
+from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings
 
 DECODERS = ("delay", "parallel")
 LACKING = {"stack": "stacked heads over two frames", "stack_local": "stacked heads and a local transformer",
@@ -94,18 +94,13 @@ class MusicgenAdapter(CrossAttentionAdapter):
         return bound
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        from transformers import DynamicCache, EncoderDecoderCache
-        rows = 2 * batch if self.guidance is not None else batch
-        if self.encoder_states is None or self.encoder_states.shape[0] != rows:
-            raise ValueError(f"bind the adapter to a batch of texts first: {self.bind_hint}")
-        cache = KVCache(rows, DynamicCache(), device=self.device)
-        cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())
-        return cache.grouped(2) if self.guidance is not None else cache
+        return guided_cache(self, batch)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         b, n, k = tokens.shape
         slots = cache.num_slots
-        if not bool(cache.valid.all()) or not bool((positions.cpu() == torch.arange(slots, slots + n)).all()):
+        if not bool(cache.valid.all()) or not bool((positions == torch.arange(slots, slots + n,
+                                                                              device=positions.device)).all()):
             raise ValueError("MusicGen's decoder places tokens by cache length (it takes no position ids): decode it "
                              "with delay or parallel, whose frames stay contiguous")
         ids = tokens.to(self.device).permute(0, 2, 1).reshape(b * k, n)             # (B*K, N), as MusicGen lays them
@@ -122,11 +117,100 @@ class MusicgenAdapter(CrossAttentionAdapter):
         return torch.cat([logits, never], -1)                                       # (B, N', K, V+1)
 
 
-class MusicgenTTS:
-    """A MusicGen checkpoint as a text-to-audio pipeline (the call shape of speech.TTS)."""
+class DelayCodecTTS:
+    """What the delay-pattern families (MusicGen, Dia: speech/hf_dia.py) share as text-to-audio
+    pipelines (the call shape of speech.TTS): the decoder check, the sampling defaults of the
+    generation config, one decode through suite's loop and the undelay of each row. A family gives
+    `family`, `adapter` (bound per request by `bind`), `delay(frames)`, `num_frames` and `to_audio`."""
 
     decoders = DECODERS
     default_decoder = "delay"
+    family = "?"
+
+    def __call__(self, text, decoder: str | None = None, seconds: float | None = None,
+                 max_new_tokens: int | None = None, seed: int | None = 0, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, guidance_scale: float | None = None):
+        """Audio for `text` (a string or a list of them). Length: `seconds`, or `max_new_tokens`
+        delayed columns as the family's generate counts them, default the generation config's
+        max_length. Sampling defaults: the generation config's."""
+        from suite import decode, prepare
+
+        from .audio import TTSResult
+        decoder = self.check_decoder(decoder)
+        texts = [text] if isinstance(text, str) else list(text)
+        frames = self.num_frames(seconds, max_new_tokens)
+        sampling = self.sampling(temperature, top_k, top_p)
+        t0 = time.perf_counter()
+        bound = self.bind(texts, guidance_scale, sampling)
+        k, lags = bound.codebooks, self.lags()
+        dec = self.delay(frames) if decoder == "delay" else decoder
+        bound, dec, state = prepare(bound, [[(bound.start,) * k] for _ in texts], decoder=dec,
+                                    max_new_tokens=frames + (max(lags) + 1 if decoder == "delay" else 0),
+                                    **sampling, seed=seed)
+        result = decode(bound, dec, state)
+        eos = bound.config.extra["eos"]
+        codes = [row_codes(torch.tensor(r, dtype=torch.long, device=state.device).T, eos, frames,
+                           lags if decoder == "delay" else None)
+                 for r in result.new_tokens]                                          # (K, T_b) per row
+        audio = self.to_audio(codes)
+        result.stats.wall_time_s = time.perf_counter() - t0
+        if isinstance(text, str):
+            return TTSResult(audio[0], self.sample_rate, codes[0], result.stats, "")
+        same = len({c.shape[1] for c in codes}) == 1
+        return TTSResult(np.stack(audio) if same else audio, self.sample_rate, torch.stack(codes) if same else codes,
+                         result.stats, "")
+
+    def check_decoder(self, decoder: str | None) -> str:
+        decoder = decoder or self.default_decoder
+        if decoder in LACKING:
+            raise ValueError(f"decoder {decoder!r} needs {LACKING[decoder]}, which {self.family} does not have; "
+                             f"choose one of: {', '.join(self.decoders)}")
+        if decoder not in self.decoders:
+            raise ValueError(f"unknown decoder {decoder!r} for {self.family}; "
+                             f"choose one of: {', '.join(self.decoders)}")
+        return decoder
+
+    def lags(self) -> tuple[int, ...]:
+        return tuple(range(self.adapter.codebooks))
+
+    def sampling(self, temperature, top_k, top_p) -> dict:
+        """The generation config's sampling settings (an unset top_k is generate's 50), each
+        overridable by the call."""
+        gen = self.model.generation_config
+        top_k = GENERATE_DEFAULTS["top_k"] if gen.top_k is None else gen.top_k or None     # 0: no top-k
+        own = {"temperature": (gen.temperature or 1.0) if gen.do_sample else 0.0,
+               "top_k": top_k if gen.do_sample else None, "top_p": gen.top_p if gen.do_sample else None}
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+        return {name: own[name] if given[name] is None else given[name] for name in own}
+
+
+def row_codes(columns: torch.Tensor, eos: int, frames: int, lags: tuple[int, ...] | None) -> torch.Tensor:
+    """One row's committed columns (K, S) -> its codes (K, T): T frames up to codebook 0's first EOS
+    (at most `frames`), undelayed by `lags` (None: undelayed columns, `parallel`'s)."""
+    from suite.decoders.frames.delay import undelay
+    ends = (columns[0] == eos).nonzero()
+    t = min(int(ends[0]) if len(ends) else columns.shape[1], frames)
+    return undelay(columns, t, lags) if lags is not None else columns[:, :t]
+
+
+def guided_cache(adapter, batch: int) -> KVCache:
+    """A cache for `batch` rows of an adapter bound to its text states (`encoder_states`): its
+    self-attention K/V in suite's KVCache, the cross-attention K/V beside it (`cache.encdec`); under
+    classifier-free guidance (`adapter.guidance` set) 2 backend rows per row, the null rows after."""
+    from transformers import DynamicCache, EncoderDecoderCache
+    rows = 2 * batch if adapter.guidance is not None else batch
+    if adapter.encoder_states is None or adapter.encoder_states.shape[0] != rows:
+        raise ValueError(f"bind the adapter to a batch of texts first: {adapter.bind_hint}")
+    cache = KVCache(rows, DynamicCache(), device=adapter.device)
+    cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())
+    return cache.grouped(2) if adapter.guidance is not None else cache
+
+
+class MusicgenTTS(DelayCodecTTS):
+    """A MusicGen checkpoint as a text-to-audio pipeline (the call shape of speech.TTS)."""
+
+    family = "MusicGen"
+    prompt_prefix = ""           # the speaker tag a plain sentence gets (bench)
 
     def __init__(self, model, processor):
         gen = model.generation_config
@@ -140,47 +224,26 @@ class MusicgenTTS:
     def load(cls, folder) -> "MusicgenTTS":
         return cls(*load_family(folder, FAMILIES, "text-to-audio"))
 
-    def __call__(self, text, decoder: str | None = None, seconds: float | None = None,
-                 max_new_tokens: int | None = None, seed: int | None = 0, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, guidance_scale: float | None = None):
-        """Audio for `text` (a string or a list of them). Length: `seconds`, or `max_new_tokens`
-        delayed columns as MusicGen's generate counts them (T = max_new_tokens + 1 - K frames),
-        default the generation config's max_length. Sampling defaults: the generation config's."""
-        from suite import decode, prepare
-        from suite.decoders.frames.delay import Delay, undelay
-
-        from .audio import TTSResult
-        decoder = decoder or self.default_decoder
-        if decoder in LACKING:
-            raise ValueError(f"decoder {decoder!r} needs {LACKING[decoder]}, which MusicGen does not have; "
-                             f"choose one of: {', '.join(DECODERS)}")
-        if decoder not in DECODERS:
-            raise ValueError(f"unknown decoder {decoder!r} for MusicGen; choose one of: {', '.join(DECODERS)}")
+    def bind(self, texts: list[str], guidance_scale: float | None, sampling: dict) -> MusicgenAdapter:
         adapter = self.adapter
         if guidance_scale is not None and guidance_scale != self.model.generation_config.guidance_scale:
             adapter = MusicgenAdapter(self.model, guidance_scale)
-        texts = [text] if isinstance(text, str) else list(text)
-        frames = self.num_frames(seconds, max_new_tokens)
-        t0 = time.perf_counter()
         inputs = self.processor(text=texts, padding=True, return_tensors="pt")
-        bound = adapter.for_text(inputs.input_ids, inputs.attention_mask)
-        k = adapter.codebooks
-        dec = Delay(fixed_frames=frames) if decoder == "delay" else decoder
-        bound, dec, state = prepare(bound, [[(adapter.start,) * k] for _ in texts], decoder=dec,
-                                    max_new_tokens=frames + (k if decoder == "delay" else 0),
-                                    **self.sampling(temperature, top_k, top_p), seed=seed)
-        result = decode(bound, dec, state)
-        columns = [torch.tensor(r, dtype=torch.long).T for r in result.new_tokens]     # (K, S) per row
-        codes = torch.stack([undelay(c, frames) if decoder == "delay" else c[:, :frames] for c in columns])
+        return adapter.for_text(inputs.input_ids, inputs.attention_mask)
+
+    def delay(self, frames: int):
+        from suite.decoders.frames.delay import Delay
+        return Delay(fixed_frames=frames)          # MusicGen has no EOS: the request fixes T
+
+    def to_audio(self, codes: list[torch.Tensor]) -> list[np.ndarray]:
+        """EnCodec decodes the codes (all rows have T frames) -> one waveform per row."""
         with torch.no_grad():
-            audio = self.model.audio_encoder.decode(codes[None].to(adapter.device),
-                                                    audio_scales=[None] * len(texts)).audio_values[:, 0]
-        result.stats.wall_time_s = time.perf_counter() - t0
-        audio = audio.cpu().numpy()
-        one = isinstance(text, str)
-        return TTSResult(audio[0] if one else audio, self.sample_rate, codes[0] if one else codes, result.stats, "")
+            audio = self.model.audio_encoder.decode(torch.stack(codes)[None].to(self.adapter.device),
+                                                    audio_scales=[None] * len(codes)).audio_values[:, 0]
+        return list(audio.cpu().numpy())
 
     def num_frames(self, seconds: float | None, max_new_tokens: int | None) -> int:
+        """MusicGen's generate: T = max_new_tokens + 1 - K frames (max_length - K by default)."""
         k, gen = self.adapter.codebooks, self.model.generation_config
         if seconds is not None:
             frames = round(seconds * self.frame_rate)
@@ -192,11 +255,3 @@ class MusicgenTTS:
             raise ValueError(f"{frames} frames asked; this MusicGen makes 1 to {limit} "
                              f"({limit / self.frame_rate:.1f} s at {self.frame_rate} frames/s)")
         return frames
-
-    def sampling(self, temperature, top_k, top_p) -> dict:
-        """The generation config's sampling settings, each overridable by the call."""
-        gen = self.model.generation_config
-        own = {"temperature": (gen.temperature or 1.0) if gen.do_sample else 0.0,
-               "top_k": gen.top_k if gen.do_sample else None, "top_p": gen.top_p if gen.do_sample else None}
-        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-        return {name: own[name] if given[name] is None else given[name] for name in own}

@@ -6,6 +6,7 @@ per-frame conditioning (speech/alignment.py) -> codec frames by one of the decod
     python -m speech.tts "Return a list of cookies." --out a.wav
     python -m speech.tts "Remove an item from the queue." --decoder flat --seed 3 --out b.wav
     python -m speech.tts --input sentences.txt --out wavs/          # one WAV per line (or a folder of .txt)
+    python -m speech.tts "[S1] Hello there." --model dia/ --seconds 5  # a MusicGen, Dia or CSM folder
 
 Decoders: flat (the flattened model, one code per forward: suite's `ar`), delay (MusicGen delay
 pattern, T+K-1 forwards), parallel (all K codebooks of a frame per forward, T+1 forwards),
@@ -37,6 +38,10 @@ from .audio import TTSResult  # noqa: F401  (public here)
 
 # "flat": `ar` over the flattened-codes model; the rest are the registry's frame decoders
 DECODERS = ("flat",) + tuple(suite.list_decoders("speech", chain=()))
+# the CLI's, the Speech tab's and the API's default: the fastest exact decoder measured here (delay on
+# tts_delay: 3.92x fewer forwards than flat, RTF 0.187 against flat's 0.742; parallel is as fast but not
+# exact: BENCHMARKS.md, Speech)
+DEFAULT_DECODER = "delay"
 FRAME_OUTPUT = {"delay": "frame", "parallel": "frame", "local_ar": "local", "local_maskgit": "local", "stack": "stack",
                 "stack_local": "local"}
 ALLOWED = re.compile(r"[A-Za-z0-9 ,.;:!?'\"()\-\n]")
@@ -86,7 +91,7 @@ class TTS:
               "stack": self.stack.model.config.stack_frames > 1, "stack_local": self.stack_local is not None}
         return tuple(d for d in DECODERS if ok.get(d, True))
 
-    def __call__(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
+    def __call__(self, text: str, decoder: str = DEFAULT_DECODER, seed: int | None = 0, temperature: float = 0.7,
                  top_k: int | None = 40, max_seconds: float = 12.0) -> TTSResult:
         steps, _, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
         t0 = time.perf_counter()
@@ -97,7 +102,7 @@ class TTS:
         stats.wall_time_s = time.perf_counter() - t0
         return TTSResult(audio, self.sample_rate, codes, stats, phonemes)
 
-    def stream(self, text: str, decoder: str = "parallel", seed: int | None = 0, temperature: float = 0.7,
+    def stream(self, text: str, decoder: str = DEFAULT_DECODER, seed: int | None = 0, temperature: float = 0.7,
                top_k: int | None = 40, max_seconds: float = 12.0, chunk_frames: int = 25) -> Iterator[np.ndarray]:
         """Yield audio chunks (float32, 16 kHz) as frames are committed (every `chunk_frames`)."""
         steps, state, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
@@ -158,18 +163,19 @@ class TTS:
         from .tts_model import unflatten_codes
         cfg = (self.flat if decoder == "flat" else self.frame).model.config
         q, c = cfg.num_codebooks, cfg.codebook_size
-        new = state.new_tokens(0)
+        new, dev = state.new_tokens(0), next(self.codec.parameters()).device     # the codec decodes them
+        none = torch.zeros(q, 0, dtype=torch.long, device=dev)
         if decoder == "flat":
-            ids = torch.tensor([t for t in new if t != cfg.eos], dtype=torch.long)
-            codes = unflatten_codes(ids, q, c) if ids.numel() >= q else torch.zeros(q, 0, dtype=torch.long)
+            ids = torch.tensor([t for t in new if t != cfg.eos], dtype=torch.long, device=dev)
+            codes = unflatten_codes(ids, q, c) if ids.numel() >= q else none
         elif decoder != "delay":      # one frame per committed token
             frames = [f for f in new if f[0] != cfg.eos]
-            codes = torch.tensor(frames, dtype=torch.long).T if frames else torch.zeros(q, 0, dtype=torch.long)
+            codes = torch.tensor(frames, dtype=torch.long, device=dev).T if frames else none
         else:
             cols = [f for f in new if f != (cfg.eos,) * q]
             known = Delay.num_frames(state, 0)
             t = max(min(known if known is not None else len(cols), len(cols) - q + 1), 0)
-            codes = undelay(torch.tensor(cols, dtype=torch.long).T, t) if t > 0 else torch.zeros(q, 0, dtype=torch.long)
+            codes = undelay(torch.tensor(cols, dtype=torch.long, device=dev).T, t) if t > 0 else none
         return _sanitise(codes, c)
 
     def _chunk(self, codes: torch.Tensor, start: int, end: int, context: int = 8) -> np.ndarray:
@@ -195,13 +201,13 @@ def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None):
     """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack / flat:
     another folder for the frame model (`tts`), the delay model (`tts_delay`), the stack model
     (`tts_stack`) or the flat model (`tts_flat`), e.g. a new training run; the others stay the
-    embedded ones. A folder of a transformers family (MusicGen: speech/hf_tts.py) loads that model."""
+    embedded ones. A folder of a transformers family (MusicGen: speech/hf_tts.py;
+    Dia: speech/hf_dia.py; CSM: speech/hf_csm.py) loads that model."""
     from .codec import WEIGHTS, Codec
     from .hf_folder import model_type
     from .tts_model import TTSModel
     if folder is not None and model_type(folder) is not None:
-        from .hf_tts import MusicgenTTS
-        return MusicgenTTS.load(folder)
+        return load_family_tts(folder)
     root = Path(folder) if folder else WEIGHTS
 
     def folder_of(given, name: str) -> Path:
@@ -213,6 +219,26 @@ def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None):
     return TTS(TTSModel.load(folder_of(frame, "tts")), Codec.load(root / "codec"),
                optional(folder_of(flat, "tts_flat")), optional(folder_of(delay, "tts_delay")),
                optional(folder_of(stack, "tts_stack")))
+
+
+def tts_families() -> dict[str, tuple]:
+    """model_type -> (transformers model class, processor class, our pipeline class) of each
+    text-to-audio family (speech/hf_tts.py, hf_dia.py, hf_csm.py)."""
+    from . import hf_csm, hf_dia, hf_tts
+    return {kind: (*classes, pipeline) for module, pipeline in ((hf_tts, hf_tts.MusicgenTTS), (hf_dia, hf_dia.DiaTTS),
+                                                                (hf_csm, hf_csm.CsmTTS))
+            for kind, classes in module.FAMILIES.items()}
+
+
+def load_family_tts(folder):
+    """The text-to-audio pipeline of a transformers folder, by its model_type; an unknown one is an
+    error listing the known families."""
+    from .hf_folder import load_family, model_type
+    families = tts_families()
+    kind = model_type(folder)
+    if kind in families:
+        return families[kind][2].load(folder)
+    return load_family(folder, {k: v[:2] for k, v in families.items()}, "text-to-audio")   # raises
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:
@@ -234,9 +260,17 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("text", nargs="?", help="the sentence to speak (plain English), or use --input")
     parser.add_argument("--out", default=None, help="output WAV file (default tts.wav); with --input, a folder")
-    parser.add_argument("--decoder", default="parallel", choices=DECODERS)
+    parser.add_argument("--decoder", default=None, choices=DECODERS,
+                        help=f"default: {DEFAULT_DECODER} (our TTS: the fastest exact one here, the app's default "
+                             "too), the family's own (delay; local_ar for CSM) with --model")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="default: 0.7 (our TTS), the generation config's with --model")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="a transformers text-to-audio folder (MusicGen, Dia, CSM: model + processor saved with "
+                             "save_pretrained; Dia's DAC codec in DIR/audio_tokenizer); default: our TTS")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="with --model: the length of the audio (an upper bound for Dia and CSM, which end by EOS)")
     parser.add_argument("--input", default=None, metavar="PATH",
                         help="a text file (one sentence per line -> OUT/line_0001.wav ...) or a folder of .txt "
                              "files (each one utterance -> OUT/<name>.wav), with OUT/manifest.jsonl; resumable")
@@ -252,9 +286,9 @@ def main(argv=None) -> int:
     try:
         if not Path(args.out).resolve().parent.is_dir():
             raise ValueError(f"folder of --out {args.out} does not exist; create it first")
-        check_text(args.text)
-        tts = load_tts()
-        res = tts(args.text, decoder=args.decoder, seed=args.seed, temperature=args.temperature)
+        options = request_options(args)
+        text = checked_text(args.text, args.model)
+        res = load_tts(args.model)(text, **options)
         write_wav(args.out, res.audio, res.sample_rate)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -264,18 +298,49 @@ def main(argv=None) -> int:
     return 0
 
 
+def is_family(model) -> bool:
+    """Whether `model` (a folder or None) holds a transformers family rather than our TTS."""
+    from .hf_folder import model_type
+    return model is not None and model_type(model) is not None
+
+
+def request_options(args) -> dict:
+    """The call options of the CLI's flags: our TTS's defaults (DEFAULT_DECODER, temperature 0.7), or a
+    family's own (its default decoder, its generation config's sampling) under --model."""
+    if not is_family(args.model):
+        if args.seconds is not None:
+            raise ValueError("--seconds sets the length of a transformers family's audio (--model DIR); our TTS "
+                             "times each phone itself")
+        return {"decoder": args.decoder or DEFAULT_DECODER, "seed": args.seed,
+                "temperature": 0.7 if args.temperature is None else args.temperature}
+    options = {"seed": args.seed, "temperature": args.temperature, "seconds": args.seconds}
+    return {**options, "decoder": args.decoder} if args.decoder else options
+
+
+def checked_text(text, model) -> str:
+    """Our TTS speaks plain English (check_text); a family's tokenizer takes any text (its speaker
+    tags, e.g. Dia's "[S1]", included)."""
+    if not is_family(model):
+        return check_text(text)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text is empty; pass a sentence to speak, e.g. \"[S1] Hello there.\" (Dia)")
+    return text.strip()
+
+
 class TTSWorker:
     """The batch worker (suite.batch): loads the TTS models once, speaks one text per call into
     WAV bytes (16-bit PCM)."""
 
-    def __init__(self, decoder="parallel", seed=0, temperature=0.7, threads=None):
-        self.tts, self.options = load_tts(), {"decoder": decoder, "seed": seed, "temperature": temperature}
+    def __init__(self, decoder=None, seed=0, temperature=0.7, threads=None, model=None, seconds=None):
+        self.model, self.tts = model, load_tts(model)
+        options = {"decoder": decoder, "seed": seed, "temperature": temperature, "seconds": seconds}
+        self.options = {k: v for k, v in options.items() if v is not None}   # None: the model's own default
 
     def __call__(self, payload: dict) -> dict:
         import io
 
         import soundfile as sf
-        text = check_text(payload["text"])
+        text = checked_text(payload["text"], self.model)
         res = self.tts(text, **self.options)
         buf = io.BytesIO()
         sf.write(buf, res.audio, res.sample_rate, format="WAV", subtype="PCM_16")
@@ -318,7 +383,12 @@ def main_batch(args) -> int:
         item.outputs[0].parent.mkdir(parents=True, exist_ok=True)
         write_bytes(item.outputs[0], result["wav"])
 
-    worker_args = {"decoder": args.decoder, "seed": args.seed, "temperature": args.temperature, "threads": args.threads}
+    try:
+        options = request_options(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    worker_args = {**options, "threads": args.threads, "model": args.model}
     job = BatchJob("tts", [Item(key, {"text": text}, (wav,)) for key, text, wav in inputs], TTSWorker, worker_args,
                    write, fields=("wav", "seconds", "frames", "forwards"), manifest=out / "manifest.jsonl", unit="utt")
     return run_cli(job, engine)

@@ -126,7 +126,7 @@ class TTSModel(ConfigModule, nn.Module):
         c = self.config
         per_frame = 1 if c.layout == "frame" else c.num_codebooks
         frame = torch.div(positions - audio_start.to(positions)[:, None], per_frame, rounding_mode="floor")
-        prompt = torch.tensor(c.cond_sizes) - 1
+        prompt = torch.tensor(c.cond_sizes, device=positions.device) - 1
         rows = []
         for b, table in enumerate(tables):
             t = max(len(table), 1)
@@ -206,14 +206,14 @@ def _no_bos(logits: torch.Tensor, bos: int) -> torch.Tensor:
 def flatten_codes(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     """codes (Q, T) -> flat ids (T*Q,) frame by frame, id = q*C + c."""
     q = codes.shape[0]
-    return (codes + torch.arange(q)[:, None] * codebook_size).T.reshape(-1)
+    return (codes + torch.arange(q, device=codes.device)[:, None] * codebook_size).T.reshape(-1)
 
 
 def unflatten_codes(flat: torch.Tensor, num_codebooks: int, codebook_size: int) -> torch.Tensor:
     """flat ids (T*Q,) -> codes (Q, T)."""
     t = flat.numel() // num_codebooks
     grid = flat[:t * num_codebooks].reshape(t, num_codebooks).T
-    return grid - torch.arange(num_codebooks)[:, None] * codebook_size
+    return grid - torch.arange(num_codebooks, device=flat.device)[:, None] * codebook_size
 
 
 # ---------------------------------------------------------------- adapters
@@ -226,14 +226,18 @@ class _TTSAdapter:
         """A copy bound to one request: each row's BOS position and frame conditioning (T, 5)
         (alignment.frame_conditioning). The shared adapter stays unbound, so requests never meet."""
         bound = copy.copy(self)
-        bound.audio_start = torch.tensor(audio_start)
-        bound.tables = list(tables)
+        bound.audio_start = torch.tensor(audio_start, device=self.device)
+        bound.tables = [t.to(self.device) for t in tables]      # moved once, with the request
         return bound
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def new_cache(self, batch: int, max_len: int | None = None):
         from transformers import DynamicCache
         from suite import KVCache
-        return KVCache(batch, DynamicCache())
+        return KVCache(batch, DynamicCache(), device=self.device)
 
     def _check_bound(self) -> None:
         if self.audio_start is None:
@@ -303,9 +307,9 @@ class FlatTTSAdapter(_TTSAdapter):
         self._check_bound()
         j = positions - self.audio_start.to(positions)[:, None]          # index of the predicted code
         q = j.remainder(c.num_codebooks)
-        ids = torch.arange(c.out_vocab)
+        ids = torch.arange(c.out_vocab, device=positions.device)
         book = torch.div(ids, c.codebook_size, rounding_mode="floor")    # (V,) codebook of each id
         allowed = (book[None, None] == q[..., None]) & (ids < c.code_vocab)
         allowed |= (ids == c.eos) & (q[..., None] == 0)
         allowed |= (j < 0)[..., None]                                    # inside the prompt: anything
-        return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+        return torch.zeros(allowed.shape, device=positions.device).masked_fill(~allowed, float("-inf"))

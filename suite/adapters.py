@@ -49,6 +49,7 @@ class HFCausalLM:
     supports_rollback = True
     supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
     supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
+    takes_plain_mask = True         # attention_mask=None: every cached slot + a causal draft (the loop's fast path)
 
     def __init__(self, model, eos_token_id=None, pad_token_id=None, linear_forms: bool = False):
         """linear_forms=True swaps the model's nn.Linear layers (in place) for the per-width matmul
@@ -56,6 +57,7 @@ class HFCausalLM:
         records the model's choice either way ({} when not swapped)."""
         from .linear_forms import describe, swap_linears
         self.model = model.eval()
+        self._param = next(model.parameters())   # .device follows the model when it is moved in place
         forms = swap_linears(model) if linear_forms else describe(model)
         cfg = model.config
         gen = getattr(model, "generation_config", None)
@@ -72,18 +74,22 @@ class HFCausalLM:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self._param.device
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         from transformers import DynamicCache
         return KVCache(batch, DynamicCache(), device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
-        if attention_mask is None:
-            n = tokens.shape[1]
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n))
         dev = self.device
-        mask = None if _is_plain_causal(attention_mask) else attention_mask.to(dev)
+        if attention_mask is None and not getattr(cache, "holes", True):
+            mask = None                   # the model's own causal mask is the one asked for
+        else:
+            if attention_mask is None:
+                n = tokens.shape[1]
+                causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril()
+                attention_mask = cache.attention_mask(causal.expand(tokens.shape[0], n, n))
+            mask = None if _is_plain_causal(attention_mask) else attention_mask.to(dev)
         out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
                          attention_mask=mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from,
                          output_hidden_states=output_hidden)

@@ -75,24 +75,25 @@ def stream(model, input_ids, attention_mask=None, decoder="ar", **kwargs):
 
 
 def _rows(input_ids, attention_mask) -> list[list]:
+    """The prompt rows as host lists (the request's committed tokens): ids and mask given on any
+    device are read once here; every tensor of the request is then built on the adapter's device."""
     if isinstance(input_ids, (list, tuple)) and attention_mask is None and all(
             isinstance(r, (list, tuple)) for r in input_ids):
         return [list(r) for r in input_ids]
-    ids = torch.as_tensor(input_ids)
+    ids = torch.as_tensor(input_ids, device="cpu")
     if ids.dim() == 1:
         ids = ids[None]
     if attention_mask is None:
-        return [r.tolist() for r in ids]
-    mask = torch.as_tensor(attention_mask).bool().reshape(ids.shape)
+        return ids.tolist()
+    mask = torch.as_tensor(attention_mask, device="cpu").bool().reshape(ids.shape)
     return [r[m].tolist() for r, m in zip(ids, mask)]
 
 
 def _sequences(input_ids, new_tokens: list[list[int]], pad: int) -> torch.Tensor:
+    """(B, P + new) on the input's device, as transformers' generate returns it."""
     ids = torch.as_tensor(input_ids)
     if ids.dim() == 1:
         ids = ids[None]
     width = max(len(n) for n in new_tokens)
-    tail = torch.full((ids.shape[0], width), pad, dtype=ids.dtype)
-    for b, n in enumerate(new_tokens):
-        tail[b, :len(n)] = torch.tensor(n, dtype=ids.dtype)
-    return torch.cat([ids, tail], 1)
+    tail = torch.tensor([n + [pad] * (width - len(n)) for n in new_tokens], dtype=ids.dtype, device=ids.device)
+    return torch.cat([ids, tail.reshape(ids.shape[0], width)], 1)

@@ -4,7 +4,9 @@ The model's own cache (a transformers `DynamicCache`) stores K/V in slots along 
 shared by the batch. Here each row b tracks which slots hold its live tokens (`valid`, (B, S))
 and their logical positions (`positions`, (B, S)). Rejected drafts are discarded by marking
 their slots invalid (one visible call, `discard`); `compact` then drops slots no row needs,
-cropping a common tail cheaply or gathering each row's live slots to the front.
+cropping a common tail cheaply or gathering each row's live slots to the front. Validity
+changes only through `append`, `keep_new`, `drop_tail` and `discard`: the cache tracks on the
+host whether it has holes, so a step without rejections needs neither a mask nor a compaction.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ class KVCache:
         self.fanout = fanout            # backend rows per logical row (2 under CFG)
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
         self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        self.holes = False     # some slot may be dead for some row (host-side, conservative: no sync to know)
+        self._dirty = False    # slots died since the last compact
 
     def grouped(self, fanout: int) -> "KVCache":
         """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG)."""
@@ -39,20 +43,43 @@ class KVCache:
         """(B,) live tokens per row."""
         return self.valid.sum(1)
 
-    def append(self, positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Record N new slots the forward just wrote; returns their slot indices (N,)."""
+    def append(self, positions: torch.Tensor, valid: torch.Tensor, dense: bool = False) -> slice:
+        """Record N new slots the forward just wrote (dense: the caller knows `valid` is all
+        True); returns their slots, `slice(start, start + N)`."""
         start = self.num_slots
         self.positions = torch.cat([self.positions, positions], 1)
         self.valid = torch.cat([self.valid, valid], 1)
-        return torch.arange(start, self.num_slots, device=self.valid.device)
+        if not dense:
+            self.holes = self._dirty = True
+        return slice(start, self.num_slots)
+
+    def drop_tail(self, n: int) -> None:
+        """Forget the last n slots of every row (a rollback: the backend crops them)."""
+        if n > 0:
+            self.backend.crop(-n)     # transformers 5: negative = drop that many
+            self.valid, self.positions = self.valid[:, :-n], self.positions[:, :-n]
+
+    def keep_new(self, slots: slice, keep: torch.Tensor) -> None:
+        """Of the slots just appended, only those with `keep` (B, N) stay live."""
+        self.valid[:, slots] &= keep
+        self.holes = self._dirty = True
 
     def discard(self, slots: torch.Tensor) -> None:
         """Mark slots (B, S) bool as dead: their K/V is never attended again."""
         self.valid &= ~slots
+        self.holes = self._dirty = True
 
     def compact(self, max_dead_fraction: float = 0.25) -> None:
         """Free dead slots: crop the tail no row uses; gather live slots to the front of each
-        row once holes take more than `max_dead_fraction` of the slots."""
+        row once holes take more than `max_dead_fraction` of the slots. Nothing to do (and no
+        host sync) when no slot died since the last call."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._compact(max_dead_fraction)
+        self.holes = not bool(self.valid.all())
+
+    def _compact(self, max_dead_fraction: float) -> None:
         used = self.valid.any(0).nonzero()
         end = int(used[-1]) + 1 if used.numel() else 0
         if end < self.num_slots:

@@ -119,20 +119,21 @@ def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=ti
     vocab = adapter.config.vocab_size
     limit = adapter.config.max_length or (context + max(widths) + 1)
     context = max(1, min(context, limit - max(widths) - 1))
-    gen = torch.Generator().manual_seed(0)
     cache = adapter.new_cache(1)
-    tokens = torch.randint(vocab, (1, context), generator=gen)
-    positions = torch.arange(context)[None]
-    adapter(tokens, positions, cache, cache.attention_mask(torch.ones(1, context, context, dtype=torch.bool).tril()),
-            logits_from=context - 1)
-    cache.append(positions, torch.ones(1, context, dtype=torch.bool))
+    dev = cache.valid.device                    # the adapter's device
+    gen = torch.Generator(device=dev).manual_seed(0)
+    tokens = torch.randint(vocab, (1, context), generator=gen, device=dev)
+    positions = torch.arange(context, device=dev)[None]
+    causal = torch.ones(1, context, context, dtype=torch.bool, device=dev).tril()
+    adapter(tokens, positions, cache, cache.attention_mask(causal), logits_from=context - 1)
+    cache.append(positions, torch.ones(1, context, dtype=torch.bool, device=dev))
     seconds = []
     for n in widths:
         times = []
         for _ in range(repeats + 1):     # the first run of a width warms it up
-            draft = torch.randint(vocab, (1, n), generator=gen)
-            pos = torch.arange(context, context + n)[None]
-            own = torch.ones(1, n, n, dtype=torch.bool).tril()
+            draft = torch.randint(vocab, (1, n), generator=gen, device=dev)
+            pos = torch.arange(context, context + n, device=dev)[None]
+            own = torch.ones(1, n, n, dtype=torch.bool, device=dev).tril()
             if masked and n > 1:
                 own[:, 1:, 0] = False      # not plain causal: the attention takes the masked path
             mask = cache.attention_mask(own)
@@ -140,7 +141,7 @@ def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=ti
             adapter(draft, pos, cache, mask)
             _sync(adapter)
             times.append(clock() - t0)
-            slots = cache.append(pos, torch.ones(1, n, dtype=torch.bool))
+            slots = cache.append(pos, torch.ones(1, n, dtype=torch.bool, device=dev))
             dead = torch.zeros_like(cache.valid)
             dead[:, slots] = True
             cache.discard(dead)
@@ -165,9 +166,11 @@ class AcceptanceRates:
     def __init__(self, depth: int, prior: float = 0.5, strength: float = 2.0, decay: float = 0.95):
         self.hits, self.tries = [0.0] * depth, [0.0] * depth
         self.prior, self.strength, self.decay = prior, strength, decay
+        self.used = 0     # depths ever tried: the counts past them are zero, decaying them is a no-op
 
     def update(self, drafted: int, accepted: int) -> None:
-        for i in range(len(self.hits)):
+        self.used = max(self.used, min(drafted, accepted + 1, len(self.hits)))
+        for i in range(self.used):
             self.hits[i] *= self.decay
             self.tries[i] *= self.decay
         for i in range(min(drafted, accepted + 1, len(self.hits))):

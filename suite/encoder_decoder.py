@@ -16,7 +16,7 @@ TIED_HEAD = "decoder.lm_head.weight"      # tied to the decoder's input embeddin
 def causal_mask(cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
     """(B, 1, N, T) plain causal attention of N new tokens (B, N) over the cache and each other."""
     b, n = tokens.shape[:2]
-    return cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n))
+    return cache.attention_mask(torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril().expand(b, n, n))
 
 
 class CrossAttentionAdapter:
@@ -35,7 +35,7 @@ class CrossAttentionAdapter:
         from transformers import DynamicCache, EncoderDecoderCache
         if self.encoder_states is None or self.encoder_states.shape[0] != batch:
             raise ValueError(f"bind the adapter to a batch of images first: {self.bind_hint}")
-        cache = KVCache(batch, DynamicCache())
+        cache = KVCache(batch, DynamicCache(), device=self.encoder_states.device)
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
         return cache
 

@@ -15,7 +15,8 @@ class ClassifierFreeGuidance:
         if scale < 0:
             raise ValueError(f"guidance scale must be >= 0 (1 = no guidance), got {scale}")
         self.model, self.scale = model, float(scale)
-        self.uncond_ids = torch.as_tensor(uncond_ids)        # (B, P) unconditional prompt tokens
+        # (B, P) unconditional prompt tokens, moved once to the model's device (when it has one)
+        self.uncond_ids = torch.as_tensor(uncond_ids, device=getattr(model, "device", None))
         self.config = model.config
         self.supports_custom_mask = model.supports_custom_mask
         self.supports_rollback = model.supports_rollback

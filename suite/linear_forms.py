@@ -23,9 +23,11 @@ form computes the same product (float rounding aside), on the CPU without grad o
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import platform
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -121,26 +123,41 @@ def _clock():
     return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
+def _last_level_cache_bytes() -> int:
+    """The CPU's last-level cache size (Linux sysfs; 32 MiB when unknown)."""
+    try:
+        sizes = [Path(p).read_text().strip() for p in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size")]
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        return max(int(v[:-1]) * units[v[-1]] if v[-1] in units else int(v) for v in sizes)
+    except (OSError, ValueError):
+        return 32 << 20
+
+
 @torch.no_grad()
 def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
                   widths=WIDTHS, repeats: int = 7) -> dict[str, dict[int, float]]:
     """Seconds of each candidate form (the fastest of `repeats` interleaved runs) per width, on
-    a random weight of this shape; CPU seconds of the thread when torch runs one thread."""
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_features, in_features, generator=gen).to(dtype)
-    b = torch.randn(out_features, generator=gen).to(dtype) if bias else None
+    random weights of this shape; CPU seconds of the thread when torch runs one thread. The runs
+    cycle through enough copies of the weight to overflow the last-level cache: inside a model
+    each layer's weight comes from memory, and a cache-hot timing would favour the wrong form."""
+    gen = torch.Generator(device="cpu").manual_seed(0)      # the forms are measured on this CPU
+    nbytes = out_features * in_features * torch.finfo(dtype).bits // 8
+    copies = max(1, min(64, -(-2 * _last_level_cache_bytes() // nbytes)))
+    weights = [torch.randn(out_features, in_features, generator=gen, device="cpu").to(dtype) for _ in range(copies)]
+    b = torch.randn(out_features, generator=gen, device="cpu").to(dtype) if bias else None
     forms = [f for f in FORMS if f != "onednn" or (_has_onednn() and dtype == torch.float32)]
-    extra = {f: _layout(weight, _LAYOUT.get(f)) for f in forms}
-    best = {f: {} for f in forms}
+    extras = [{f: _layout(w, _LAYOUT.get(f)) for f in forms} for w in weights]
+    best, turn = {f: {} for f in forms}, 0
     for w in widths:
-        x = torch.randn(w, in_features, generator=gen).to(dtype)
+        x = torch.randn(w, in_features, generator=gen, device="cpu").to(dtype)
         for f in forms:
-            _apply(f, x, weight, extra[f], b)        # warm up
+            _apply(f, x, weights[0], extras[0][f], b)        # warm up
         times, clock = {f: float("inf") for f in forms}, _clock()
         for _ in range(repeats):
             for f in forms:
+                turn = (turn + 1) % copies
                 t0 = clock()
-                _apply(f, x, weight, extra[f], b)
+                _apply(f, x, weights[turn], extras[turn][f], b)
                 times[f] = min(times[f], clock() - t0)
         for f in forms:
             best[f][w] = times[f]
@@ -149,14 +166,16 @@ def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.f
 
 def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
     """The fastest form per width, with at most one extra layout for the layer (the layout
-    family that saves the most time overall) and F.linear kept unless beaten by `_MARGIN`."""
+    family that saves the most time overall) and F.linear kept unless beaten by `_MARGIN`. One
+    row always keeps F.linear: timed inside SmolLM2, every other form made the one-token forward
+    slower (12-28%) even where a layer's own timing favoured it."""
     widths = sorted(seconds["linear"])
 
     def choice(allowed):
         out = {}
         for w in widths:
             f = min(allowed, key=lambda f: seconds[f][w])
-            out[w] = f if seconds[f][w] < (1 - _MARGIN) * seconds["linear"][w] else "linear"
+            out[w] = f if w > 1 and seconds[f][w] < (1 - _MARGIN) * seconds["linear"][w] else "linear"
         return out
 
     plain = [f for f in seconds if f not in _LAYOUT]
@@ -169,7 +188,7 @@ def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.fl
     """The per-width forms for a layer of this shape on this machine, measured once and cached."""
     from .storage import cache_dir, read_json, write_json
     shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
-    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, one row linear".encode()).hexdigest()[:16]
     if not refresh and key in _MEMORY:
         return _MEMORY[key]
     path = cache_dir("linear_forms", f"{key}.json")

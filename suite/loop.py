@@ -6,6 +6,7 @@ dataclass of hyperparameters) serves many requests at once.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Protocol
@@ -35,25 +36,39 @@ class Draft:
                                             # (AND the cache's validity); None = every live slot
     want_hidden: bool = False               # ask the forward for the target's last hidden states
     hidden: torch.Tensor | None = None      # (B, N, D) filled by the loop when want_hidden (every slot)
+    lengths: list[int] | None = None        # real slots per row, on the host (from_rows fills it)
+    causal: bool = False                    # every row has N real slots and a causal mask: with no past_mask
+                                            # and a cache without holes, the model's own causal mask is this one
 
     @staticmethod
     def from_rows(tokens: list[list[int]], positions: list[list[int]],
                   masks: list[torch.Tensor | None] | None = None, meta: Any = None,
-                  logits_from: int = 0) -> "Draft":
-        """Pad per-row drafts to one (B, N) block; a row's mask defaults to causal."""
-        n = max(1, max(len(t) for t in tokens))
-        tok = torch.tensor([list(t) + [0] * (n - len(t)) for t in tokens], dtype=torch.long)
-        pos = torch.tensor([list(p) + [0] * (n - len(p)) for p in positions], dtype=torch.long)
-        lengths = torch.tensor([len(t) for t in tokens])
-        slot = torch.arange(n)
-        valid = slot[None] < lengths[:, None]                                   # (B, N)
-        causal = slot[None, :] <= slot[:, None]                                 # (N, N)
+                  logits_from: int = 0, *, device: torch.device) -> "Draft":
+        """Pad per-row drafts to one (B, N) block on `device` (the request's, `state.device`);
+        a row's mask (on that device too) defaults to causal."""
+        lengths = [len(t) for t in tokens]
+        n = max(1, max(lengths))
+        both = torch.tensor([[list(t) + [0] * (n - len(t)) for t in tokens],
+                             [list(p) + [0] * (n - len(p)) for p in positions]], dtype=torch.long, device=device)
+        if min(lengths) == n and not any(m is not None for m in masks or []):          # no padding: the common case
+            mask, valid = _causal_block(len(tokens), n, torch.device(device))
+            return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, causal=True)
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()              # (N, N)
+        valid = torch.arange(n, device=device)[None] < torch.tensor(lengths, device=device)[:, None]   # (B, N)
         # real slots see the real slots before them; padding sees itself only
-        mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool)[None]
+        mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool, device=device)[None]
         for b, row_mask in enumerate(masks or []):
             if row_mask is not None:
                 mask[b, :len(tokens[b]), :len(tokens[b])] = row_mask
-        return Draft(tok, pos, mask, valid, meta, logits_from)
+        return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_block(batch: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (B, N, N) causal mask and (B, N) all-True validity of an unpadded draft, built once per
+    shape and shared by every draft of that shape (read only: nothing writes into a draft's mask)."""
+    return (torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(batch, n, n),
+            torch.ones(batch, n, dtype=torch.bool, device=device))
 
 
 @dataclass
@@ -63,6 +78,7 @@ class Acceptance:
 
     committed: list[list[int]]
     keep: torch.Tensor
+    kept: list[int] | None = None    # given: keep is each row's first kept[b] slots, known on the host (no sync)
 
 
 @dataclass
@@ -102,6 +118,11 @@ class DecodeState:
     def batch(self) -> int:
         return len(self.tokens)
 
+    @property
+    def device(self) -> torch.device:
+        """The adapter's device, where the cache's validity lives: every tensor of the request goes there."""
+        return self.cache.valid.device
+
     def pending(self, b: int) -> list[int]:
         """Committed tokens of row b whose K/V is not cached yet (the prompt, then the last token)."""
         return self.tokens[b][self.num_cached[b]:]
@@ -123,7 +144,7 @@ class DecodeState:
     def commit(self, acc: Acceptance, scored: bool = True) -> list[list[int]]:
         """Append each row's tokens, cut at EOS and at its room; returns what was committed.
         scored=False: tokens committed without a forward (a decoder's `start`), no progress needed."""
-        out = []
+        out, kept = [], acc.kept if acc.kept is not None else acc.keep.sum(1).tolist()
         for b, new in enumerate(acc.committed):
             if self.done[b]:
                 out.append([])
@@ -133,9 +154,9 @@ class DecodeState:
                 if t in self.eos_token_ids:
                     new = new[:i + 1]
                     break
-            self.num_cached[b] += int(acc.keep[b].sum())
+            self.num_cached[b] += kept[b]
             self.tokens[b].extend(new)
-            if scored and not new and not acc.keep[b].any():
+            if scored and not new and not kept[b]:
                 raise RuntimeError(f"decoder made no progress on row {b}")
             self.done[b] = self.room(b) == 0 or (bool(new) and new[-1] in self.eos_token_ids)
             out.append(new)
@@ -166,16 +187,16 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     while not all(state.done):
         draft = decoder.propose(state)
         with torch.no_grad():
-            mask = state.cache.attention_mask(draft.mask, draft.past_mask)
+            mask = None if _plain(model, state.cache, draft) else state.cache.attention_mask(draft.mask, draft.past_mask)
             if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
                 logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
                                              logits_from=draft.logits_from, output_hidden=True)
             else:
                 logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
-        slots = state.cache.append(draft.positions, draft.valid)
+        slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
         state.stats.num_forwards += 1
         acc = decoder.accept(state, draft, logits)
-        state.cache.discard(_dead_slots(state.cache, slots, acc.keep))
+        _drop_rejected(state.cache, draft, acc, slots)
         committed = state.commit(acc)
         state.cache.compact()
         _count(state, committed, t0)
@@ -190,10 +211,22 @@ def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:
     state.stats.wall_time_s += time.perf_counter() - t0
 
 
-def _dead_slots(cache: KVCache, slots: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    dead = torch.zeros_like(cache.valid)
-    dead[:, slots] = ~keep
-    return dead
+def _drop_rejected(cache: KVCache, draft: Draft, acc: Acceptance, slots: slice) -> None:
+    """Drop the K/V of the new slots `acc` does not keep: nothing when it keeps every real slot;
+    the common tail when every row keeps the same prefix of an unpadded draft (a crop, no holes);
+    else mark them dead (holes, compacted later)."""
+    if acc.kept is not None and acc.kept == draft.lengths:
+        return
+    if acc.kept is not None and draft.causal and min(acc.kept) == max(acc.kept):
+        cache.drop_tail(draft.tokens.shape[1] - acc.kept[0])
+        return
+    cache.keep_new(slots, acc.keep)
+
+
+def _plain(model, cache: KVCache, draft: Draft) -> bool:
+    """Whether the forward may take `attention_mask=None` (the model's own causal mask): the
+    adapter says it can, the draft is plain causal and the cache has no holes."""
+    return draft.causal and draft.past_mask is None and not cache.holes and getattr(model, "takes_plain_mask", False)
 
 
 @dataclass

@@ -9,6 +9,8 @@ which is what `torch.compile` and CUDA graphs need.
 `StaticHFCausalLM` is `HFCausalLM` over that cache; forwards whose width is in `compiled_widths`
 (1 for `ar`, the window for jacobi/sjd/ngram drafts) run through `torch.compile`, others (the
 prefill) eagerly. Both compute the same function, so decoding stays exact (tested against eager).
+A model whose forward cannot take a `StaticCache` (recurrent or custom-cache families; one probe
+forward tells) falls back to the dynamic cache and eager forwards, without an error.
 """
 from __future__ import annotations
 
@@ -37,6 +39,21 @@ class StaticKVCache(KVCache):
             layer.cumulative_length.fill_(keep)
 
 
+def takes_static_cache(model) -> bool:
+    """Whether `model`'s forward runs over a transformers `StaticCache`: one probe forward of one token."""
+    from transformers import StaticCache
+    dev = next(model.parameters()).device
+    one = torch.zeros(1, 1, dtype=torch.long, device=dev)
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=2)
+        with torch.no_grad():
+            model(input_ids=one, position_ids=one, cache=cache, use_cache=True, logits_to_keep=1,
+                  attention_mask=torch.tensor([[[[True, False]]]], device=dev))     # (1, 1, 1, capacity)
+    except (TypeError, ValueError, RuntimeError, IndexError, AttributeError, NotImplementedError):
+        return False
+    return True
+
+
 class StaticHFCausalLM(HFCausalLM):
     """Any transformers causal LM over a `StaticKVCache` of `max_cache_len` slots, with the
     forwards of the widths in `compiled_widths` compiled (`mode="reduce-overhead"` adds CUDA
@@ -47,22 +64,27 @@ class StaticHFCausalLM(HFCausalLM):
                  eos_token_id=None, pad_token_id=None):
         super().__init__(model, eos_token_id, pad_token_id)
         self.max_cache_len = int(max_cache_len)
-        self.compiled_widths = frozenset(compiled_widths)
-        self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False) if compiled_widths else None
+        self.static = takes_static_cache(model)       # False: the dynamic cache, eager forwards
+        self.compiled_widths = frozenset(compiled_widths) if self.static else frozenset()
+        self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False) if self.compiled_widths else None
 
     def new_cache(self, batch: int, max_len: int | None = None) -> StaticKVCache:
+        if not self.static:
+            return super().new_cache(batch, max_len)
         from transformers import StaticCache
         backend = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
         return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        if not self.static:
+            return super().__call__(tokens, positions, cache, attention_mask, logits_from)
         n = tokens.shape[1]
         if cache.num_slots + n > self.max_cache_len:
             raise ValueError(f"the static cache holds {self.max_cache_len} slots and this step needs "
                              f"{cache.num_slots + n}; build StaticHFCausalLM with a larger max_cache_len "
                              "(prompt + max_new_tokens + draft width, plus 25%)")
         if attention_mask is None:
-            causal = torch.ones(n, n, dtype=torch.bool).tril().expand(tokens.shape[0], n, n)
+            causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril().expand(tokens.shape[0], n, n)
             attention_mask = cache.attention_mask(causal)
         dev = self.device
         mask = torch.zeros(*attention_mask.shape[:-1], self.max_cache_len, dtype=torch.bool, device=dev)

@@ -150,13 +150,14 @@ class VLMAdapter(_VLMBase):
         self.vlm, self.model, self.max_new_tokens = vlm, model if model is not None else vlm.model, max_new_tokens
         self.config = self._config(vlm)
         self.supports_custom_mask = vlm.family != "kosmos-2"
-        p = max(len(r) for r in rows)
-        self.prompt_len = torch.tensor([len(r) for r in rows])
-        self.slot = torch.full((len(rows), p), -1, dtype=torch.long)            # (B, P) feature index or -1
-        start = 0
+        p, dev = max(len(r) for r in rows), self.device
+        self.prompt_len = torch.tensor([len(r) for r in rows], device=dev)
+        slot, start = [[-1] * p for _ in rows], 0                               # feature index or -1
         for b, pos in enumerate(image_slots):
-            self.slot[b, pos] = torch.arange(start, start + len(pos))
+            for i, where in enumerate(pos):
+                slot[b][where] = start + i
             start += len(pos)
+        self.slot = torch.tensor(slot, dtype=torch.long, device=dev).reshape(len(rows), p)   # (B, P)
         if start != len(features):
             raise ValueError(f"the prompts hold {start} image placeholders but the images gave {len(features)} "
                              "features: build the prompts with the folder's processor")
@@ -249,7 +250,7 @@ class Seq2SeqVLMAdapter(_VLMBase):
         self.vlm, self.model, self.max_new_tokens = vlm, model if model is not None else vlm.model, max_new_tokens
         self.config = self._config(vlm)
         self.encoder_states, self.encoder_mask = encoder_states, encoder_mask
-        self.prompt_len = torch.ones(len(encoder_states), dtype=torch.long)
+        self.prompt_len = torch.ones(len(encoder_states), dtype=torch.long, device=encoder_states.device)
 
     with_model = VLMAdapter.with_model
 
@@ -351,8 +352,8 @@ class VLM:
     def _rope(self, batch, rows):
         """Qwen2-VL's M-RoPE positions of each unpadded prompt (3, B, P) and the text shift (B,)."""
         p = max(len(r) for r in rows)
-        table = torch.zeros(3, len(rows), p, dtype=torch.long)
-        delta = torch.zeros(len(rows), dtype=torch.long)
+        table = torch.zeros(3, len(rows), p, dtype=torch.long, device=self.device)
+        delta = torch.zeros(len(rows), dtype=torch.long, device=self.device)
         grids = batch["image_grid_thw"]
         per_row = (batch["input_ids"] == self.model.config.vision_start_token_id).sum(1).tolist()
         start = 0
@@ -362,7 +363,7 @@ class VLM:
             pos, d = self.model.model.get_rope_index(ids, mm_token_type_ids=types,
                                                      image_grid_thw=grids[start:start + per_row[b]])
             start += per_row[b]
-            table[:, b, :len(r)], delta[b] = pos[:, 0].cpu(), int(d.flatten()[0])
+            table[:, b, :len(r)], delta[b] = pos[:, 0].to(table.device), int(d.flatten()[0])
         return table, delta
 
     def truncated(self, num_layers: int):

@@ -1,4 +1,4 @@
-"""Tiny random speech models of transformers families (Whisper, MusicGen), saved with their
+"""Tiny random speech models of transformers families (Whisper, MusicGen, Dia, CSM), saved with their
 processors as a user's folder would be, for tests/speech/test_speech_hf_*.py."""
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from contextlib import contextmanager
 import torch
 
 K = 4          # MusicGen codebooks
+DIA_DELAYS = (0, 2, 3, 5)   # Dia's lags: codebook k lags DIA_DELAYS[k] frames (the real one: 0, 8, 9, ..., 15)
+DIA_CODES = 32               # DAC codebook size; Dia's eos, pad, bos ids follow: 32, 33, 34
+CSM_Q, CSM_V = 4, 16         # CSM's Mimi codebooks and their size (code 0 is CSM's EOS, V - 1 its pad)
 
 SPECIALS = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>",
             "<|notimestamps|>"]
@@ -69,6 +72,77 @@ def save_tiny_musicgen(folder, guidance_scale: float | None = None, with_process
     if with_processor:
         MusicgenProcessor(feature_extractor=EncodecFeatureExtractor(feature_size=1, sampling_rate=800),
                           tokenizer=tok).save_pretrained(folder)
+
+
+def save_tiny_dia(folder, guidance_scale: float | None = None, top_k: int | None = None, max_length: int | None = None,
+                  with_codec: bool = True, with_tokenizer: bool = True) -> None:
+    """A tiny Dia (byte text encoder, decoder over len(DIA_DELAYS) DAC codebooks of DIA_CODES at
+    800 Hz / 100 frames/s) with its processor in `folder` and its DAC codec in folder/audio_tokenizer."""
+    from transformers import (DacConfig, DacModel, DiaConfig, DiaDecoderConfig, DiaEncoderConfig, DiaFeatureExtractor,
+                              DiaForConditionalGeneration, DiaProcessor, DiaTokenizer)
+    c, v = len(DIA_DELAYS), DIA_CODES
+    enc = DiaEncoderConfig(max_position_embeddings=64, num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                           num_key_value_heads=2, head_dim=8, intermediate_size=32)
+    dec = DiaDecoderConfig(max_position_embeddings=64, num_hidden_layers=2, hidden_size=24, intermediate_size=48,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=12, cross_num_attention_heads=2,
+                           cross_head_dim=8, cross_num_key_value_heads=2, cross_hidden_size=16, vocab_size=v + 3,
+                           num_channels=c, eos_token_id=v, pad_token_id=v + 1, bos_token_id=v + 2)
+    torch.manual_seed(0)
+    model = DiaForConditionalGeneration(DiaConfig(encoder_config=enc, decoder_config=dec,
+                                                  delay_pattern=list(DIA_DELAYS))).eval()
+    with torch.no_grad():   # EOS a little likelier: utterances end by EOS at different frames
+        model.logits_dense.weight.view(c, v + 3, -1)[0, v] *= 1.5
+    gen = model.generation_config
+    gen.guidance_scale, gen.max_length, gen._from_model_config = guidance_scale, max_length, False
+    gen.do_sample, gen.top_k = top_k is not None, top_k       # a config may set top_k only for sampling
+    model.save_pretrained(folder)
+    codec = DacModel(DacConfig(encoder_hidden_size=4, downsampling_ratios=[2, 4], decoder_hidden_size=8, n_codebooks=c,
+                               codebook_size=v, codebook_dim=4, sampling_rate=800, hop_length=8))
+    if with_tokenizer:
+        DiaProcessor(feature_extractor=DiaFeatureExtractor(sampling_rate=800, hop_length=8), tokenizer=DiaTokenizer(),
+                     audio_tokenizer=codec).save_pretrained(folder)
+    if with_codec:
+        codec.save_pretrained(f"{folder}/audio_tokenizer")
+
+
+def save_tiny_csm(folder, with_processor: bool = True) -> None:
+    """A tiny CSM (Llama backbone and depth decoder over CSM_Q Mimi codebooks of CSM_V at 800 Hz,
+    character tokenizer) with its processor in `folder`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (CsmConfig, CsmDepthDecoderConfig, CsmForConditionalGeneration, CsmProcessor,
+                              EncodecFeatureExtractor, MimiConfig, PreTrainedTokenizerFast)
+    q, v = CSM_Q, CSM_V
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,[]0123456789")}
+    for special in ["<|begin_of_text|>", "<|end_of_text|>", "<|AUDIO|>", "<|audio_eos|>", "<pad>"]:
+        vocab[special] = len(vocab)
+    chars = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    chars.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=chars, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
+                                  pad_token="<pad>", additional_special_tokens=["<|AUDIO|>", "<|audio_eos|>"])
+    mimi = MimiConfig(sampling_rate=800, hidden_size=16, num_filters=4, upsampling_ratios=[4, 2], codebook_size=v,
+                      codebook_dim=8, num_quantizers=q, vector_quantization_hidden_dimension=8, upsample_groups=16,
+                      num_hidden_layers=1, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
+                      sliding_window=16, kernel_size=3, last_kernel_size=3)
+    depth = CsmDepthDecoderConfig(num_codebooks=q, backbone_hidden_size=24, vocab_size=v, hidden_size=16,
+                                  intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  num_key_value_heads=1, max_position_embeddings=q + 1)
+    cfg = CsmConfig(num_codebooks=q, vocab_size=v, text_vocab_size=len(tok), hidden_size=24, intermediate_size=48,
+                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                    pad_token_id=vocab["<pad>"], codebook_pad_token_id=v - 1, codebook_eos_token_id=0,
+                    bos_token_id=vocab["<|begin_of_text|>"], audio_token_id=vocab["<|AUDIO|>"],
+                    audio_eos_token_id=vocab["<|audio_eos|>"], depth_decoder_config=depth.to_dict(),
+                    codec_config=mimi.to_dict())
+    torch.manual_seed(0)
+    model = CsmForConditionalGeneration(cfg).eval()
+    with torch.no_grad():   # code 0 (CSM's EOS) a twin of a frequent code per head: rows end at different frames
+        for q, twin in enumerate((12, 12, 2)):
+            head = model.lm_head.weight if q == 0 else model.depth_decoder.codebooks_head.weight[q - 1].T
+            head[0] = 1.02 * head[twin]
+    model.generation_config._from_model_config = model.depth_decoder.generation_config._from_model_config = False
+    model.save_pretrained(folder)
+    if with_processor:
+        CsmProcessor(feature_extractor=EncodecFeatureExtractor(feature_size=1, sampling_rate=800),
+                     tokenizer=tok).save_pretrained(folder)
 
 
 def with_setting(folder, tmp_path, setting: str, value):

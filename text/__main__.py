@@ -35,14 +35,15 @@ with --.
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
     from suite.batch import add_batch_arguments
+    from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
     names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
     p = argparse.ArgumentParser(prog="python -m text", description="Generate text with parasuite's parallel decoders.",
                                 epilog=describe_registered(names) + "\n\n" + EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="the prompt (or use --input)")
-    p.add_argument("--decoder", default="auto", choices=names,
-                   help="decoding algorithm (default: auto, the fastest lossless one measured per request)")
+    p.add_argument("--decoder", default=DEFAULT_DECODER, choices=names,
+                   help=f"decoding algorithm (default: {DEFAULT_DECODER}, the fastest lossless one measured per request)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
     p.add_argument("--model", metavar="PATH", help="a local transformers causal LM folder (default: embedded SmolLM2)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
@@ -99,9 +100,11 @@ class TextWorker:
     """The batch worker (suite.batch): loads the model once, decodes one prompt per call into the
     JSON record of --output."""
 
-    def __init__(self, model=None, decoder="auto", compare=False, threads=None, **kwargs):
+    def __init__(self, model=None, decoder=None, compare=False, threads=None, **kwargs):
         import text
+        from text.generator import DEFAULT_DECODER
         self.gen = text.load(model)
+        decoder = decoder or DEFAULT_DECODER
         self.decoder, self.compare, self.kwargs = decoder, compare, kwargs
 
     def __call__(self, payload: dict) -> dict:

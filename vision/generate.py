@@ -35,22 +35,35 @@ def parse_options(pairs, decoder: str | None = None) -> dict:
     return dict(parse_option(kv) for kv in pairs or [])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m vision.generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_generation_arguments(p: argparse.ArgumentParser, decoder: str, unit: str = "images", per_label: str = "") -> None:
+    """The flags vision.generate and vision.generate_video share: labels, decoder (`decoder`: its
+    pipeline's DEFAULT_DECODER, which the app's tab shows too), sampling, weights."""
     p.add_argument("--labels", nargs="+", default=None, help="class names or ids, or 'all' (our own prior)")
-    p.add_argument("--num-per-label", type=int, default=1, help="images per label (per prompt with --hf-model)")
-    p.add_argument("--decoder", default="ar")
+    p.add_argument("--num-per-label", type=int, default=1, help=f"{unit} per label{per_label}")
+    p.add_argument("--decoder", default=decoder, help=f"default: {decoder}, the fastest lossless one measured here "
+                   "(BENCHMARKS.md); the app's default too")
     p.add_argument("--option", action="append", help="decoder option key=value (repeatable), e.g. window=3")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (1 = off)")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--weights", default=None, help="weights folder (default: vision/weights)")
+    p.add_argument("--threads", type=int, default=1)
+
+
+def label_list(labels: list, classes: list[str]) -> list:
+    """--labels as given, or every class id for 'all'."""
+    return list(range(len(classes))) if labels == ["all"] else labels
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m vision.generate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .pipeline import DEFAULT_DECODER
+    add_generation_arguments(p, DEFAULT_DECODER, "images", " (per prompt with --hf-model)")
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", required=True, help="output folder (must not exist unless --overwrite)")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--hf-model", default=None, help="local folder of an Emu3/Janus/Chameleon checkpoint")
     p.add_argument("--prompt", default=None, help="--hf-model: text prompt (needs the folder's processor)")
     p.add_argument("--prompt-ids", default=None, help="--hf-model: prompt token ids, comma-separated")
@@ -70,6 +83,9 @@ def run(args) -> dict:
         raise ValueError("--num-per-label and --batch-size must be >= 1")
     if os.path.exists(args.out) and not args.overwrite:
         raise ValueError(f"{args.out} exists; pick a new --out or pass --overwrite")
+    check_decoder(args.decoder)
+    if args.prompt is not None and not args.prompt.strip():
+        raise ValueError("--prompt is empty: describe the image, e.g. --prompt \"a red apple\"")
     if args.hf_model:
         if args.engine != "local":
             raise ValueError("--hf-model runs with --engine local")
@@ -82,7 +98,7 @@ def run(args) -> dict:
     settings = {"guidance_scale": sampling["guidance_scale"] if args.guidance_scale is None else args.guidance_scale,
                 "temperature": sampling["temperature"] if args.temperature is None else args.temperature,
                 "top_k": sampling["top_k"] if args.top_k is None else args.top_k}
-    labels = list(range(len(pipe.classes))) if args.labels == ["all"] else args.labels
+    labels = label_list(args.labels, pipe.classes)
     ids = pipe.label_ids(labels)
     jobs = [(c, i) for c in ids for i in range(args.num_per_label)]
     head = {"decoder": args.decoder, **settings, "seed": args.seed, "batch_size": args.batch_size,
@@ -90,14 +106,23 @@ def run(args) -> dict:
     return _run_label_batches(args, pipe.classes, jobs, settings, options, head)
 
 
+def check_decoder(name: str) -> None:
+    """A decoder that cannot generate images is a user error before any model loads (exit status 2)."""
+    import suite
+    from .pipeline import DECODERS
+    if name not in suite.list_decoders("image"):
+        raise ValueError(f"unknown decoder {name!r} for images; choose one of: {', '.join(DECODERS)}")
+
+
 class GenerateWorker:
     """The batch worker (suite.batch): loads the image pipeline once; one call generates one batch
     of labels with its seed into PNG bytes and the batch's stats."""
 
-    def __init__(self, weights=None, decoder="ar", settings=None, options=None, threads=None):
+    def __init__(self, weights=None, decoder=None, settings=None, options=None, threads=None):
         from . import load_image_pipeline
+        from .pipeline import DEFAULT_DECODER
         self.pipe = load_image_pipeline(weights)
-        self.decoder, self.settings, self.options = decoder, settings or {}, options or {}
+        self.decoder, self.settings, self.options = decoder or DEFAULT_DECODER, settings or {}, options or {}
 
     def __call__(self, payload: dict) -> dict:
         import io

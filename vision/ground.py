@@ -3,6 +3,7 @@
     python -m vision.ground photo.png "the red circle"                     # -> photo.grounded.png
     python -m vision.ground photo.png "the red bar" --task obb --decoder ar --out boxes.png
     python -m vision.ground scans/ "the face" --out grounded/               # a folder, with a progress bar
+    python -m vision.ground photo.png "a cat" --model florence2/ --decoder ngram   # a transformers family
 
 Prints one JSON line per image (boxes in pixels, scores, forwards). Outputs are written to a
 temporary file and renamed, so an interrupted run never leaves a half-written image.
@@ -53,10 +54,11 @@ class GroundWorker:
     """The batch worker (suite.batch): loads the grounding model once, grounds `query` in one image
     per call into the drawn image's bytes and its JSON record."""
 
-    def __init__(self, query: str, decoder="hybrid", task="aabb", weights=None, threads=None):
+    def __init__(self, query: str, decoder=None, task="aabb", weights=None, threads=None):
         from vision.grounding.pipeline import load_grounding_pipeline
         self.grd = load_grounding_pipeline(weights, threads=threads)
-        self.grd.decoder_for(decoder, {})          # an unknown decoder fails before the first image
+        decoder = decoder or self.grd.default_decoder     # ours: pipeline.DEFAULT_DECODER (the app's too); a family's: ar
+        self.grd.decoder_for(decoder, {}, task)    # an unknown decoder fails before the first image
         self.query, self.decoder, self.task = query, decoder, task
 
     def __call__(self, payload: dict) -> dict:
@@ -66,8 +68,8 @@ class GroundWorker:
         res = self.grd(image, self.query, decoder=self.decoder, task=self.task)
         rec = {"image": str(src), "output": str(dst), "query": self.query, "decoder": self.decoder,
                "boxes": [[round(v, 1) for v in b] for b in res.boxes],
-               "scores": [round(s, 3) for s in res.scores], "no_match": res.no_match,
-               "forwards": res.stats.row_forwards}
+               "scores": [None if s is None else round(s, 3) for s in res.scores], "no_match": res.no_match,
+               "forwards": getattr(res.stats, "row_forwards", res.stats.num_forwards)}
         if res.angles is not None:
             rec["angles"] = [round(a, 4) for a in res.angles]
         return {"image": image_bytes(draw(image, res), dst.suffix), "record": rec}
@@ -87,14 +89,20 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 def main(argv=None) -> int:
     from suite.batch import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from vision.grounding.pipeline import DECODERS, DEFAULT_DECODER
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image file or a folder of images")
     ap.add_argument("query", help='what to find, e.g. "the red circle", "the face", "the word cat"')
     ap.add_argument("--out", default=None, help="output image (file input) or folder (folder input)")
-    ap.add_argument("--decoder", default="hybrid", help="ar, parallel_box or hybrid (default)")
+    ap.add_argument("--decoder", default=None,
+                    help=f"{', '.join(DECODERS)} (default {DEFAULT_DECODER}: the fastest lossless one measured here, "
+                         "the app's default too); a family's (--model): ar (default) and the exact chain decoders "
+                         "(ngram, lookahead, jacobi, speculative)")
     ap.add_argument("--task", default="aabb", choices=["aabb", "obb"], help="axis-aligned or oriented boxes")
-    ap.add_argument("--weights", default=None, help="model folder (default: vision/weights/grounding)")
+    ap.add_argument("--model", "--weights", dest="weights", default=None, metavar="DIR",
+                    help="model folder: ours (default vision/weights/grounding) or a transformers family's "
+                         "(Florence-2, PaliGemma, Kosmos-2, saved with its processor)")
     ap.add_argument("--threads", type=int, default=None)
     add_batch_arguments(ap)
     args = ap.parse_args(argv)

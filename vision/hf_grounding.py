@@ -43,6 +43,16 @@ class HFGroundingResult:
     text: str = ""                                   # the raw answer, location tokens included
     decode_time_s: float = 0.0
     wall_time_s: float = 0.0
+    angles: None = None                              # axis-aligned only
+
+    @property
+    def scores(self) -> list[None]:
+        """No per-box score: these families give location tokens, not box probabilities."""
+        return [None] * len(self.boxes)
+
+    def polygons(self) -> list[list[tuple[float, float]]]:
+        """Each box as its 4 corners (pixels), as GroundingResult.polygons."""
+        return [[(x0, y0), (x1, y0), (x1, y1), (x0, y1)] for x0, y0, x1, y1 in self.boxes]
 
 
 def as_rgb(image):
@@ -94,6 +104,8 @@ def parse_boxes(family: str, text: str, width: int, height: int, patches: int = 
 class HFGroundingPipeline:
     """A Florence-2/PaliGemma/Kosmos-2 checkpoint as a grounding pipeline (GroundingPipeline's call)."""
 
+    default_decoder = "ar"
+
     def __init__(self, vlm, max_new_tokens: int = MAX_NEW_TOKENS):
         if vlm.family not in FAMILIES:
             raise ValueError(f"a {vlm.family!r} model does not ground boxes here; grounding families: "
@@ -111,6 +123,13 @@ class HFGroundingPipeline:
                              "inside free text with no such block or training; use one of: " + ", ".join(self.decoders))
         if isinstance(decoder, str) and decoder not in self.decoders:
             raise ValueError(f"unknown decoder {decoder!r} for {self.family}; use one of: {', '.join(self.decoders)}")
+
+    def decoder_for(self, decoder, options, task: str = "aabb"):
+        """GroundingPipeline.decoder_for's check: the decoder name, or a clear error."""
+        if task != "aabb":
+            raise ValueError(f"{self.family} gives axis-aligned boxes only: use task='aabb'")
+        self.check_decoder(decoder)
+        return decoder
 
     def __call__(self, image, query, decoder="ar", task: str = "aabb", **options):
         """One image and query -> HFGroundingResult; lists of images and queries -> a list (one batch)."""

@@ -45,9 +45,9 @@ class HFImageLM:
             self.code_ids, k = None, int(model.config.vq_config.num_embeddings)
         else:
             mapping = model.model.vocabulary_mapping
-            self.code_ids = torch.tensor(mapping.image_tokens, dtype=torch.long)          # (K,) vocab ids
+            self.code_ids = torch.tensor(mapping.image_tokens, dtype=torch.long, device=self.device)   # (K,) vocab ids
             k = len(self.code_ids)
-            self.vocab_of_code = torch.cat([self.code_ids, torch.tensor([mapping.eol_token_id])]) \
+            self.vocab_of_code = torch.cat([self.code_ids, torch.tensor([mapping.eol_token_id], device=self.device)]) \
                 if self.eol else self.code_ids
         h, w = grid
         width = w + 1 if self.eol else w
@@ -67,7 +67,8 @@ class HFImageLM:
         image = positions >= self.prompt_length                        # (B, N) code slots
         if attention_mask is None:
             n = tokens.shape[1]
-            attention_mask = cache.attention_mask(torch.ones(n, n, dtype=torch.bool).tril().expand(len(tokens), n, n))
+            causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril()
+            attention_mask = cache.attention_mask(causal.expand(len(tokens), n, n))
         dev = self.device
         kw = dict(position_ids=positions.to(dev), attention_mask=attention_mask.to(dev), cache=cache.backend,
                   use_cache=True)
@@ -133,7 +134,7 @@ class HFImageModel:
             return self.processor(text=[text], generation_mode="image", return_tensors="pt")["input_ids"]
         ids = self.processor(text=[text], return_tensors="pt")["input_ids"]
         boi = self.model.config.vocabulary_map.get("<racm3:break>")
-        return torch.cat([ids, torch.tensor([[boi]])], 1) if boi is not None else ids
+        return torch.cat([ids, torch.tensor([[boi]], device=ids.device)], 1) if boi is not None else ids
 
     def generate(self, input_ids, decoder="ar", grid=None, guidance_scale: float = 1.0, uncond_ids=None,
                  temperature: float = 1.0, top_k=None, top_p=None, seed: int = 0, **options) -> HFImageResult:
@@ -156,7 +157,7 @@ class HFImageModel:
                                   top_k=top_k, top_p=top_p, seed=seed, **options)
         for _ in suite.decode_steps(run, dec, state):
             pass
-        tokens = torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, h, width)
+        tokens = torch.tensor([state.new_tokens(b) for b in range(state.batch)], device=state.device).reshape(-1, h, width)
         codes = tokens[..., :grid[1]]                               # drop Emu3's end-of-line column
         settings = {"family": self.family, "decoder": dec.name, "grid": list(grid), "guidance_scale": guidance_scale,
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}

@@ -25,6 +25,9 @@ from .tokenizer import VQTokenizer
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
 DECODERS = tuple(suite.list_decoders("image", chain=("ar", "sjd", "mc_sjd")))   # jacobi is greedy only
 IMAGE_DEFAULTS = {"sjd": {"init": "left"}, "mc_sjd": {"init": "left"}}   # left-neighbour drafts
+# the CLI's and the Image tab's default: the lossless sjd/mc_sjd take 3.4x fewer forwards but run at 0.45x
+# ar's wall speed on a CPU, and zipar is faster but lossy (BENCHMARKS.md, Vision)
+DEFAULT_DECODER = "ar"
 
 
 @dataclass
@@ -97,7 +100,7 @@ class ImagePipeline:
             raise ValueError(f"the prior was trained for a {self.grid[0]}x{self.grid[1]} token grid, not "
                              f"{grid[0]}x{grid[1]}; pass grid=None or train a prior for that grid")
         ids = self.label_ids(labels)
-        prompt = torch.tensor([[self.prior.class_token(i)] for i in ids])          # (B, 1)
+        prompt = torch.tensor([[self.prior.class_token(i)] for i in ids], device=self.prior.device)   # (B, 1)
         model = self.prior
         if guidance_scale != 1.0:
             null = torch.full_like(prompt, self.prior.config.extra["null_class_id"])
@@ -115,7 +118,7 @@ class ImagePipeline:
                     "top_p": top_p, "seed": seed, "grid": [h, w]}
         return ids, adapter, dec, state, settings
 
-    def __call__(self, labels, decoder="ar", guidance_scale: float | None = None, temperature: float | None = None,
+    def __call__(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
                  **decoder_options) -> ImageResult:
         ids, adapter, dec, state, settings = self._prepare(labels, decoder, guidance_scale, temperature,
@@ -125,7 +128,7 @@ class ImagePipeline:
         tokens = self._grid_tokens(state)
         return ImageResult(self.decode_tokens(tokens), tokens, ids, state.stats, settings)
 
-    def stream(self, labels, decoder="ar", guidance_scale: float | None = None, temperature: float | None = None,
+    def stream(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
                top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
                **decoder_options) -> Iterator[ImageStep]:
         """Yield partial images after every forward (the same decode loop as __call__)."""
@@ -137,20 +140,16 @@ class ImagePipeline:
 
     def _grid_tokens(self, state) -> torch.Tensor:
         h, w = self.grid
-        return torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, h, w)
+        return torch.tensor([state.new_tokens(b) for b in range(state.batch)], device=state.device).reshape(-1, h, w)
 
     def _partial(self, dec, state) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, H, W) tokens with 0 where unknown, and the (B, H, W) known mask; decoders that fill the
         grid out of order (zipar) show their canvas, the rest their committed raster prefix."""
         h, w = self.grid
         canvases = dec.canvas(state) if hasattr(dec, "canvas") else None
-        flat = torch.full((state.batch, h * w), -1, dtype=torch.long)
-        for b in range(state.batch):
-            if canvases is not None:
-                flat[b] = torch.tensor(canvases[b])
-            else:
-                new = state.new_tokens(b)
-                flat[b, :len(new)] = torch.tensor(new, dtype=torch.long)
+        rows = canvases if canvases is not None else [state.new_tokens(b) for b in range(state.batch)]
+        flat = torch.tensor([list(r) + [-1] * (h * w - len(r)) for r in rows], dtype=torch.long,
+                            device=state.device).reshape(state.batch, h * w)     # built on the host, sent once
         known = flat >= 0
         return flat.clamp(min=0).reshape(-1, h, w), known.reshape(-1, h, w)
 
@@ -160,7 +159,7 @@ class ImagePipeline:
         pixels = self.tokenizer.decode(tokens)                       # (B, 3, H*f, W*f)
         if known is not None:
             f = self.tokenizer.factor
-            m = known.repeat_interleave(f, 1).repeat_interleave(f, 2)[:, None]
+            m = known.to(pixels.device).repeat_interleave(f, 1).repeat_interleave(f, 2)[:, None]
             pixels = torch.where(m, pixels, torch.zeros_like(pixels))
         return [Image.fromarray(a) for a in to_uint8(pixels)]
 

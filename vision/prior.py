@@ -60,6 +60,10 @@ class ImagePrior:
                                            "query_offset": meta.get("query_offset")})   # LPD position queries
 
     @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+    @property
     def grid(self) -> tuple[int, int]:
         return self.config.extra["grid"]
 

@@ -49,7 +49,8 @@ class VQTokenizer:
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """(B, H, W) long codes -> (B, 3, H*f, W*f) in [-1, 1]."""
+        """(B, H, W) long codes (on any device: moved once to the tokenizer's) -> (B, 3, H*f, W*f) in [-1, 1]."""
+        codes = codes.to(self.vq.device)
         b, hh, ww = codes.shape
         z = self.vq.quantize.get_codebook_entry(codes.reshape(b, -1), (b, hh, ww, self.vq.config.vq_embed_dim or
                                                                          self.vq.config.latent_channels))

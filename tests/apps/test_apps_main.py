@@ -79,7 +79,7 @@ def test_gradio_server_environment_sets_host_and_port(monkeypatch):
 
 
 def test_apps_registry_lists_one_module_per_tab():
-    assert [t.key for t in apps_main.TABS] == ["text", "image", "grounding", "document", "speech"]
+    assert [t.key for t in apps_main.TABS] == ["text", "image", "video", "grounding", "document", "speech"]
     assert all(t.module == f"apps.{t.key}" for t in apps_main.TABS)
 
 

@@ -20,7 +20,7 @@ def check_cache_against_full_forward(model, adapter, state):
         assert live.tolist() == list(range(state.num_cached[b]))   # exactly the committed prefix
     pending = [state.pending(b) for b in range(state.batch)]
     draft = Draft.from_rows(pending, [list(range(state.num_cached[b], len(state.tokens[b])))
-                                      for b in range(state.batch)])
+                                      for b in range(state.batch)], device=state.device)
     with torch.no_grad():
         cached_logits = adapter(draft.tokens, draft.positions, cache, cache.attention_mask(draft.mask))
         for b in range(state.batch):
@@ -44,7 +44,9 @@ def test_compaction_gathers_live_slots_to_the_front():
     steps = suite.decode_steps(adapter, dec, state)
     next(steps)
     next(steps)
-    state.cache.valid[0, 1:] = False           # roll row 0 back to its first token, then gather
+    dead = torch.zeros_like(state.cache.valid)
+    dead[0, 1:] = True
+    state.cache.discard(dead)                  # roll row 0 back to its first token, then gather
     state.num_cached[0] = 1
     state.cache.compact(max_dead_fraction=0.0)
     assert state.cache.num_slots == int(state.cache.lengths().max())

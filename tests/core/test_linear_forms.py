@@ -66,3 +66,8 @@ def test_measured_choice_keeps_f_linear_unless_beaten():
     assert set(seconds) >= {"linear", "wxt", "xwt"} and all(set(r) == {1, 4} for r in seconds.values())
     slow = {"linear": {1: 1.0, 4: 1.0}, "wxt": {1: 0.99, 4: 0.5}, "xwt": {1: 2.0, 4: 0.4}, "onednn": {1: 2.0, 4: 0.45}}
     assert pick_forms(slow) == {1: "linear", 4: "xwt"}
+
+
+def test_one_row_keeps_f_linear_even_when_a_layer_timing_favours_another_form():
+    fast_one_row = {"linear": {1: 1.0, 4: 1.0}, "wxt": {1: 0.2, 4: 0.5}, "xwt": {1: 0.1, 4: 0.4}}
+    assert pick_forms(fast_one_row) == {1: "linear", 4: "xwt"}

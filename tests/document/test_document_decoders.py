@@ -96,7 +96,7 @@ def test_eos_inside_a_block_stops_like_ar():
 
 
 def test_block_mask_layout():
-    m = block_mask(3, 2)
+    m = block_mask(3, 2, "cpu")
     assert m[:3, :3].equal(torch.ones(3, 3, dtype=torch.bool).tril())
     assert not m[:3, 3:].any()            # clean slots never see noisy ones
     assert m[3:, :].all()                 # noisy slots see the clean past and each other

@@ -41,3 +41,35 @@ def test_a_model_that_reads_no_pages_is_refused(tmp_path):
     page = tiny_vlm.images(1)[0]
     with pytest.raises(ValueError, match="known: .*GotOcr2ForConditionalGeneration"):
         document.read(page, model=tmp_path / "llama")
+
+
+def test_cli_and_bench_take_a_model_folder(folders, tmp_path, capsys):
+    import json
+
+    from document.__main__ import main
+    from document.bench import main as bench
+    page = tmp_path / "in" / "page.png"
+    page.parent.mkdir()
+    tiny_vlm.images(1, size=(60, 80))[0].save(page)
+    folder = folders["got_ocr2"]
+    assert main([str(page.parent), "--out", str(tmp_path / "out"), "--model", str(folder), "--decoder", "ngram",
+                 "--max-new-tokens", str(TOKENS)]) == 0
+    want = document_text(folder, page)
+    assert json.loads((tmp_path / "out" / "page.png.json").read_text())["pages"][0]["lines"] is not None
+    assert (tmp_path / "out" / "page.png.txt").read_text().strip() == want
+    assert bench(["--model", str(folder), "--lines", "2", "--pages-batch", "2", "--max-new-tokens", str(TOKENS),
+                  "--decoders", "ngram"]) == 0
+    table = capsys.readouterr().out
+    assert "| got_ocr2 ar |" in table and "| got_ocr2 ngram |" in table and "same as ar %" in table
+    assert bench(["--model", str(tmp_path / "in")]) == 2             # not a model folder: a clear error
+    assert "config.json" in capsys.readouterr().err
+
+
+def document_text(folder, page):
+    """What the family's own generate reads on the page, as document.read writes it."""
+    from PIL import Image
+
+    from document.hf_reader import load_reader
+    reader = load_reader(folder, max_new_tokens=TOKENS)
+    text = reader.vlm.tokenizer.decode(reader.reference([Image.open(page).convert("RGB")])[0], skip_special_tokens=True)
+    return "\n".join(line for line in text.strip().splitlines() if line.strip())

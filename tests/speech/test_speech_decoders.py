@@ -64,6 +64,15 @@ def test_delay_pattern_round_trip():
     assert torch.equal(undelay(cols, 9), codes)
 
 
+def test_delay_pattern_round_trip_with_other_lags():     # Dia's layout: codebook k lags d_k frames
+    lags = (0, 3, 4, 6)                                  # Q = 4
+    codes = torch.randint(0, C, (Q, 9))
+    cols = delay_pattern(codes, BOS, EOS, PAD, lags)
+    assert cols.shape == (Q, 9 + max(lags) + 1)
+    assert cols[1, :lags[1]].eq(BOS).all() and cols[1, lags[1]] == codes[1, 0] and cols[1, lags[1] + 9] == EOS
+    assert torch.equal(undelay(cols, 9, lags), codes)
+
+
 def test_flatten_round_trip():
     codes = torch.randint(0, C, (Q, 7))
     flat = flatten_codes(codes, C)

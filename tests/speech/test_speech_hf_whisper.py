@@ -130,6 +130,15 @@ def test_cli_takes_model_folder(whisper_folder, tmp_path, capsys):
     assert line["num_new_tokens"] > 0
 
 
+def test_bench_rows_of_a_whisper_folder(asr):          # what `python -m speech.bench --model DIR` prints
+    from speech.bench import bench_asr
+    from speech.hf_asr import DECODERS
+    items = [{"audio": a, "text": "hello"} for a in audio_clips(2)]
+    rows = bench_asr(asr, items, decoders=DECODERS)
+    assert [r["decoder"] for r in rows] == list(DECODERS)
+    assert all(r["exact_match_with_ar"] == 1.0 and r["decoder_forwards"] > 0 for r in rows)
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 
 def test_folder_without_processor_names_it(tmp_path):

@@ -272,11 +272,11 @@ def test_cross_row_mask_sees_the_row_above_up_to_its_reach():
     from suite.decoders.raster.zipar import REAL, slot_mask
     # width 8, window 2 (reach 6): row 0 guesses at positions 3..5, row 1 guesses at 9..10, row 2 at 17
     slots = [(0, 2, REAL), (0, 3, 0), (0, 4, 0), (0, 5, 0), (0, 9, 1), (0, 10, 1), (0, 17, 2)]
-    m = slot_mask(slots, above_reach=6)
+    m = slot_mask(slots, above_reach=6, device="cpu")
     assert m[4, :4].tolist() == [True, True, False, False]      # (1, 1) sees row 0 up to column 3
     assert m[5, :4].tolist() == [True, True, True, False]       # (1, 2) up to column 4
     assert m[6].tolist() == [True, False, False, False, True, True, True]   # not row 0's guesses
-    assert not slot_mask(slots)[4:6, 1:4].any()                 # without cross rows: none of them
+    assert not slot_mask(slots, device="cpu")[4:6, 1:4].any()                 # without cross rows: none of them
 
 
 class MarkovRows(ScriptedPrior):

@@ -129,3 +129,31 @@ def test_text_load_takes_a_vision_language_folder(folders):
         assert chat.generate("caption en", image=image, decoder=decoder, max_new_tokens=8).tokens == want
     with pytest.raises(ValueError, match="image="):
         chat.generate("caption en")
+
+
+def test_cli_ground_and_bench_take_a_model_folder(folders, tmp_path, capsys):
+    import json
+
+    from vision.bench import main as bench
+    from vision.ground import main as ground
+    image = tmp_path / "a.png"
+    tiny_vlm.images(1)[0].save(image)
+    assert ground([str(image), "a cat", "--model", str(folders["paligemma"]), "--decoder", "ngram",
+                   "--out", str(tmp_path / "b.png")]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["decoder"] == "ngram" and record["forwards"] >= 1 and (tmp_path / "b.png").is_file()
+    assert bench(["grounding", "--model", str(folders["florence2"]), "--n", "2", "--decoders", "ar", "ngram"]) == 0
+    table = capsys.readouterr().out
+    assert "| ar |" in table and "| ngram |" in table and "same_as_ar" in table
+    assert ground([str(image), "a cat", "--model", str(folders["paligemma"]), "--decoder", "hybrid"]) == 2
+    assert "MASK slots" in capsys.readouterr().err
+
+
+def test_cli_unknown_family_lists_the_known_ones(tmp_path, capsys):
+    from vision.ground import main as ground
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "bark"}')
+    image = tmp_path / "a.png"
+    tiny_vlm.images(1)[0].save(image)
+    assert ground([str(image), "a cat", "--model", str(tmp_path / "m")]) == 2
+    assert "florence2" in capsys.readouterr().err

@@ -29,14 +29,14 @@ def allowed_mask(q: torch.Tensor, prompt_len: torch.Tensor, block: int, vocab: i
 def rule_table(block: int, vocab: int, device: torch.device) -> torch.Tensor:
     """(block + 2, V) bool: the tokens each rule allows. Rule 0 a prompt slot (no rule), 1 the first
     answer token, 2 + k slot k of a block."""
-    allow = torch.zeros(block + 2, vocab, dtype=torch.bool)
+    allow = torch.zeros(block + 2, vocab, dtype=torch.bool, device=device)
     allow[0] = True
     allow[2, [OBJ, EOS]] = True
     allow[3:block + 1, COORD0:COORD0 + GRID + 1] = True
     allow[block + 1, END] = True
     allow[1] = allow[2]
     allow[1, NONE] = True
-    return allow.to(device)
+    return allow
 
 
 class BoxGrammar:
@@ -44,7 +44,7 @@ class BoxGrammar:
 
     def __init__(self, inner, prompt_lengths: list[int]):
         self.inner = inner
-        self.prompt_len = torch.tensor(prompt_lengths, dtype=torch.long)
+        self.prompt_len = torch.tensor(prompt_lengths, dtype=torch.long, device=inner.encoder_states.device)
         self.block = inner.config.extra["block_size"]
 
     def __getattr__(self, name):             # config, capabilities, new_cache, task, encoder_states

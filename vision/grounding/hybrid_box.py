@@ -142,7 +142,8 @@ class HybridBox:
             v = Verdict(k, argmax[k])
         else:
             probs = logits_to_probs(row[:len(chain) + 1], state.params)
-            v = accept_speculative(torch.tensor(chain, dtype=torch.long), None, probs, state.generator)
+            v = accept_speculative(torch.tensor(chain, dtype=torch.long, device=probs.device), None, probs,
+                                   state.generator)
         whole = v.num_accepted == len(chain)
         out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
         # the drafts after a disagreement become AR's own guesses from this forward (slot j's

@@ -63,7 +63,8 @@ class TreeSlots:
         return [self.pending + p if p < j else start + p - j for p in range(length)]
 
 
-def tree_row(num_pending: int, tree: BoxTree, num_noisy: int) -> tuple[list[int | None], list[int], torch.Tensor, TreeSlots]:
+def tree_row(num_pending: int, tree: BoxTree, num_noisy: int, device: torch.device
+             ) -> tuple[list[int | None], list[int], torch.Tensor, TreeSlots]:
     """A row's drafted values (None: a MASK slot), position offsets from its first pending token,
     (N, N) mask and slot map. Pending slots are causal; main value j sees pending and main values
     <= j; a branch at j sees pending, main values < j and its own slots before; MASK slots see
@@ -85,9 +86,11 @@ def tree_row(num_pending: int, tree: BoxTree, num_noisy: int) -> tuple[list[int 
         values.append(None)
         offsets.append(P + n + k)
         seen.append(list(range(P + n)) + list(range(noisy, noisy + num_noisy)))
-    mask = torch.zeros(len(values), len(values), dtype=torch.bool)
+    visible = [[False] * len(values) for _ in values]        # built on the host, sent to the device once
     for i, cols in enumerate(seen):
-        mask[i, cols] = True
+        for j in cols:
+            visible[i][j] = True
+    mask = torch.tensor(visible, dtype=torch.bool, device=device).reshape(len(values), len(values))
     return values, offsets, mask, TreeSlots(P, branches, noisy)
 
 
@@ -133,12 +136,13 @@ class Locus:
             tree.main, tree.alts = tree.main[:max(0, room)], tree.alts[:max(0, room)]
             pending = state.pending(b)
             num_noisy = max(0, min(self.layout.block_size - 1, room - len(tree.main)))
-            values, offsets, mask, where = tree_row(len(pending), tree, num_noisy)
+            values, offsets, mask, where = tree_row(len(pending), tree, num_noisy, state.device)
             rows.append(pending + [self.layout.mask_token_id if v is None else v for v in values[len(pending):]])
             positions.append([state.num_cached[b] + o for o in offsets])
             masks.append(mask), slots.append(where)
         active = [s.pending - 1 for s in slots if s is not None and s.pending > 0]
-        return Draft.from_rows(rows, positions, masks, meta=slots, logits_from=min(active, default=0))
+        return Draft.from_rows(rows, positions, masks, meta=slots, logits_from=min(active, default=0),
+                               device=state.device)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed, keep = [], torch.zeros_like(draft.valid)

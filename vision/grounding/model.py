@@ -110,7 +110,7 @@ def default_config(num_query_tokens: int, n_embd: int = 160, n_layer: int = 3, n
 
 def sinusoid(v: torch.Tensor, dim: int) -> torch.Tensor:
     """(N,) values in [0, 1] -> (N, dim) sin/cos features, wavelengths from 2*pi down to ~0.03."""
-    freqs = torch.exp(torch.linspace(0, math.log(200.0), dim // 2))[None]           # (1, dim/2)
+    freqs = torch.exp(torch.linspace(0, math.log(200.0), dim // 2, device=v.device))[None]   # (1, dim/2)
     return torch.cat([torch.sin(v[:, None] * freqs), torch.cos(v[:, None] * freqs)], 1)
 
 
@@ -118,7 +118,7 @@ def cell_positions(cells: int, dim: int) -> torch.Tensor:
     """(1, S, D) initial 2-D position embedding of the feature grid: sinusoids of each cell
     centre's x in the first half of the width, of its y in the second half."""
     side = int(round(math.sqrt(cells)))
-    c = (torch.arange(side).float() + 0.5) / side
+    c = (torch.arange(side, device="cpu").float() + 0.5) / side       # an initial parameter value (moves with the module)
     y, x = c[:, None].expand(side, side).reshape(-1), c[None, :].expand(side, side).reshape(-1)
     return (torch.cat([sinusoid(x, dim // 2), sinusoid(y, dim // 2)], 1) * 0.5)[None]
 
@@ -149,7 +149,8 @@ class GroundingModel(nn.Module):
         way cell positions are written (x in the first half, y in the second, `cell_positions`):
         a slot that attends to a cell can read its value off through the tied output layer."""
         g = self.cfg["grid"]
-        s = sinusoid(torch.arange(g + 1).float() / g, self.cfg["n_embd"] // 2)    # (G+1, D/2)
+        wte = self.decoder.transformer.wte.weight
+        s = sinusoid(torch.arange(g + 1, device=wte.device).float() / g, self.cfg["n_embd"] // 2)    # (G+1, D/2)
         with torch.no_grad():
             self.decoder.transformer.wte.weight[COORD0:COORD0 + g + 1] = torch.cat([s, s], 1) * 0.05
 
@@ -266,8 +267,10 @@ class GroundingAdapter(CrossAttentionAdapter):
                    "block_end_id": END, "coord_lo": COORD0, "coord_hi": COORD0 + GRID, "box_format": fmt})
 
     def for_images(self, features: torch.Tensor, task: str = "aabb") -> "GroundingAdapter":
-        """features (B, S, FEATURE_DIM) -> an adapter holding their encoder states."""
+        """features (B, S, FEATURE_DIM), on any device (moved once to the model's) -> an adapter
+        holding their encoder states."""
         with torch.no_grad():
+            features = features.to(next(self.model.parameters()).device)
             return GroundingAdapter(self.model, self.model.encode(features), task)
 
 

@@ -26,7 +26,10 @@ DEFAULT_WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "grounding"
 MAX_PIXELS = 40_000_000          # larger images are refused (downscale first)
 MIN_SIDE = 8
 MAX_QUERY_TOKENS = 24
-DEFAULT_DECODER = "hybrid"
+# the CLI's, the Grounding tab's and the API's default: ar, the only lossless decoder with a measured speed
+# here (hybrid reads at ar's Acc@0.5 at 1.95x but is lossy; locus is exact, its boxes/s not yet measured on
+# a quiet machine: BENCHMARKS.md, Grounding)
+DEFAULT_DECODER = "ar"
 
 DECODERS = tuple(suite.list_decoders("grounding", chain=("ar",)))   # the box decoders and ar
 
@@ -143,6 +146,7 @@ class GroundingPipeline:
         self.batch_size = batch_size
 
     decoders = DECODERS
+    default_decoder = DEFAULT_DECODER         # what `python -m vision.ground` runs without --decoder
 
     def __call__(self, image, query, decoder=DEFAULT_DECODER, task: str = "aabb", score: bool = True,
                  **options):
@@ -179,26 +183,36 @@ class GroundingPipeline:
             raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
         return decoder
 
-    def batch(self, images, queries, decoder=DEFAULT_DECODER, task="aabb", score=True, **options) -> list[GroundingResult]:
+    def batch(self, images, queries, decoder=DEFAULT_DECODER, task="aabb", score=True,
+              prior_tokens: list[list[int]] | None = None, **options) -> list[GroundingResult]:
+        """prior_tokens: per image, a previous answer (`GroundingResult.tokens`, e.g. the last frame's
+        of a video) that the `ngram_prior` decoder drafts from, verified (exact with greedy decoding)."""
         prompts = [self.check(q, task) for q in queries]
+        if prior_tokens is not None and len(prior_tokens) != len(images):
+            raise ValueError(f"prior_tokens has {len(prior_tokens)} entries for {len(images)} images; give one per image")
         dec = self.decoder_for(decoder, options, task)
         pil = [load_image(im) for im in images]
         results = []
         for lo in range(0, len(pil), self.batch_size):
+            priors = None if prior_tokens is None else prior_tokens[lo:lo + self.batch_size]
             results += self._run(pil[lo:lo + self.batch_size], queries[lo:lo + self.batch_size],
-                                 prompts[lo:lo + self.batch_size], dec, task, score)
+                                 prompts[lo:lo + self.batch_size], dec, task, score, priors)
         return results
 
-    def _run(self, images, queries, prompts, dec, task, score) -> list[GroundingResult]:
+    def _run(self, images, queries, prompts, dec, task, score, priors=None) -> list[GroundingResult]:
         t0 = time.perf_counter()
         boxed = [letterbox(im, self.size) for im in images]
-        feats = self.encoder(torch.from_numpy(np.stack([b[0] for b in boxed])))       # (B, S, F)
+        pixels = torch.from_numpy(np.stack([b[0] for b in boxed])).to(self.encoder.mean.device)   # once, to the encoder
+        feats = self.encoder(pixels)                                                   # (B, S, F)
         bound = self.adapter.for_images(feats, task)
         if self.grammar:
             bound = BoxGrammar(bound, [len(p) for p in prompts])
         block = TASKS[task][1]
+        # a prior answer drafts as the continuation of its prompt (the n-gram lookup's key)
+        inputs = None if priors is None else \
+            suite.RequestInputs(prior_tokens=tuple(list(p) + list(a) for p, a in zip(prompts, priors)))
         adapter, d, state = suite.prepare(bound, [list(p) for p in prompts], decoder=dec,
-                                          max_new_tokens=MAX_BOXES * block + 1, eos_token_id=[EOS, NONE])
+                                          max_new_tokens=MAX_BOXES * block + 1, eos_token_id=[EOS, NONE], inputs=inputs)
         res = suite.decode(adapter, d, state)
         wall = time.perf_counter() - t0
         scores = self._scores(bound, prompts, res.new_tokens) if score else [None] * len(prompts)
@@ -240,12 +254,12 @@ class GroundingPipeline:
         layout = BoxLayout.of(bound)
         seqs = [p + t for p, t in zip(prompts, new_tokens)]
         n = max(len(s) for s in seqs)
-        ids = torch.zeros(len(seqs), n, dtype=torch.long)
-        for b, s in enumerate(seqs):
-            ids[b, :len(s)] = torch.tensor(s)
-        mask = torch.ones(n, n, dtype=torch.bool).tril().expand(len(seqs), 1, n, n)
+        dev = bound.encoder_states.device
+        ids = torch.tensor([s + [0] * (n - len(s)) for s in seqs], dtype=torch.long, device=dev)
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(len(seqs), 1, n, n)
         with torch.no_grad():
-            logits = self.model.decoder_logits(ids, torch.arange(n).expand(len(seqs), n), mask, bound.encoder_states)
+            logits = self.model.decoder_logits(ids, torch.arange(n, device=dev).expand(len(seqs), n), mask,
+                                               bound.encoder_states)
         block = layout.block_size
         out = []
         for b, (p, t) in enumerate(zip(prompts, new_tokens)):

@@ -31,6 +31,7 @@ from .prior import SAMPLING, VideoPrior
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
 VIDEO_DEFAULTS = {"sjd": {"init": "frame", "window": 16}, "mc_sjd": {"init": "frame", "window": 16}}
 ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
+DEFAULT_DECODER = "ar"     # the CLI's and the Video tab's: no video table in BENCHMARKS.md names a faster lossless one
 
 
 def video_decoder(name: str, **options):
@@ -83,6 +84,27 @@ class VideoFrame:
     codes: torch.Tensor               # (H, W)
     forward: int                      # forwards done when the frame was complete
     stats: suite.DecodeStats          # the request's running totals (live)
+    decided_at: torch.Tensor | None = None   # (H, W) the forward (1-based) that decided each code
+
+
+def name_ids(values, names: list[str], kind: str) -> list[int]:
+    """Names or ids -> ids; unknown ones are a ValueError listing the valid names."""
+    ids = []
+    for x in values:
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < len(names):
+            ids.append(int(x))
+        elif isinstance(x, str) and (x in names or x.isdigit() and int(x) < len(names)):
+            ids.append(names.index(x) if x in names else int(x))
+        else:
+            raise ValueError(f"unknown {kind} {x!r}; choose a name or id 0..{len(names) - 1}: " + ", ".join(names))
+    return ids
+
+
+def check_num_frames(num_frames, max_frames: int) -> None:
+    whole = isinstance(num_frames, (int, np.integer)) and not isinstance(num_frames, bool)
+    if not whole or not 1 <= num_frames <= max_frames:
+        raise ValueError(f"num_frames must be 1..{max_frames} (the prior was trained on "
+                         f"{max_frames}-frame clips), got {num_frames!r}")
 
 
 DECODERS = ("ar", "sjd", "mc_sjd") + tuple(suite.list_decoders("video", chain=()))
@@ -109,18 +131,6 @@ class VideoPipeline:
     def max_frames(self) -> int:
         return self.prior.layout.frames
 
-    def _ids(self, values, names: list[str], kind: str) -> list[int]:
-        """Names or ids -> ids; unknown ones are a ValueError listing the valid names."""
-        ids = []
-        for x in values:
-            if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < len(names):
-                ids.append(int(x))
-            elif isinstance(x, str) and (x in names or x.isdigit() and int(x) < len(names)):
-                ids.append(names.index(x) if x in names else int(x))
-            else:
-                raise ValueError(f"unknown {kind} {x!r}; choose a name or id 0..{len(names) - 1}: " + ", ".join(names))
-        return ids
-
     def prompt_ids(self, labels, motion) -> tuple[list[int], list[int]]:
         """Class and motion ids per clip; one motion for all, or one per label."""
         labels = [labels] if isinstance(labels, (str, int, np.integer)) else list(labels)
@@ -129,7 +139,7 @@ class VideoPipeline:
         motions = [motion] * len(labels) if isinstance(motion, (str, int, np.integer)) else list(motion)
         if len(motions) != len(labels):
             raise ValueError(f"give one motion, or one per label: got {len(motions)} for {len(labels)} labels")
-        return self._ids(labels, self.classes, "class"), self._ids(motions, self.motions, "motion")
+        return name_ids(labels, self.classes, "class"), name_ids(motions, self.motions, "motion")
 
     def _prepare(self, labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, options):
         s = {**SAMPLING, **self.prior.meta.get("sampling", {})}
@@ -138,15 +148,14 @@ class VideoPipeline:
         top_k = s["top_k"] if top_k is None else top_k
         if guidance_scale < 0:
             raise ValueError(f"guidance_scale must be >= 0 (1 = no guidance, 2-3 typical), got {guidance_scale}")
-        if not 1 <= num_frames <= self.max_frames:
-            raise ValueError(f"num_frames must be 1..{self.max_frames} (the prior was trained on "
-                             f"{self.max_frames}-frame clips), got {num_frames}")
+        check_num_frames(num_frames, self.max_frames)
         ids, motions = self.prompt_ids(labels, motion)
         lay = self.prior.layout
-        prompt = torch.tensor([lay.prompt(c, m) for c, m in zip(ids, motions)])        # (B, 2)
+        dev = self.prior.device
+        prompt = torch.tensor([lay.prompt(c, m) for c, m in zip(ids, motions)], device=dev)        # (B, 2)
         model = self.prior
         if guidance_scale != 1.0:
-            null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids))
+            null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids), device=dev)
             model = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null)
         dec = video_decoder(decoder, **options) if isinstance(decoder, str) else decoder
         adapter, dec, state = prepare(model, prompt, decoder=dec, max_new_tokens=num_frames * lay.cells,
@@ -156,40 +165,54 @@ class VideoPipeline:
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return ids, motions, adapter, dec, state, settings
 
-    def __call__(self, labels, motion="right", num_frames: int | None = None, decoder="ar",
+    def __call__(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                  guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int = 0, **decoder_options) -> VideoResult:
         ids, motions, adapter, dec, state, settings = self._prepare(
-            labels, motion, num_frames or self.max_frames, decoder, guidance_scale, temperature, top_k, top_p,
-            seed, decoder_options)
+            labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
+            temperature, top_k, top_p, seed, decoder_options)
         for _ in suite.decode_steps(adapter, dec, state):
             pass
         tokens = self._tokens(state, settings["num_frames"])
         return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, state.stats, settings)
 
-    def stream(self, labels, motion="right", num_frames: int | None = None, decoder="ar",
+    def stream(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, seed: int = 0, **decoder_options) -> Iterator[VideoFrame]:
         """Yield each frame as soon as all its codes are committed (the same decode loop as __call__;
-        frames of a batch and, with `diagonal`, of one clip complete at different forwards)."""
+        frames of a batch and, with `diagonal`, of one clip complete at different forwards), with
+        the forward that decided each of its codes (decoders that fill cells out of order, such as
+        video_zipar, decide a code when it lands on their canvas, before the frame is complete)."""
         _, _, adapter, dec, state, settings = self._prepare(
-            labels, motion, num_frames or self.max_frames, decoder, guidance_scale, temperature, top_k, top_p,
-            seed, decoder_options)
+            labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
+            temperature, top_k, top_p, seed, decoder_options)
         cells, h, w = self.prior.layout.cells, self.prior.layout.height, self.prior.layout.width
         shown = [0] * state.batch
+        decided = torch.zeros(state.batch, settings["num_frames"] * cells, dtype=torch.long, device=state.device)
         for step in suite.decode_steps(adapter, dec, state):
+            decided[self._known(dec, state) & (decided == 0)] = state.stats.num_forwards
             for b in range(state.batch):
                 new = state.new_tokens(b)
                 while shown[b] < len(new) // cells:
-                    codes = torch.tensor(new[shown[b] * cells:(shown[b] + 1) * cells]).reshape(h, w)
-                    yield VideoFrame(b, shown[b], self.decode_frames(codes[None])[0], codes, state.stats.num_forwards,
-                                     state.stats)
+                    t = shown[b]
+                    codes = torch.tensor(new[t * cells:(t + 1) * cells], device=state.device).reshape(h, w)
+                    yield VideoFrame(b, t, self.decode_frames(codes[None])[0], codes, state.stats.num_forwards,
+                                     state.stats, decided[b, t * cells:(t + 1) * cells].reshape(h, w).clone())
                     shown[b] += 1
+
+    @staticmethod
+    def _known(dec, state) -> torch.Tensor:
+        """(B, T*H*W) bool: the codes decided so far (a canvas decoder's cells, else the committed prefix)."""
+        size = state.max_new_tokens
+        if hasattr(dec, "canvas"):
+            return torch.tensor(dec.canvas(state), device=state.device) >= 0
+        counts = torch.tensor([len(state.new_tokens(b)) for b in range(state.batch)], device=state.device)
+        return torch.arange(size, device=state.device)[None] < counts[:, None]
 
     def _tokens(self, state, frames: int) -> torch.Tensor:
         lay = self.prior.layout
-        return torch.tensor([state.new_tokens(b) for b in range(state.batch)]).reshape(-1, frames, lay.height,
-                                                                                        lay.width)
+        return torch.tensor([state.new_tokens(b) for b in range(state.batch)],
+                            device=state.device).reshape(-1, frames, lay.height, lay.width)
 
     def decode_frames(self, codes: torch.Tensor) -> list:
         """(T, H, W) codes -> T PIL frames."""

@@ -103,9 +103,9 @@ class VideoLayout:
         start = (k >= PROMPT) & ((k - PROMPT + 1) % self.cells == 0)    # a frame-start slot: seen by itself only
         return (k < PROMPT) | ((fk == fq) & ~start) | ((fk == fq - 1) & near) | (k == q)
 
-    def training_mask(self, length: int | None = None) -> torch.Tensor:
-        """(L, L) bool: window AND causal, for whole sequences at positions 0..L-1."""
-        pos = torch.arange(self.length if length is None else length)
+    def training_mask(self, length: int | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+        """(L, L) bool on `device`: window AND causal, for whole sequences at positions 0..L-1."""
+        pos = torch.arange(self.length if length is None else length, device=device)
         return self.mask(pos, pos) & (pos[None, :] <= pos[:, None])
 
 
@@ -130,7 +130,8 @@ def warm_start(model, image_prior, layout: VideoLayout) -> None:
     emb = src["model.embed_tokens.weight"]
     new = dst["model.embed_tokens.weight"]
     new[:k + c + 1] = emb[:k + c + 1]
-    new[layout.motion_token(0):layout.null_motion + 1] = emb[k + c] + 0.02 * torch.randn(layout.motions + 1, emb.shape[1])
+    new[layout.motion_token(0):layout.null_motion + 1] = emb[k + c] + 0.02 * torch.randn(layout.motions + 1, emb.shape[1],
+                                                                                         device=emb.device)
     new[layout.bof] = emb[k:k + c].mean(0)
     head = dst["lm_head.weight"]
     head.zero_()

@@ -59,18 +59,18 @@ def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[in
         toks = clean + noisy[b]
         rows.append(toks)
         positions.append(list(range(start, start + len(toks))))
-        masks.append(block_mask(len(clean), len(noisy[b])))
+        masks.append(block_mask(len(clean), len(noisy[b]), state.device))
         pend.append(len(pending)), nch.append(len(chains[b])), nno.append(len(noisy[b]))
         heads.append(start + len(clean))
     active = [n - 1 for n in pend if n > 0]
     return Draft.from_rows(rows, positions, masks, meta=BlockMeta(pend, nch, nno, heads),
-                           logits_from=min(active, default=0))
+                           logits_from=min(active, default=0), device=state.device)
 
 
-def block_mask(num_clean: int, num_noisy: int) -> torch.Tensor:
+def block_mask(num_clean: int, num_noisy: int, device: torch.device) -> torch.Tensor:
     """(N, N) bool, N = num_clean + num_noisy: causal among clean slots, noisy slots see all clean
     slots and all noisy slots, clean slots never see noisy ones."""
-    mask = torch.ones(num_clean + num_noisy, num_clean + num_noisy, dtype=torch.bool).tril()
+    mask = torch.ones(num_clean + num_noisy, num_clean + num_noisy, dtype=torch.bool, device=device).tril()
     mask[num_clean:] = True
     return mask
 
@@ -213,7 +213,9 @@ class BlockDiffusion(BlockCommit):
             raise ValueError(f"threshold must be >= 0, got {self.threshold}")
 
     def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
-        probs = torch.zeros(len(slots.positions), 2)  # accept_by_confidence reads probs[i, token]
+        dev = slots.conf.device
+        probs = torch.zeros(len(slots.positions), 2, device=dev)  # accept_by_confidence reads probs[i, token]
         probs[:, 0] = slots.conf
         probs[0, 0] = 1.0                             # the head ranks first: "at least one" is the head
-        return accept_by_confidence(probs, torch.zeros(len(slots.positions), dtype=torch.long), threshold=self.threshold)
+        return accept_by_confidence(probs, torch.zeros(len(slots.positions), dtype=torch.long, device=dev),
+                                    threshold=self.threshold)

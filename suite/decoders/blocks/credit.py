@@ -37,8 +37,8 @@ def fused_confidence(logits: torch.Tensor, credits: dict[int, float], token: int
     """The probability of `token` after adding alpha * log(1 + credit) to the log-probabilities."""
     fused = torch.log_softmax(logits.float(), -1)
     if credits:
-        values = torch.tensor(list(credits))
-        fused[values] += alpha * torch.log1p(torch.tensor(list(credits.values())))
+        values = torch.tensor(list(credits), device=fused.device)
+        fused[values] += alpha * torch.log1p(torch.tensor(list(credits.values()), device=fused.device))
     return float(torch.softmax(fused, -1)[token])
 
 
@@ -65,7 +65,7 @@ class CreditDecoding(BlockCommit):
         for q in [q for q in trace if q <= slots.positions[0]]:        # committed (the head's and before)
             del trace[q]
         probs = torch.softmax(slots.logits.float(), -1)
-        keep = torch.zeros(len(slots.positions), dtype=torch.bool)
+        keep = torch.zeros(len(slots.positions), dtype=torch.bool, device=probs.device)
         keep[0] = True
         for k in range(1, len(slots.positions)):
             credits = trace.setdefault(slots.positions[k], {})

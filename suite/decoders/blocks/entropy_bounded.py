@@ -31,7 +31,7 @@ def entropies(logits: torch.Tensor, state: DecodeState) -> torch.Tensor:
 def entropy_bounded_commit(h: torch.Tensor, gamma: float) -> torch.Tensor:
     """(K,) entropies, slot 0 committed first -> (K,) bool: the other slots join in order of
     increasing entropy while sum(H) - max(H) over the committed set stays <= gamma."""
-    keep = torch.zeros(h.shape[0], dtype=torch.bool)
+    keep = torch.zeros(h.shape[0], dtype=torch.bool, device=h.device)
     keep[0] = True
     total, top = float(h[0]), float(h[0])
     for i in (h[1:].argsort() + 1).tolist():

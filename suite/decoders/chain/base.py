@@ -32,7 +32,8 @@ def chain_draft(state: DecodeState, guesses: list[list[int]]) -> Draft:
         positions.append(list(range(start, start + len(rows[-1]))))
         pend.append(len(pending))
     active = [n - 1 for n in pend if n > 0]
-    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses), logits_from=min(active, default=0))
+    return Draft.from_rows(rows, positions, meta=ChainMeta(pend, guesses), logits_from=min(active, default=0),
+                           device=state.device)
 
 
 def _chain_start(draft: Draft, b: int) -> int:
@@ -49,25 +50,47 @@ def chain_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
 def last_chain_logits(draft: Draft, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """(R, V) logits of the last chain slot of each row in `rows` (what follows its last guess)."""
     slots = [_chain_start(draft, b) + len(draft.meta.guesses[b]) for b in rows]
-    return logits[torch.tensor(rows), torch.tensor(slots)]
+    if len(rows) == logits.shape[0] and min(slots) == max(slots):   # every row, one slot: a view
+        return logits[:, slots[0]]
+    return logits[torch.tensor(rows, device=logits.device), torch.tensor(slots, device=logits.device)]
+
+
+def _uniform(draft: Draft) -> tuple[int, int] | None:
+    """(pending, guesses) when every row has the same (an unpadded draft): the chain is then a slice
+    of the draft's tokens and of the logits, the same for every row, with no index to build."""
+    meta: ChainMeta = draft.meta
+    sizes = {(p, len(g)) for p, g in zip(meta.num_pending, meta.guesses)}
+    return sizes.pop() if draft.causal and len(sizes) == 1 else None
+
+
+def _chain_slots(draft: Draft, width: int, length: int):
+    """The logit slots of each row's chain: a slice when the draft is uniform, else a (B, width+1) index."""
+    uniform = _uniform(draft)
+    if uniform is not None and uniform[1] == width:
+        start = uniform[0] - 1 - draft.logits_from
+        return slice(start, start + width + 1)
+    return _chain_index(draft, width, length)
 
 
 def _chain_index(draft: Draft, width: int, length: int) -> torch.Tensor:
-    """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own)."""
-    index = torch.zeros(len(draft.meta.guesses), width + 1, dtype=torch.long)
-    for b in range(len(draft.meta.guesses)):
-        index[b] = (max(_chain_start(draft, b), 0) + torch.arange(width + 1)).clamp(max=length - 1)
-    return index
+    """(B, width+1) logit slots of each row's chain (a shorter row repeats slots past its own), on the draft's device."""
+    starts = torch.tensor([max(_chain_start(draft, b), 0) for b in range(len(draft.meta.guesses))],
+                          dtype=torch.long, device=draft.tokens.device)
+    return (starts[:, None] + torch.arange(width + 1, device=starts.device)).clamp(max=length - 1)
 
 
 def padded_guesses(draft: Draft) -> tuple[torch.Tensor, torch.Tensor]:
     """Every row's guesses as one (B, G) tensor, padded with -1 (never matches), and their lengths (B,)."""
     meta: ChainMeta = draft.meta
     width = max((len(g) for g in meta.guesses), default=0)
-    guesses = torch.full((len(meta.guesses), width), -1, dtype=torch.long)
-    for b, guess in enumerate(meta.guesses):
-        guesses[b, :len(guess)] = torch.tensor(guess, dtype=torch.long)
-    return guesses, torch.tensor([len(g) for g in meta.guesses], dtype=torch.long)
+    device = draft.tokens.device
+    uniform = _uniform(draft)
+    if uniform is not None:     # the guesses are the draft's tokens after the pending ones
+        lengths = torch.full((len(meta.guesses),), width, dtype=torch.long, device=device)
+        return draft.tokens[:, uniform[0]:uniform[0] + width], lengths
+    guesses = torch.tensor([g + [-1] * (width - len(g)) for g in meta.guesses], dtype=torch.long, device=device)
+    return guesses.reshape(len(meta.guesses), width), torch.tensor([len(g) for g in meta.guesses], dtype=torch.long,
+                                                                   device=device)
 
 
 def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
@@ -76,10 +99,11 @@ def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
     (one host sync for the whole batch). Returns the verdicts (None for done rows) and each
     row's argmax chain (G+1 tokens: what the target predicts after each draft slot)."""
     guesses, _ = padded_guesses(draft)
-    index = _chain_index(draft, guesses.shape[1], logits.shape[1]).to(logits.device)
-    targets = logits.argmax(-1).gather(1, index)                                  # (B, G+1)
+    slots = _chain_slots(draft, guesses.shape[1], logits.shape[1])
+    targets = logits[:, slots].argmax(-1) if isinstance(slots, slice) else logits.argmax(-1).gather(1, slots)  # (B, G+1)
     accepted, following = kernels.op("greedy_prefix", logits.device.type)(guesses.to(logits.device), targets)
-    accepted, following, targets = accepted.tolist(), following.tolist(), targets.tolist()
+    read = torch.cat([accepted[:, None], following[:, None], targets], 1).tolist()   # the step's one host sync
+    accepted, following, targets = [r[0] for r in read], [r[1] for r in read], [r[2:] for r in read]
     verdicts = [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
     return verdicts, [t[:len(g) + 1] for t, g in zip(targets, draft.meta.guesses)]
 
@@ -87,8 +111,8 @@ def greedy_chain_verdicts(state: DecodeState, draft: Draft, logits: torch.Tensor
 def chain_probs(state: DecodeState, draft: Draft, logits: torch.Tensor) -> torch.Tensor:
     """(B, G+1, V) target probabilities along every row's chain, G the widest row's guesses."""
     width = max((len(g) for g in draft.meta.guesses), default=0)
-    index = _chain_index(draft, width, logits.shape[1]).to(logits.device)
-    chain = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    slots = _chain_slots(draft, width, logits.shape[1])
+    chain = logits[:, slots] if isinstance(slots, slice) else logits.gather(1, slots[..., None].expand(-1, -1, logits.shape[-1]))
     return logits_to_probs(chain, state.params)
 
 
@@ -103,11 +127,12 @@ def padded_draft_q(p: torch.Tensor, rows: list[torch.Tensor | None]) -> torch.Te
 
 
 def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor,
-                               q: torch.Tensor | None = None) -> list[Verdict | None]:
+                               q: torch.Tensor | None = None, padded=None) -> list[Verdict | None]:
     """Every row's guesses verified by the speculative rule in one batched `speculative_accept`
     (one host sync for the whole batch). p (B, G+1, V) from `chain_probs`; q (B, G, V) the
-    distributions the guesses were drawn from, None for point masses. None for done rows."""
-    guesses, lengths = padded_guesses(draft)
+    distributions the guesses were drawn from, None for point masses; padded: `padded_guesses(draft)`
+    when the caller has it. None for done rows."""
+    guesses, lengths = padded if padded is not None else padded_guesses(draft)
     device = p.device
     u = torch.rand(guesses.shape, generator=state.generator, device=device)
     u_next = torch.rand(state.batch, generator=state.generator, device=device)
@@ -119,10 +144,12 @@ def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor
 
 def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[int]) -> Acceptance:
     """Keep the K/V of each row's pending tokens and of its first accepted[b] guesses."""
-    pending = torch.tensor(draft.meta.num_pending)
-    kept = (pending + torch.tensor(accepted))[:, None]
-    keep = (torch.arange(draft.valid.shape[1])[None] < kept) & (pending > 0)[:, None]
-    return Acceptance(committed, keep)
+    kept = [p + a if p > 0 else 0 for p, a in zip(draft.meta.num_pending, accepted)]
+    if kept == draft.lengths:          # every real slot (ar, a fully accepted chain): the draft's validity
+        return Acceptance(committed, draft.valid, kept)
+    device = draft.valid.device
+    keep = torch.arange(draft.valid.shape[1], device=device)[None] < torch.tensor(kept, device=device)[:, None]
+    return Acceptance(committed, keep, kept)
 
 
 def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
@@ -133,7 +160,8 @@ def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
 def verify_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor, b: int) -> Verdict:
     """The speculative rule on row b's guesses as point masses (n-gram, prior-text, CTC drafts)."""
     p = logits_to_probs(chain_logits(draft, logits, b), state.params)
-    return accept_speculative(torch.tensor(draft.meta.guesses[b], dtype=torch.long), None, p, state.generator)
+    return accept_speculative(torch.tensor(draft.meta.guesses[b], dtype=torch.long, device=p.device), None, p,
+                              state.generator)
 
 
 def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor

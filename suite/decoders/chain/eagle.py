@@ -234,18 +234,17 @@ class Eagle:
             for par in t.parents:
                 depth.append(1 if par < 0 else depth[par] + 1)
             n = p + len(t.tokens)
-            mask = torch.zeros(n, n, dtype=torch.bool)
-            mask[:p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
-            for i, par in enumerate(t.parents):
-                mask[p + i, :p] = True
-                mask[p + i, p + i] = True
-                if par >= 0:
-                    mask[p + i] |= mask[p + par]
+            visible = [[j <= i for j in range(n)] for i in range(p)]   # on the host, sent to the device once
+            for i, par in enumerate(t.parents):                        # a node sees the pending tokens,
+                row = [j < p or j == p + i for j in range(n)]          # itself and its ancestors
+                visible.append([a or c for a, c in zip(row, visible[p + par])] if par >= 0 else row)
+            mask = torch.tensor(visible, dtype=torch.bool, device=state.device).reshape(n, n)
             rows.append(pending + t.tokens)
             positions.append(list(range(first, first + p)) + [first + p - 1 + d for d in depth])
             masks.append(mask), meta.append(t)
         active = [t.num_pending - 1 for t in meta if t.num_pending > 0]
-        draft = Draft.from_rows(rows, positions, masks, meta=meta, logits_from=min(active, default=0))
+        draft = Draft.from_rows(rows, positions, masks, meta=meta, logits_from=min(active, default=0),
+                                device=state.device)
         draft.want_hidden = True
         return draft
 

@@ -38,7 +38,7 @@ def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: in
     if scheme == "repeat":
         return [state.tokens[b][-1]] * count
     prompt = state.tokens[b][:state.prompt_lengths[b]]
-    idx = torch.randint(len(prompt), (count,), generator=state.generator)
+    idx = torch.randint(len(prompt), (count,), generator=state.generator, device=state.device)
     return [prompt[i] for i in idx.tolist()]
 
 

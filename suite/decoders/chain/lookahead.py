@@ -127,7 +127,8 @@ class Lookahead:
             tok, pos, mask, layout = self._row(state, b, mode)
             rows.append(tok), positions.append(pos), masks.append(mask), layouts.append(layout)
         active = [lay.num_pending - 1 for lay in layouts if lay.num_pending > 0]
-        return Draft.from_rows(rows, positions, masks, meta=layouts, logits_from=min(active, default=0))
+        return Draft.from_rows(rows, positions, masks, meta=layouts, logits_from=min(active, default=0),
+                               device=state.device)
 
     def _row(self, state: DecodeState, b: int, mode: str = "full"):
         pending = state.pending(b)
@@ -160,9 +161,11 @@ class Lookahead:
                     tokens.append(t), positions.append(last + 1 + d)
                 layout.candidates.append(cand), layout.candidate_slots.append(slots)
         n = len(tokens)
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        visible = [[False] * n for _ in range(n)]        # built on the host, sent to the device once
         for i, seen in enumerate(parents):
-            mask[i, seen] = True
+            for j in seen:
+                visible[i][j] = True
+        mask = torch.tensor(visible, dtype=torch.bool, device=state.device).reshape(n, n)
         return tokens, positions, mask, layout
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:

@@ -21,16 +21,16 @@ from ...sampling import sample
 from .sjd import SJD, draft_q
 
 
-def coupled_redraws(old: list[int], old_q: list, p: torch.Tensor, generator) -> list[int]:
+def coupled_redraws(old: list[int], old_q, p: torch.Tensor, generator) -> list[int]:
     """New drafts for the positions whose new targets are p (M, V): position i < len(old) is one
-    draw from p[i] maximally coupled to its old draft old[i] ~ old_q[i] (a one-step speculative
+    draw from p[i] maximally coupled to its old draft old[i] ~ old_q[i] (old_q: see `draft_q`; a one-step speculative
     rule, all positions in one batched `speculative_accept`); later positions are fresh samples."""
     n = len(old)
     fresh = sample(p[n:], generator).tolist() if len(p) > n else []
     if not n:
         return fresh
     old_t = torch.tensor(old, dtype=torch.long, device=p.device)
-    q = draft_q(old, old_q, p.shape[-1]).to(p.device)
+    q = draft_q(old, old_q, p.shape[-1], p.device)
     u = torch.rand(n, 1, generator=generator, device=p.device)
     u_next = torch.rand(n, generator=generator, device=p.device)
     kept, redrawn = kernels.op("speculative_accept", p.device.type)(

@@ -8,7 +8,10 @@ point masses verified by the speculative rule, so the output equals `ar` exactly
 distribution (sampling).
 
 The prior comes as `RequestInputs(prior_tokens=...)`: one token list per row (document.ocr fills
-it from `prior_texts=`). Rows with an empty prior, or a request without priors, decode as `ar`.
+it from `prior_texts=`), laid out like the row (its prompt, then the previous output). Rows with an
+empty prior, or a request without priors, decode as `ar`. With `aligned` (the default), a step
+whose n-gram finds nothing drafts the prior from the row's own position instead: after a
+substituted token (a changed digit, a moved box coordinate) the rest of the prior stays aligned.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class NgramPrior:
     max_ngram: int = 3
     min_ngram: int = 1
     num_draft: int = 16
+    aligned: bool = True          # no n-gram match: draft the prior at the row's own position
 
     name: ClassVar[str] = "ngram_prior"
     requires: ClassVar[frozenset] = frozenset()
@@ -52,7 +56,7 @@ class NgramPrior:
                 start = index.get(tuple(tokens[-n:]))
                 if start is not None and start < len(prior):
                     return prior[start:start + length]
-        return []
+        return prior[len(tokens):len(tokens) + length] if self.aligned else []
 
     def propose(self, state: DecodeState) -> Draft:
         guesses = []

@@ -68,7 +68,8 @@ class Speculative:
             rows = [f if step < want[b] else [] for b, f in enumerate(feed)]
             starts = [len(state.tokens[b]) + step - 1 if step else cached[b] for b in range(state.batch)]
             first = min((len(r) - 1 for r in rows if r), default=0)
-            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first)
+            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first,
+                                device=cache.valid.device)
             with torch.no_grad():
                 logits = drafter(d.tokens, d.positions, cache, cache.attention_mask(d.mask), logits_from=first)
             cache.append(d.positions, d.valid)
@@ -102,10 +103,7 @@ class Speculative:
     def _rollback_draft(state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Keep the draft cache's K/V up to the last accepted draft token; drop the rest."""
         cache, cached = state.scratch["draft_cache"], state.scratch["draft_cached"]
-        for b in range(state.batch):
-            n_pending = draft.meta.num_pending[b]
-            cached_after = state.num_cached[b] + n_pending + accepted[b]
-            live = cache.valid[b] & (cache.positions[b] < cached_after)
-            cache.valid[b] = live
-            cached[b] = int(live.sum())
+        after = [state.num_cached[b] + draft.meta.num_pending[b] + accepted[b] for b in range(state.batch)]
+        cache.discard(cache.positions >= torch.tensor(after, device=cache.valid.device)[:, None])
+        cached[:] = cache.lengths().tolist()
         cache.compact()

@@ -44,19 +44,16 @@ def frame_draft(state: DecodeState, num_codebooks: int, pad: int) -> Draft:
     consecutive positions; tokens (B, N, Q), causal among themselves."""
     pending = [[] if state.done[b] else state.pending(b) for b in range(state.batch)]
     n = max(1, max(len(p) for p in pending))
-    tokens = torch.full((state.batch, n, num_codebooks), pad, dtype=torch.long)
-    positions = torch.zeros(state.batch, n, dtype=torch.long)
-    valid = torch.zeros(state.batch, n, dtype=torch.bool)
-    mask = torch.eye(n, dtype=torch.bool).repeat(state.batch, 1, 1)
-    for b, frames in enumerate(pending):
-        m = len(frames)
-        if m == 0:
-            continue
-        tokens[b, :m] = torch.tensor([list(f) for f in frames], dtype=torch.long)
-        start = state.num_cached[b]
-        positions[b, :m] = torch.arange(start, start + m)
-        valid[b, :m] = True
-        mask[b, :m, :m] = torch.ones(m, m, dtype=torch.bool).tril()
+    dev = state.device      # built on the host, sent to the device once per tensor
+    rows = [[list(f) for f in frames] + [[pad] * num_codebooks] * (n - len(frames)) for frames in pending]
+    tokens = torch.tensor(rows, dtype=torch.long, device=dev).reshape(state.batch, n, num_codebooks)
+    positions = torch.tensor([[state.num_cached[b] + i if i < len(p) else 0 for i in range(n)]
+                              for b, p in enumerate(pending)], dtype=torch.long, device=dev)
+    lengths = torch.tensor([len(p) for p in pending], device=dev)
+    slot = torch.arange(n, device=dev)
+    valid = slot[None] < lengths[:, None]                                                     # (B, N)
+    causal = slot[None, :] <= slot[:, None]                                                   # (N, N)
+    mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool, device=dev)[None]  # padding: itself
     active = [len(p) - 1 for p in pending if p]
     return Draft(tokens, positions, mask, valid, FrameMeta([len(p) for p in pending]),
                  logits_from=min(active, default=0))

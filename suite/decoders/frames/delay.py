@@ -11,8 +11,11 @@ training layout (BOS before codebook k starts, EOS/PAD after it ends), never sam
 Exact: this IS the delay-layout model's own factorisation (each step samples the heads the
 model was trained to predict jointly); there is nothing slower it approximates. Committed tokens
 are delayed columns (tuples of K ids); `undelay` undoes the shift. A model without an EOS whose
-length the request fixes (MusicGen: bos = eos = pad = its start id) passes `fixed_frames=T`. This file is the delay layout's
-one home: the training layout (`delay_pattern`) and the forced slots (`delay_column`) with it.
+length the request fixes (MusicGen: bos = eos = pad = its start id) passes `fixed_frames=T`. Lags other
+than k (Dia: codebook k lags `delays[k]` frames, e.g. 0, 8, 9, ..., 15) pass `delays`; a cap on the frames
+of a model that ends by EOS (Dia's max length: codebook 0 is forced to EOS at frame T_max) passes
+`max_frames`. This file is the delay layout's one home: the training layout (`delay_pattern`) and the
+forced slots (`delay_column`) with it.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ from .base import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_
 class Delay(FrameDecoder):
     fixed_frames: int | None = None   # T known in advance for a model without an EOS (MusicGen: its
                                       # max_length minus K); None: codebook 0's EOS ends a row
+    delays: tuple[int, ...] | None = None   # frames codebook k lags; None: k (MusicGen's layout)
+    max_frames: int | None = None     # codebook 0 forced to EOS at this frame if it has not ended (Dia)
 
     name: ClassVar[str] = "delay"
 
@@ -37,6 +42,10 @@ class Delay(FrameDecoder):
         super().start(state)
         if self.fixed_frames is not None and self.fixed_frames < 1:
             raise ValueError(f"fixed_frames must be >= 1, got {self.fixed_frames}")
+        if self.delays is not None and (len(self.delays) != self.codebooks or self.delays[0] != 0
+                                        or any(d < 0 for d in self.delays)):
+            raise ValueError(f"delays must give one lag >= 0 per codebook ({self.codebooks}), codebook 0's being 0; "
+                             f"got {self.delays}")
         state.scratch["num_frames"] = [self.fixed_frames] * state.batch   # T of each row once known
 
     @staticmethod
@@ -52,44 +61,54 @@ class Delay(FrameDecoder):
         """Sample the delayed column of step s = columns committed so far; end the row after the flush."""
         step = len(state.new_tokens(b))
         num_frames = state.scratch["num_frames"][b]
+        if num_frames is None and step == self.max_frames:      # the cap: codebook 0 says EOS now
+            num_frames = state.scratch["num_frames"][b] = step
+        lags = lags_of(self.delays, self.codebooks)
         probs = logits_to_probs(only_head0_ends(logits, self.eos), state.params)   # (K, V)
         drawn = sample(probs, state.generator).tolist()          # one draw per codebook
         column = []
         for k in range(self.codebooks):
-            forced = delay_column(step, k, num_frames, self.bos, self.eos, self.pad)
+            forced = delay_column(step, lags[k], num_frames, self.bos, self.eos, self.pad)
             column.append(drawn[k] if forced is None else forced)
         if num_frames is None and column[0] == self.eos:
             num_frames = state.scratch["num_frames"][b] = step
         out = [tuple(column)]
-        if num_frames is not None and step >= num_frames + self.codebooks - 2:
+        if num_frames is not None and step >= num_frames + max(lags) - 1:
             out.append((self.eos,) * self.codebooks)             # the end marker: the row is done
         return out
 
 
-def delay_pattern(codes: torch.Tensor, bos: int, eos: int, pad: int) -> torch.Tensor:
-    """codes (Q, T) -> delayed columns (Q, T + Q): row k is [BOS]*k, codes k, EOS, PAD..."""
+def lags_of(delays: tuple[int, ...] | None, q: int) -> tuple[int, ...]:
+    """The lag of each of Q codebooks: `delays`, or k for codebook k."""
+    return tuple(delays) if delays is not None else tuple(range(q))
+
+
+def delay_pattern(codes: torch.Tensor, bos: int, eos: int, pad: int, delays=None) -> torch.Tensor:
+    """codes (Q, T) -> delayed columns (Q, T + D + 1), D the largest lag d_k (Q - 1 by default):
+    row k is [BOS]*d_k, codes k, EOS, PAD..."""
     q, t = codes.shape
-    out = torch.full((q, t + q), pad, dtype=torch.long)
-    for k in range(q):
-        out[k, :k] = bos
-        out[k, k:k + t] = codes[k]
-        out[k, k + t] = eos
+    lags = lags_of(delays, q)
+    out = torch.full((q, t + max(lags) + 1), pad, dtype=torch.long, device=codes.device)
+    for k, d in enumerate(lags):
+        out[k, :d] = bos
+        out[k, d:d + t] = codes[k]
+        out[k, d + t] = eos
     return out
 
 
-def undelay(columns: torch.Tensor, num_frames: int) -> torch.Tensor:
-    """Delayed columns (Q, S) -> codes (Q, T): codes[k, t] = columns[k, t + k]."""
-    q = columns.shape[0]
-    return torch.stack([columns[k, k:k + num_frames] for k in range(q)])
+def undelay(columns: torch.Tensor, num_frames: int, delays=None) -> torch.Tensor:
+    """Delayed columns (Q, S) -> codes (Q, T): codes[k, t] = columns[k, t + d_k] (d_k = k by default)."""
+    lags = lags_of(delays, columns.shape[0])
+    return torch.stack([columns[k, d:d + num_frames] for k, d in enumerate(lags)])
 
 
-def delay_column(step: int, k: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
-    """The forced value of codebook k at delayed step `step`, or None when it is to be sampled.
-    num_frames is T once codebook 0 has emitted EOS (None before)."""
-    if step < k:
+def delay_column(step: int, lag: int, num_frames: int | None, bos: int, eos: int, pad: int) -> int | None:
+    """The forced value of a codebook lagging `lag` frames at delayed step `step`, or None when it is
+    to be sampled. num_frames is T once codebook 0 has emitted EOS (None before)."""
+    if step < lag:
         return bos
-    if num_frames is not None and step - k == num_frames:
+    if num_frames is not None and step - lag == num_frames:
         return eos
-    if num_frames is not None and step - k > num_frames:
+    if num_frames is not None and step - lag > num_frames:
         return pad
     return None

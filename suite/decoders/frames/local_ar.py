@@ -31,7 +31,7 @@ class LocalAR(FrameDecoder):
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
         rows = [b for b in range(state.batch) if not state.done[b]]
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
-        codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long)   # (M, Q)
+        codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         for q in range(self.codebooks):                  # one local pass per codebook
             logits = only_head0_ends(out.local(h, codes, "ar"), self.eos)[:, q]       # (M, V)
             codes[:, q] = sample(logits_to_probs(logits, state.params), state.generator)

@@ -42,7 +42,7 @@ class LocalMaskGIT(FrameDecoder):
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
         rows = [b for b in range(state.batch) if not state.done[b]]
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
-        codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long)   # (M, Q)
+        codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         for s in range(1, self.steps + 1):
             codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks))
         committed = [[] for _ in range(state.batch)]

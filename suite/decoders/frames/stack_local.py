@@ -40,7 +40,7 @@ class StackLocal(FrameDecoder):
         rows = [b for b in range(state.batch) if not state.done[b]]
         h = last_frame_hidden(draft, out, rows)                                        # (M, D)
         q = self.codebooks
-        codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long)          # (M, 2Q)
+        codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long, device=h.device)   # (M, 2Q)
         for j in range(2 * q):                           # one local pass per code, frame by frame
             logits = only_head0_ends(out.local(h, codes, "ar").unflatten(1, (2, q)), self.eos)[:, j // q, j % q]
             codes[:, j] = sample(logits_to_probs(logits, state.params), state.generator)

@@ -22,6 +22,7 @@ needs a prior trained with position queries (`python -m vision.train lpd`), whos
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,10 +44,9 @@ def group_sizes(num_cells: int, steps: int) -> list[int]:
         return list(PAPER_GROUPS[(num_cells, steps)])
     if steps == 1:
         return [num_cells]
-    weights = torch.arange(1, steps, dtype=torch.float64)             # groups 2..steps ramp up
-    ends = torch.round(torch.cumsum(weights, 0) / weights.sum() * (num_cells - steps)).long()
-    extra = torch.diff(ends, prepend=torch.zeros(1, dtype=torch.long))
-    return [1] + [1 + int(e) for e in extra]
+    weights = range(1, steps)                                           # groups 2..steps ramp up
+    ends = [round(c / sum(weights) * (num_cells - steps)) for c in itertools.accumulate(weights)]
+    return [1] + [1 + e - before for e, before in zip(ends, [0] + ends[:-1])]
 
 
 _NEIGHBOURS = [(dy, dx, 1.0 / (dy * dy + dx * dx) ** 0.5) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
@@ -56,7 +56,7 @@ def proximity(taken: torch.Tensor) -> torch.Tensor:
     """(H, W) bool generated cells -> (H, W) sum of 1/distance to generated 8-neighbours."""
     h, w = taken.shape
     pad = torch.nn.functional.pad(taken.double(), (1, 1, 1, 1))
-    out = torch.zeros(h, w, dtype=torch.float64)
+    out = torch.zeros(h, w, dtype=torch.float64, device=taken.device)
     for dy, dx, inv in _NEIGHBOURS:
         out += inv * pad[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
     return out
@@ -64,14 +64,16 @@ def proximity(taken: torch.Tensor) -> torch.Tensor:
 
 def lpd_order(height: int, width: int, sizes: list[int], generator: torch.Generator | None = None,
               repulsion: int = 2, proximity_threshold: float = 1.0) -> list[list[int]]:
-    """Groups of raster cell indices (one list per step) covering the grid once."""
+    """Groups of raster cell indices (one list per step) covering the grid once, computed once per
+    request on the generator's device (a CUDA generator draws CUDA numbers only)."""
     if sum(sizes) != height * width:
         raise ValueError(f"group sizes sum to {sum(sizes)}, not the {height * width} cells of the grid")
-    taken = torch.zeros(height, width, dtype=torch.bool)
+    device = generator.device if generator is not None else torch.device("cpu")
+    taken = torch.zeros(height, width, dtype=torch.bool, device=device)
     groups = []
     for size in sizes:
         free = (~taken).flatten().nonzero().flatten()                   # (F,) free cells
-        perm = torch.randperm(len(free), generator=generator)           # random ties
+        perm = torch.randperm(len(free), generator=generator, device=device)   # random ties
         score = proximity(taken).flatten()[free[perm]]
         ranked = torch.sort(score, descending=True, stable=True)
         cells, scores = free[perm[ranked.indices]].tolist(), ranked.values.tolist()
@@ -100,14 +102,15 @@ def _farthest(chosen: list[int], candidates: list[int], k: int, width: int,
     """k cells of `candidates` by farthest-point sampling from `chosen` (Euclidean on the grid)."""
     if len(candidates) <= k:
         return list(candidates)
-    cand = torch.tensor([[c // width, c % width] for c in candidates], dtype=torch.float64)   # (F, 2)
+    device = generator.device if generator is not None else torch.device("cpu")
+    cand = torch.tensor([[c // width, c % width] for c in candidates], dtype=torch.float64, device=device)   # (F, 2)
     picked: list[int] = []
     if chosen:
-        ref = torch.tensor([[c // width, c % width] for c in chosen], dtype=torch.float64)
+        ref = torch.tensor([[c // width, c % width] for c in chosen], dtype=torch.float64, device=device)
         dist = torch.cdist(cand, ref).min(1).values                                         # (F,)
     else:                                                    # nothing to be far from: a random start
-        dist = torch.full((len(candidates),), -1.0, dtype=torch.float64)
-        dist[int(torch.randint(len(candidates), (1,), generator=generator))] = 1.0
+        dist = torch.full((len(candidates),), -1.0, dtype=torch.float64, device=device)
+        dist[int(torch.randint(len(candidates), (1,), generator=generator, device=device))] = 1.0
         i = int(dist.argmax())
         picked.append(candidates[i])
         dist = torch.cdist(cand, cand[i:i + 1]).flatten()
@@ -185,21 +188,22 @@ class LPD:
             if state.num_cached[b] == 0:                      # first step: the prompt, causal
                 real_tok = state.tokens[b][:state.prompt_lengths[b]]
                 real_pos = list(range(len(real_tok)))
-                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool).tril()
+                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool, device=state.device).tril()
             else:                                             # the previous group, seen as one block
                 real_tok = [canvas.tokens[c] for c in plan.to_feed]
                 real_pos = [canvas.position(c) for c in plan.to_feed]
-                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool)
+                real_mask = torch.ones(len(real_tok), len(real_tok), dtype=torch.bool, device=state.device)
             cells = plan.groups[plan.done_groups]
             n_real, n_q = len(real_tok), len(cells)
-            mask = torch.zeros(n_real + n_q, n_real + n_q, dtype=torch.bool)   # (N, N)
+            mask = torch.zeros(n_real + n_q, n_real + n_q, dtype=torch.bool, device=state.device)   # (N, N)
             mask[:n_real, :n_real] = real_mask
             mask[n_real:, :] = True                           # queries see the reals and each other
             rows.append(real_tok + [self.query_offset + c for c in cells])
             positions.append(real_pos + [canvas.position(c) for c in cells])
             masks.append(mask), num_real.append(n_real), queries.append(cells)
         live = [n for b, n in enumerate(num_real) if not state.done[b]]
-        return Draft.from_rows(rows, positions, masks, meta=LPDMeta(num_real, queries), logits_from=min(live, default=0))
+        return Draft.from_rows(rows, positions, masks, meta=LPDMeta(num_real, queries), logits_from=min(live, default=0),
+                               device=state.device)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: LPDMeta = draft.meta

@@ -85,7 +85,8 @@ class VideoZipARSJD(VideoZipAR):
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         store = state.scratch["row_guesses"][b]
         guesses, q = store.get(chain.row, ([], []))
-        v = accept_speculative(torch.tensor(guesses, dtype=torch.long), draft_q(guesses, q, p.shape[-1]),
+        v = accept_speculative(torch.tensor(guesses, dtype=torch.long, device=p.device),
+                               draft_q(guesses, q, p.shape[-1], p.device),
                                p, state.generator)
         k = v.num_accepted
         later = p[k + 1:]                               # new targets of the cells after the committed token

@@ -112,19 +112,20 @@ class ZipMeta:
     num_prompt: list[int]          # per batch row: prompt slots fed in this forward
 
 
-def slot_mask(slots: list[tuple[int, int, int]], above_reach: int | None = None) -> torch.Tensor:
+def slot_mask(slots: list[tuple[int, int, int]], above_reach: int | None = None, *,
+              device: torch.device) -> torch.Tensor:
     """(N, N) visibility among one batch row's slots (token, position, kind): a slot sees itself,
     real inputs at earlier positions, and earlier guesses of its own image row; placeholders are
     never seen. With `above_reach` (zipar_sjd's cross-row guesses) a guess also sees the guesses of
     the row directly above at positions at least `above_reach` before its own."""
-    pos = torch.tensor([p for _, p, _ in slots], dtype=torch.long)
-    kind = torch.tensor([k for _, _, k in slots], dtype=torch.long)
+    pos = torch.tensor([p for _, p, _ in slots], dtype=torch.long, device=device)
+    kind = torch.tensor([k for _, _, k in slots], dtype=torch.long, device=device)
     earlier = pos[None, :] < pos[:, None]
     seen = (kind[None, :] == REAL) | ((kind[None, :] >= 0) & (kind[None, :] == kind[:, None]))
     if above_reach is not None:
         seen |= ((kind[:, None] >= 1) & (kind[None, :] == kind[:, None] - 1)
                  & (pos[None, :] <= pos[:, None] - above_reach))
-    return (earlier & seen) | torch.eye(len(slots), dtype=torch.bool)
+    return (earlier & seen) | torch.eye(len(slots), dtype=torch.bool, device=device)
 
 
 @dataclass(frozen=True)
@@ -180,9 +181,9 @@ class ZipAR:
         for b in range(state.batch):
             slots, row_chains, row_kept, n_prompt = self._row_slots(state, b)
             rows.append([t for t, _, _ in slots]), positions.append([p for _, p, _ in slots])
-            masks.append(slot_mask(slots, self.above_reach()) if slots else None)
+            masks.append(slot_mask(slots, self.above_reach(), device=state.device) if slots else None)
             chains.append(row_chains), kept.append(row_kept), num_prompt.append(n_prompt)
-        draft = Draft.from_rows(rows, positions, masks, meta=ZipMeta(chains, kept, num_prompt))
+        draft = Draft.from_rows(rows, positions, masks, meta=ZipMeta(chains, kept, num_prompt), device=state.device)
         # (B, N, S): a slot sees cached tokens at raster-earlier positions only
         draft.past_mask = state.cache.positions[:, None, :] < draft.positions[:, :, None]
         return draft
@@ -235,7 +236,7 @@ class ZipAR:
         store = state.scratch["row_guesses"][b]
         if chain.guesses:
             (x,), (q,) = store.pop(chain.row)
-            verdict = accept_speculative(torch.tensor([x]), q[None], p, state.generator)
+            verdict = accept_speculative(torch.tensor([x], device=p.device), q[None], p, state.generator)
             if verdict.num_accepted:                   # its bonus token is the row's second
                 return [x, verdict.next_token], 1
         store[chain.row] = ([int(sample(p[0], state.generator))], [p[0]])

@@ -81,8 +81,9 @@ class ZipARSJD(ZipAR):
         width = state.scratch["canvas"][b].width
         column = chain.cell - chain.row * width
         valid = self._valid_slots(state, b, chain.row, column, len(guesses) + 1, width)
-        v = accept_speculative(torch.tensor(guesses[:valid - 1], dtype=torch.long),
-                               draft_q(guesses[:valid - 1], q[:valid - 1], p.shape[-1]), p[:valid], state.generator)
+        v = accept_speculative(torch.tensor(guesses[:valid - 1], dtype=torch.long, device=p.device),
+                               draft_q(guesses[:valid - 1], q[:valid - 1], p.shape[-1], p.device), p[:valid],
+                               state.generator)
         k = v.num_accepted
         state.scratch["fed_upto"][b][chain.row] = column + k - 1
         later = p[k + 1:]                               # new targets of the cells after the committed token
