@@ -219,13 +219,13 @@ QUALITY_DOMAINS = {"image": "vision", "video": "vision", "grounding": "vision", 
 
 @functools.cache
 def quality_costs(modality: str) -> dict:
-    """decoder -> its measured quality cost (metric, value, ar's value, on what, which table), from
-    <domain>/quality.json: the figures BENCHMARKS.md reports for the lossy decoders."""
-    from suite.storage import read_json
+    """decoder -> its measured quality cost, from <domain>/quality.json (suite.options.quality_costs,
+    which the CLIs' summary lines read too)."""
+    from suite.options import quality_costs as read_costs
     spec = importlib.util.find_spec(QUALITY_DOMAINS.get(modality, modality))
     if spec is None or spec.origin is None:
         return {}
-    return read_json(Path(spec.origin).parent / "quality.json", default={}).get(modality, {})
+    return read_costs(Path(spec.origin).parent, modality)
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,9 @@ def main(argv=None) -> int:
         return 0
     print(summary_table(rows))
     if summary:
-        print(summary.line(), file=sys.stderr)
+        from suite.options import guarantee_note, quality_costs
+        note = guarantee_note(args.decoder, quality_costs(Path(__file__).parent, "document"))
+        print(summary.line() + (f"; {note}" if note else ""), file=sys.stderr)
     return summary.exit_code if summary else 0
 
 

@@ -133,10 +133,14 @@ class ASRWorker:
     def __init__(self, decoder: str | None = None, model=None, draft_model=None, threads=None):
         self.asr = load_asr(model, draft_model=draft_model)
         self.decoder = decoder or getattr(self.asr, "default_decoder", DEFAULT_DECODER)
+        from suite.options import guarantee_note, quality_costs
+        kind = "lossy" if self.decoder in ("ctc", "ctc_beam") else None     # CTC head readers: no decoder of ar's
+        self.guarantee = guarantee_note(self.decoder, quality_costs(Path(__file__).parent, "asr"), kind)
 
     def __call__(self, payload: dict) -> dict:
         res = self.asr.transcribe_file(payload["src"], decoder=self.decoder)
-        return {"file": payload["src"], "text": res.text, "rtf": res.real_time_factor, **res.stats.as_dict()}
+        return {"file": payload["src"], "text": res.text, "decoder": self.decoder, "guarantee": self.guarantee,
+                "rtf": res.real_time_factor, **res.stats.as_dict()}
 
 
 def main(argv=None) -> int:

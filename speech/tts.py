@@ -64,6 +64,8 @@ def check_text(text) -> str:
 
 
 class TTS:
+    default_decoder = DEFAULT_DECODER         # what `python -m speech.tts` runs without --decoder
+
     def __init__(self, frame_model, codec, flat_model=None, delay_model=None, stack_model=None):
         """delay_model / stack_model: checkpoints trained for one decoder alone (tts_delay: the DELAY
         layout; tts_stack: the PARALLEL layout with stacked heads and a local transformer over two
@@ -288,14 +290,23 @@ def main(argv=None) -> int:
             raise ValueError(f"folder of --out {args.out} does not exist; create it first")
         options = request_options(args)
         text = checked_text(args.text, args.model)
-        res = load_tts(args.model)(text, **options)
+        tts = load_tts(args.model)
+        res = tts(text, **options)
         write_wav(args.out, res.audio, res.sample_rate)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.out}: {res.seconds:.2f} s, {res.codes.shape[1]} frames, {res.stats.num_forwards} forwards, "
-          f"RTF {res.real_time_factor:.2f}")
+          f"RTF {res.real_time_factor:.2f}; {tts_guarantee(options.get('decoder') or getattr(tts, 'default_decoder', DEFAULT_DECODER))}")
     return 0
+
+
+def tts_guarantee(decoder: str) -> str:
+    """The summary line's account of the decoder: the registry's guarantee and measured cost (flat: ar's own)."""
+    from suite.options import guarantee_note, quality_costs
+    if decoder == "flat":
+        return "flat: the baseline (ar on the flat model)"
+    return guarantee_note(decoder, quality_costs(Path(__file__).parent, "speech"))
 
 
 def is_family(model) -> bool:

@@ -20,6 +20,7 @@ class ClassifierFreeGuidance:
         self.config = model.config
         self.supports_custom_mask = model.supports_custom_mask
         self.supports_rollback = model.supports_rollback
+        self.takes_plain_mask = getattr(model, "takes_plain_mask", False)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         return self.model.new_cache(2 * batch, max_len).grouped(2)
@@ -40,13 +41,19 @@ class _Doubled:
     """A view of a fanout-2 cache as the inner adapter's batch of 2B rows."""
 
     def __init__(self, cache: KVCache):
-        self.backend = cache.backend
-        self.valid = torch.cat([cache.valid, cache.valid])
-        self.positions = torch.cat([cache.positions, cache.positions])
+        self.backend, self.holes, self._cache = cache.backend, cache.holes, cache
+
+    @property
+    def valid(self) -> torch.Tensor:         # built only when a forward asks for a mask
+        return torch.cat([self._cache.valid, self._cache.valid])
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.cat([self._cache.positions, self._cache.positions])
 
     @property
     def num_slots(self) -> int:
-        return self.valid.shape[1]
+        return self._cache.num_slots
 
     def attention_mask(self, draft_mask):
         return KVCache.attention_mask(self, draft_mask)

@@ -77,3 +77,32 @@ def describe_decoders(names) -> str:
         entry = decoder_entry(name)
         lines.append(f"  {name:<{width}}  [{entry.guarantee}] {entry.summary}")
     return "decoders:\n" + "\n".join(lines)
+
+
+def quality_costs(folder, modality: str) -> dict[str, dict]:
+    """decoder -> its measured quality cost (metric, value, ar's value, on what, which table), from
+    `folder`/quality.json: the figures BENCHMARKS.md reports for a domain's lossy decoders."""
+    from pathlib import Path
+
+    from .storage import read_json
+    return read_json(Path(folder) / "quality.json", default={}).get(modality, {})
+
+
+def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | None = None) -> str:
+    """What a CLI's summary line says about its decoder: the registry's guarantee (`kind` for a reader
+    outside the registry, e.g. a CTC head; else "") and, for a lossy one, its measured quality cost
+    (`costs`, see quality_costs)."""
+    from .registry import REGISTRY
+    if name not in REGISTRY and kind is None:
+        return ""
+    if name == "ar":
+        return "ar: the baseline"
+    kind, ref = (kind, "ar") if name not in REGISTRY else (REGISTRY[name].guarantee, REGISTRY[name].reference)
+    words = {"exact": f"exact (greedy output equals {ref}'s token for token)",
+             "in distribution": f"lossless (exact when greedy, {ref}'s distribution when sampling)",
+             "lossy": f"lossy (its output may differ from {ref}'s)"}[kind]
+    cost = (costs or {}).get(name) if kind == "lossy" else None
+    if cost:
+        words = (f"lossy: {cost['metric']} {cost['value']} against ar's {cost['ar']} on {cost['on']} "
+                 f"({cost['table']})")
+    return f"{name}: {words}"

@@ -196,8 +196,9 @@ def run_one(args, kwargs) -> int:
         record["compare"] = {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
                              "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
                              "same_as_ar": ar.token_ids == res.token_ids}
-    note = explain(record, args.max_new_tokens)
-    print(res.stats.summary() + (f"; {note}" if note else ""), file=sys.stderr)
+    from suite.options import guarantee_note
+    note = "; ".join(filter(None, (res.stats.summary(), guarantee_note(args.decoder), explain(record, args.max_new_tokens))))
+    print(note, file=sys.stderr)
     return 0
 
 
@@ -244,7 +245,8 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     where = f" -> {args.output}" if args.output else ""
-    print(f"{len(done)} prompts{where}: {total_stats(done).summary()}", file=sys.stderr)
+    from suite.options import guarantee_note
+    print(f"{len(done)} prompts{where}: {total_stats(done).summary()}; {guarantee_note(args.decoder)}", file=sys.stderr)
     if args.compare and done:
         ar_s = sum(r["compare"]["ar_wall_time_s"] for r in done)
         same = sum(r["compare"]["same_as_ar"] for r in done)

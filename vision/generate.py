@@ -267,8 +267,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted: finished batches are kept; run again to resume", file=sys.stderr)
         return 130
+    from suite.options import guarantee_note, quality_costs
     print(f"wrote {manifest['num_images']} images and manifest.json to {args.out} "
-          f"({manifest['num_forwards']} forwards, {manifest['wall_time_s']:.1f} s)")
+          f"({manifest['num_forwards']} forwards, {manifest['wall_time_s']:.1f} s); "
+          f"{guarantee_note(args.decoder, quality_costs(Path(__file__).parent, 'image'))}")
     return 0
 
 

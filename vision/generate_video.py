@@ -205,9 +205,11 @@ def run(args) -> int:
     out.joinpath(RECORDS).mkdir(parents=True, exist_ok=True)
     code = run_cli(job, engine)
     manifest = write_manifest(out, job.items, head)
+    from suite.options import guarantee_note, quality_costs
     print(f"{out}/manifest.json: {manifest['num_done']} of {manifest['num_clips']} clips written, "
           f"{manifest['num_failed']} failed ({manifest['num_forwards']} forwards, "
-          f"{manifest['wall_time_s']:.1f} s decoding)", file=sys.stderr)
+          f"{manifest['wall_time_s']:.1f} s decoding); "
+          f"{guarantee_note(head['decoder'], quality_costs(Path(__file__).parent, 'video'))}", file=sys.stderr)
     return code
 
 

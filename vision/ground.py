@@ -60,6 +60,8 @@ class GroundWorker:
         decoder = decoder or self.grd.default_decoder     # ours: pipeline.DEFAULT_DECODER (the app's too); a family's: ar
         self.grd.decoder_for(decoder, {}, task)    # an unknown decoder fails before the first image
         self.query, self.decoder, self.task = query, decoder, task
+        from suite.options import guarantee_note, quality_costs
+        self.guarantee = guarantee_note(decoder, quality_costs(Path(__file__).parent, "grounding"))
 
     def __call__(self, payload: dict) -> dict:
         from vision.grounding.pipeline import load_image
@@ -67,7 +69,7 @@ class GroundWorker:
         image = load_image(src)
         res = self.grd(image, self.query, decoder=self.decoder, task=self.task)
         rec = {"image": str(src), "output": str(dst), "query": self.query, "decoder": self.decoder,
-               "boxes": [[round(v, 1) for v in b] for b in res.boxes],
+               "guarantee": self.guarantee, "boxes": [[round(v, 1) for v in b] for b in res.boxes],
                "scores": [None if s is None else round(s, 3) for s in res.scores], "no_match": res.no_match,
                "forwards": getattr(res.stats, "row_forwards", res.stats.num_forwards)}
         if res.angles is not None:

@@ -95,6 +95,30 @@ def test_delay_with_guidance_equals_dia_generate(tmp_path, top_k):
     assert not all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(as_rows(plain, 2), codes))
 
 
+def test_sampling_processes_logits_as_dia_generate(tmp_path):
+    """Dia's processors in its order (guidance with its top-k, temperature, EOS filter, top-k, top-p):
+    our first-step distribution equals softmax of the scores Dia's sampling generate draws from."""
+    from suite.sampling import SamplingParams, logits_to_probs
+    save_tiny_dia(tmp_path, guidance_scale=3.0, top_k=6)
+    tts = speech.load_tts(tmp_path)
+    texts, settings = ["[S1] hello there", "[S2] drums"], {"temperature": 1.5, "top_k": 6, "top_p": 0.8}
+    bound = tts.bind(texts, None, settings)
+    cache = bound.new_cache(len(texts))
+    start = torch.full((len(texts), 1, C), DIA_CODES + 2)
+    ours = logits_to_probs(bound(start, torch.zeros(len(texts), 1, dtype=torch.long), cache, None)[:, 0],
+                           SamplingParams(**settings))                                   # (B, C, V)
+    from transformers import DiaFeatureExtractor, DiaProcessor
+    processor = DiaProcessor(feature_extractor=DiaFeatureExtractor(sampling_rate=800, hop_length=8),
+                             tokenizer=tts.tokenizer, audio_tokenizer=tts.codec)
+    inputs = processor(text=texts, delay_pattern=list(DIA_DELAYS), eos_token_id=DIA_CODES, pad_token_id=DIA_CODES + 1,
+                       bos_token_id=DIA_CODES + 2)
+    out = tts.model.generate(**inputs, do_sample=True, max_new_tokens=2, output_scores=True,
+                             return_dict_in_generate=True, **settings)
+    theirs = torch.softmax(out.scores[0].float(), -1).view(len(texts), C, -1)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert int((ours[0, 0] > 0).sum()) < 6                  # the filters bite: fewer than top_k candidates
+
+
 def test_parallel_runs_one_frame_per_forward(tts):
     res = tts("[S1] hello there", decoder="parallel", max_new_tokens=30, temperature=0.0)
     assert res.codes.shape[0] == C and 1 <= res.codes.shape[1] <= 30 - max(DIA_DELAYS) - 1
@@ -153,6 +177,10 @@ def test_cli_tts_and_bench_take_a_model_folder(dia_folder, tmp_path, capsys):
     wav = tmp_path / "a.wav"
     assert tts_cli(["[S1] hello there", "--model", str(dia_folder), "--seconds", "0.1", "--out", str(wav)]) == 0
     assert wav.stat().st_size > 44
+    (tmp_path / "s.txt").write_text("[S1] hello there\n[S2] hi\n")
+    assert tts_cli(["--input", str(tmp_path / "s.txt"), "--out", str(tmp_path / "wavs"), "--model", str(dia_folder),
+                    "--seconds", "0.1"]) == 0                                   # the batch path: one load, two files
+    assert sorted(p.name for p in (tmp_path / "wavs").glob("*.wav")) == ["line_0001.wav", "line_0002.wav"]
     assert bench(["--model", str(dia_folder), "--tts", "1", "--seconds", "0.1"]) == 0
     table = capsys.readouterr().out
     assert "| delay |" in table and "| parallel |" in table and "same_codes_as_delay" in table

@@ -28,6 +28,8 @@ forward commits at least one token. The block layout comes from the adapter conf
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -41,46 +43,87 @@ from .parallel_box import BoxLayout
 
 @dataclass
 class BoxTree:
-    """One row's drafts of the rest of its box: `main` values, and per slot the alternative values
-    whose branch continues with main's later values."""
+    """One row's drafts of the rest of its box: per slot the `main` value, its runner-up values
+    `alts` (most likely first) and the draft probabilities `probs` of [main value] + alts."""
     main: list[int] = field(default_factory=list)
     alts: list[list[int]] = field(default_factory=list)
+    probs: list[list[float]] = field(default_factory=list)
+
+    def cut(self, length: int) -> None:
+        self.main, self.alts, self.probs = self.main[:length], self.alts[:length], self.probs[:length]
 
 
 @dataclass
 class TreeSlots:
-    """Where a row's tree sits in its draft (slot indices from the row's first pending token)."""
-    pending: int                             # pending tokens; main value j is at slot pending + j
-    branches: dict[tuple[int, int], int]     # (j, value) -> slot of that alternative; its branch follows
+    """Where a row's tree sits in its draft. Node i (slot pending + i) holds a value for box slot
+    depth[i]; nodes 0..n-1 are the main chain; children[i] (children[-1]: the root's) lists the
+    nodes below node i, the first one continuing the run it lies on."""
+    pending: int
+    values: list[int]
+    depth: list[int]
+    parent: list[int]                        # -1: below the root (the last pending token)
+    children: dict[int, list[int]]
     noisy: int                               # the first MASK slot (the rest of the row are MASK slots)
 
-    def path(self, length: int, branch: tuple[int, int] | None) -> list[int]:
-        """The slots holding drafted values 0..length-1 along the main chain, or along `branch`
-        (j, slot) from value j on."""
-        if branch is None:
-            return [self.pending + p for p in range(length)]
-        j, start = branch
-        return [self.pending + p if p < j else start + p - j for p in range(length)]
+    def slot(self, node: int) -> int:
+        return self.pending + node
+
+    def descent(self, node: int) -> list[int]:
+        """node, then its first child, that one's first child, ... to the tree's bottom."""
+        out = [node]
+        while self.children.get(out[-1]):
+            out.append(self.children[out[-1]][0])
+        return out
 
 
-def tree_row(num_pending: int, tree: BoxTree, num_noisy: int, device: torch.device
+def grow_tree(tree: BoxTree, budget: int) -> tuple[list[int], list[int], list[int]]:
+    """The draft tree (values, depths, parents): the main chain, then branches best first (SpecInfer
+    / Sequoia's tree of the most likely drafts, here under independent per-slot drafts q): a branch
+    takes runner-up a at depth j below node u and continues with the main values after j; it is
+    walked when the verifier accepts u's path and picks a, which the drafts expect with probability
+    q(path to u) * q_j(a). Branches are added in that order while their n - j slots fit `budget`,
+    branches of branches included (a coordinate one grid step off after another one)."""
+    n = len(tree.main)
+    probs = [[q / sum(qs) for q in qs] for qs in tree.probs]     # q over the values the tree can verify
+    values, depth, parent, reach = list(tree.main), list(range(n)), list(range(-1, n - 1)), []
+    p = 1.0
+    for j in range(n):
+        reach.append(p)                      # q of the path down to (not including) depth j
+        p *= probs[j][0]
+    order = itertools.count()                # ties: the earlier candidate first
+    heap = [(-reach[j] * q, next(order), j, j - 1, a) for j in range(n)
+            for a, q in zip(tree.alts[j], probs[j][1:])]
+    heapq.heapify(heap)
+    while heap and budget > 0:
+        score, _, j, under, a = heapq.heappop(heap)
+        if n - j > budget:
+            continue
+        budget -= n - j
+        prob = -score
+        for d, v in enumerate([a] + tree.main[j + 1:], start=j):
+            node = len(values)
+            values.append(v), depth.append(d), parent.append(under)
+            if d > j:                        # the runners-up of this continuation slot branch off here
+                for alt, q in zip(tree.alts[d], probs[d][1:]):
+                    heapq.heappush(heap, (-prob * q, next(order), d, under, alt))
+                prob *= probs[d][0]
+            under = node
+    return values, depth, parent
+
+
+def tree_row(num_pending: int, tree: BoxTree, budget: int, num_noisy: int, device: torch.device
              ) -> tuple[list[int | None], list[int], torch.Tensor, TreeSlots]:
     """A row's drafted values (None: a MASK slot), position offsets from its first pending token,
-    (N, N) mask and slot map. Pending slots are causal; main value j sees pending and main values
-    <= j; a branch at j sees pending, main values < j and its own slots before; MASK slots see
-    pending, the whole main chain and each other."""
+    (N, N) mask and slot map. Pending slots are causal; a tree node sees the pending slots, its
+    ancestors and itself; MASK slots see the pending slots, the main chain and each other."""
     P, n = num_pending, len(tree.main)
-    values, offsets = [None] * P + list(tree.main), list(range(P + n))
-    seen = [list(range(i + 1)) for i in range(P + n)]
-    branches = {}
-    for j, alts in enumerate(tree.alts):
-        for a in alts:
-            start = branches[(j, a)] = len(values)
-            run = [a] + tree.main[j + 1:]
-            for t in range(len(run)):
-                offsets.append(P + j + t)
-                seen.append(list(range(P + j)) + list(range(start, start + t + 1)))
-            values += run
+    nodes, depth, parent = grow_tree(tree, budget)
+    values, offsets = [None] * P + nodes, list(range(P)) + [P + d for d in depth]
+    seen = [list(range(i + 1)) for i in range(P)]
+    children: dict[int, list[int]] = {}
+    for i, u in enumerate(parent):
+        children.setdefault(u, []).append(i)
+        seen.append(list(range(P)) + [P + i] + (seen[P + u][P:] if u >= 0 else []))
     noisy = len(values)
     for k in range(num_noisy):
         values.append(None)
@@ -91,22 +134,27 @@ def tree_row(num_pending: int, tree: BoxTree, num_noisy: int, device: torch.devi
         for j in cols:
             visible[i][j] = True
     mask = torch.tensor(visible, dtype=torch.bool, device=device).reshape(len(values), len(values))
-    return values, offsets, mask, TreeSlots(P, branches, noisy)
+    return values, offsets, mask, TreeSlots(P, nodes, depth, parent, children, noisy)
 
 
-def runners_up(logits: torch.Tensor, count: int, floor: float) -> tuple[list[int], list[list[int]]]:
-    """(K, V) logits -> per slot its argmax, and up to `count` next most likely values of
-    probability >= floor."""
+def runners_up(logits: torch.Tensor, count: int, floor: float
+               ) -> tuple[list[int], list[list[int]], list[list[float]]]:
+    """(K, V) logits -> per slot its argmax, up to `count` next most likely values of probability
+    >= floor, and the probabilities of [argmax] + those values."""
     top = torch.softmax(logits.float(), -1).topk(count + 1, dim=-1)
-    best = top.indices[:, 0].tolist()
-    alts = [[v for v, p in zip(vs[1:], ps[1:]) if p >= floor] for vs, ps in zip(top.indices.tolist(), top.values.tolist())]
-    return best, alts
+    best, alts, probs = top.indices[:, 0].tolist(), [], []
+    for vs, ps in zip(top.indices.tolist(), top.values.tolist()):
+        keep = [k for k in range(1, count + 1) if ps[k] >= floor]
+        alts.append([vs[k] for k in keep])
+        probs.append([ps[0]] + [ps[k] for k in keep])
+    return best, alts, probs
 
 
 @dataclass(frozen=True)
 class Locus:
     alternatives: int = 2           # runner-up values per drafted slot, each on its own branch (0: a chain)
     min_alternative: float = 0.05   # a runner-up below this draft probability gets no branch
+    tree_slots: int = 28            # slots the branches may take per row and forward, most likely first
     layout: Any = None              # BoxLayout; default: from the adapter config (bind)
 
     name: ClassVar[str] = "locus"
@@ -118,9 +166,9 @@ class Locus:
     def start(self, state: DecodeState) -> None:
         if self.layout is None:
             raise ValueError("locus needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
-        if self.alternatives < 0 or not 0 <= self.min_alternative <= 1:
-            raise ValueError("alternatives must be >= 0 and min_alternative in [0, 1], got "
-                             f"{self.alternatives}, {self.min_alternative}")
+        if self.alternatives < 0 or self.tree_slots < 0 or not 0 <= self.min_alternative <= 1:
+            raise ValueError("alternatives and tree_slots must be >= 0 and min_alternative in [0, 1], got "
+                             f"{self.alternatives}, {self.tree_slots}, {self.min_alternative}")
         state.scratch["trees"] = [BoxTree() for _ in range(state.batch)]
         state.scratch["fresh"] = [False] * state.batch                 # drafts straight from MASK slots
 
@@ -133,10 +181,10 @@ class Locus:
                 rows.append([]), positions.append([]), masks.append(None), slots.append(None)
                 continue
             tree, room = state.scratch["trees"][b], state.room(b) - 1
-            tree.main, tree.alts = tree.main[:max(0, room)], tree.alts[:max(0, room)]
+            tree.cut(max(0, room))
             pending = state.pending(b)
             num_noisy = max(0, min(self.layout.block_size - 1, room - len(tree.main)))
-            values, offsets, mask, where = tree_row(len(pending), tree, num_noisy, state.device)
+            values, offsets, mask, where = tree_row(len(pending), tree, self.tree_slots, num_noisy, state.device)
             rows.append(pending + [self.layout.mask_token_id if v is None else v for v in values[len(pending):]])
             positions.append([state.num_cached[b] + o for o in offsets])
             masks.append(mask), slots.append(where)
@@ -162,31 +210,33 @@ class Locus:
         """Walk row b's tree (num_slots draft slots): (tokens to commit, draft slots whose K/V
         stays); sets its next drafts. logits[s - first] is what slot s predicts."""
         tree, fresh = state.scratch["trees"][b], state.scratch["fresh"]
-        n, branch, out = len(tree.main), None, []
-        for j, value in enumerate(tree.main):
-            before = where.path(j, branch)
-            p = logits_to_probs(logits[(before[-1] if j else where.pending - 1) - first], state.params)
-            token, ok = accept_multi_draft(p, [value] + (tree.alts[j] if branch is None else []), state.generator)
+        n, node, path, out = len(tree.main), -1, [], []
+        for j in range(n):
+            p = logits_to_probs(logits[(where.slot(node) if j else where.pending - 1) - first], state.params)
+            below = where.children[node]
+            token, ok = accept_multi_draft(p, [where.values[c] for c in below], state.generator)
             out.append(token)
             if not ok:                        # AR's own token; the later slots guessed again (Jacobi)
                 if fresh[b]:
                     state.stats.count("box_fallbacks")     # a box whose parallel draft needed correcting
                 fresh[b] = False
-                tree.main, tree.alts = self._guesses(logits, [s - first for s in where.path(n, branch)[j:n - 1]])
-                return out, before
-            if branch is None and token != value:
-                branch = (j, where.branches[(j, token)])
+                guess = [where.slot(c) - first for c in where.descent(below[0])[:n - 1 - j]]
+                tree.main, tree.alts, tree.probs = self._guesses(logits, guess)
+                return out, [where.slot(c) for c in path]
+            if token != where.values[below[0]]:
                 state.stats.count("box_branches")
-        path = where.path(n, branch)
-        p = logits_to_probs(logits[(path[-1] if n else where.pending - 1) - first], state.params)
+            node = next(c for c in below if where.values[c] == token)
+            path.append(node)
+        p = logits_to_probs(logits[(where.slot(node) if n else where.pending - 1) - first], state.params)
         head, _ = accept_multi_draft(p, [], state.generator)
         out.append(head)
         fresh[b] = head not in state.eos_token_ids and num_slots > where.noisy
-        tree.main, tree.alts = self._guesses(logits, list(range(where.noisy - first, num_slots - first)) if fresh[b] else [])
+        tree.main, tree.alts, tree.probs = self._guesses(
+            logits, list(range(where.noisy - first, num_slots - first)) if fresh[b] else [])
         if fresh[b]:
             state.stats.count("box_blocks")
-        return out, path
+        return out, [where.slot(c) for c in path]
 
-    def _guesses(self, logits: torch.Tensor, rows: list[int]) -> tuple[list[int], list[list[int]]]:
-        """Drafts from the given logit rows: their argmax values and runners-up."""
-        return runners_up(logits[rows], self.alternatives, self.min_alternative) if rows else ([], [])
+    def _guesses(self, logits: torch.Tensor, rows: list[int]) -> tuple[list[int], list[list[int]], list[list[float]]]:
+        """Drafts from the given logit rows: their argmax values, runners-up and probabilities."""
+        return runners_up(logits[rows], self.alternatives, self.min_alternative) if rows else ([], [], [])

@@ -1,0 +1,36 @@
+"""`python -m text`'s summary line says what the result is (the decoder's guarantee) and why an answer
+stopped short: the prompt and the answer filled the model's context (the tiny model's is 96 tokens),
+one prompt and in a batch."""
+import json
+
+from text.__main__ import main
+
+LONG = "word " * 70          # about 70 tokens of the tiny model's 96
+
+
+def test_a_stop_at_the_context_limit_says_so(tiny, tiny_dir, capsys):
+    assert main([LONG, "--model", str(tiny_dir), "--decoder", "ar", "--max-new-tokens", "64"]) == 0
+    err = capsys.readouterr().err
+    new = len(tiny.generate(LONG, decoder="ar", max_new_tokens=64).token_ids)
+    assert 0 < new < 64
+    assert f"stopped at the model's context limit after {new} of 64 new tokens" in err
+
+
+def test_a_batch_marks_the_context_stop_per_prompt(tiny_dir, tmp_path, capsys):
+    src, dst = tmp_path / "prompts.txt", tmp_path / "out.jsonl"
+    src.write_text(f"Hello\n{LONG}\n")
+    assert main(["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--decoder", "ar",
+                 "--max-new-tokens", "40"]) == 0
+    reasons = [json.loads(line)["finish_reason"] for line in dst.read_text().splitlines()]
+    assert reasons[1] == "context" and reasons[0] != "context"
+    assert "prompt 2: stopped at the model's context limit" in capsys.readouterr().err
+
+
+def test_the_summary_line_names_the_decoders_guarantee(tiny_dir, tmp_path, capsys):
+    assert main(["Hello there", "--model", str(tiny_dir), "--decoder", "ngram", "--max-new-tokens", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "tokens in" in err and "; ngram: lossless (exact when greedy, ar's distribution when sampling)" in err
+    src = tmp_path / "prompts.txt"
+    src.write_text("Hello\nWorld\n")
+    assert main(["--input", str(src), "--model", str(tiny_dir), "--decoder", "jacobi", "--max-new-tokens", "3"]) == 0
+    assert "2 prompts: " in (err := capsys.readouterr().err) and "; jacobi: exact (greedy output equals ar's" in err
