@@ -28,6 +28,7 @@ class CrossAttentionAdapter:
 
     supports_custom_mask = True
     supports_rollback = True
+    takes_plain_mask = True        # attention_mask=None on a cache without holes: the decoder's own causal mask
     bind_hint = "adapter.for_images(pixels)"
     encoder_states: torch.Tensor | None = None
 
@@ -40,7 +41,7 @@ class CrossAttentionAdapter:
         return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        if attention_mask is None:
+        if attention_mask is None and getattr(cache, "holes", True):
             attention_mask = causal_mask(cache, tokens)
         out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
                                  attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,

@@ -77,7 +77,8 @@ TWO_BOXES = [OBJ, C + 100, C + 200, C + 300, C + 400, END, OBJ, C + 500, C + 50,
 
 
 class BoxScript(ScriptedModel):
-    """Clean slots predict the scripted answer; MASK (noisy) slots call `noisy(target, slot in block)`."""
+    """Clean slots predict the scripted answer; MASK (noisy) slots call `noisy(target, slot in block)`:
+    a token (logit 10), or {token: logit} for a draft with runners-up."""
 
     def __init__(self, answers, noisy=lambda t, j: t, block=6):
         super().__init__(lambda h: 0, vocab=COORD0 + GRID + 1 + 200, eos=EOS)
@@ -101,6 +102,7 @@ class BoxScript(ScriptedModel):
                 if int(tokens[r, i]) == MASK:
                     first = min(int(q) for q, t in zip(positions[r], tokens[r]) if int(t) == MASK)
                     target = self.noisy(target, p - first + 2)          # slot index in its block (2..B-1)
-                logits[r, i, target] = 10.0
+                for t, v in (target.items() if isinstance(target, dict) else [(target, 10.0)]):
+                    logits[r, i, t] = v
         cache.backend.write(tokens)
         return logits[:, logits_from:]

@@ -76,9 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args) -> dict:
     import torch
+    from transformers.utils import logging as hf_logging
+
     from . import load_image_pipeline
     from .pipeline import default_sampling
     torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()           # the job's own bar, not one per weights load
     if args.num_per_label < 1 or args.batch_size < 1:
         raise ValueError("--num-per-label and --batch-size must be >= 1")
     if os.path.exists(args.out) and not args.overwrite:

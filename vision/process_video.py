@@ -234,9 +234,9 @@ class VideoWorker:
     def _speech(self, src, report) -> list[Cue]:
         t0 = time.perf_counter()
         audio = read_audio_track(src)
-        segments, notes = transcribe(self.asr, audio, self.opts.asr_decoder) if audio is not None else ([], [])
+        decoder = self.opts.asr_decoder or getattr(self.asr, "default_decoder", "ctc_speculative")   # the one reported
+        segments, notes = transcribe(self.asr, audio, decoder) if audio is not None else ([], [])
         report["seconds"]["asr"] = round(time.perf_counter() - t0, 3)
-        decoder = self.opts.asr_decoder or getattr(self.asr, "default_decoder", "ctc_speculative")
         report["speech"] = {"decoder": decoder, "segments": segments,
                             "forwards": sum(s["forwards"] for s in segments)}
         report["notes"] += notes

@@ -23,9 +23,9 @@ def run_apps(*args):
 
 
 def test_apps_unknown_tab_is_a_clear_error():
-    out = run_apps("--tabs", "text,video")
+    out = run_apps("--tabs", "text,audio")          # video is a tab now: audio is not
     assert out.returncode == 2
-    assert out.stderr.strip().startswith("error: unknown tab video; choose from text, image")
+    assert out.stderr.strip().startswith("error: unknown tab audio; choose from text, image, video")
 
 
 def test_apps_busy_port_is_a_clear_error_before_loading_models():

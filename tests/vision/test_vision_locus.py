@@ -119,3 +119,40 @@ def test_locus_samples_from_ars_distribution():
             events[k] = events.get(k, 0) + v
     assert goodness_of_fit(samples, law) > 1e-3
     assert events["box_blocks"] > events.get("box_fallbacks", 0) > 0 and events["box_branches"] > 0
+
+
+def test_branches_of_branches_fix_two_coordinates_one_step_off_in_one_forward():
+    """x0 and y1 drafted one grid value high, the right values their runners-up: the tree holds the
+    branch at x0 and, below it, the branch at y1, so each box is verified by one forward (a tree
+    with branches only off the main chain, tree_slots small, needs a second)."""
+    off = {2, 5}
+    model = BoxScript([TWO_BOXES], noisy=lambda t, j: {t + 1: 10.0, t: 9.0} if j in off else t)
+    ar, _, _ = run(model, "ar")
+    out, fwd, events = run(model, Locus())
+    assert out == ar == [TWO_BOXES] and fwd == 3 and "box_fallbacks" not in events
+    assert events["box_branches"] == 4
+    out, fwd, events = run(model, Locus(tree_slots=8))            # x0's branches only (5 slots each)
+    assert out == ar and fwd == 5 and events["box_fallbacks"] == 2
+
+
+def test_modes_branch_to_another_objects_edge():
+    """y0 drafted 300 values off with two grid neighbours as runners-up, the right value a weaker
+    far mode: only `modes` puts it in the tree."""
+    model = BoxScript([TWO_BOXES], noisy=lambda t, j: {t + 300: 10.0, t + 299: 9.5, t + 301: 9.5, t: 8.0}
+                      if j == 3 else t)
+    ar, _, _ = run(model, "ar")
+    out, fwd, events = run(model, Locus(modes=0))
+    assert out == ar and events["box_fallbacks"] == 2 and fwd == 5
+    out, fwd, events = run(model, Locus())
+    assert out == ar and fwd == 3 and "box_fallbacks" not in events
+
+
+def test_grow_tree_takes_the_likeliest_branches_within_its_slots():
+    from vision.grounding.locus import BoxTree, grow_tree
+    tree = BoxTree(main=[10, 20, 30], alts=[[11], [21], []], probs=[[0.6, 0.4], [0.9, 0.1], [1.0]])
+    values, depth, parent = grow_tree(tree, budget=5)
+    # main chain; then x=11 at depth 0 (0.4, 3 slots); then 21 below 10 (0.6 * 0.1 = 0.06, 2 slots);
+    # 21 below 11 (0.04) no longer fits
+    assert values == [10, 20, 30, 11, 20, 30, 21, 30]
+    assert depth == [0, 1, 2, 0, 1, 2, 1, 2] and parent == [-1, 0, 1, -1, 3, 4, 0, 6]
+    assert grow_tree(tree, budget=0) == ([10, 20, 30], [0, 1, 2], [-1, 0, 1])

@@ -10,10 +10,14 @@ rest of the current box as clean causal slots, and B-1 MASK slots for the next b
   * the causal chain verifies the drafts: the prefix the model agrees with is kept, plus the
     model's own token at the first disagreement (point-mass drafts, SpecInfer's multi-draft rule:
     greedy, the argmax chain; sampling, exact in distribution);
-  * `alternatives` > 0 makes the chain a tree: each drafted slot also carries its next most likely
-    values (the draft distribution's runners-up of probability >= `min_alternative`), each on a
-    branch that continues with the main drafts after it, so a coordinate the draft got one grid
-    step wrong is corrected and the rest of the box verified in the same forward;
+  * `alternatives` / `modes` > 0 make the chain a tree: each drafted slot also carries its next
+    most likely values (the draft distribution's runners-up, mostly grid neighbours) and the peaks
+    of its other modes (values more than `mode_radius` away: another object's edge), each of
+    probability >= `min_alternative`. A branch takes one of them and continues with the main drafts
+    after it; branches are chosen best first (SpecInfer / Sequoia: the most likely draft paths,
+    here under the per-slot drafts q renormalised over the values the tree can verify) while their
+    slots fit `tree_slots`, branches of branches included, so a box drafted one grid step off in
+    two coordinates, or with one edge from another object, is verified in the same forward;
   * the drafts after a disagreement are guessed again from the same forward (the path's own
     predictions at those slots, given the draft before them: Jacobi iteration), with their
     runners-up as alternatives, and verified by the next forward;
@@ -137,14 +141,23 @@ def tree_row(num_pending: int, tree: BoxTree, budget: int, num_noisy: int, devic
     return values, offsets, mask, TreeSlots(P, nodes, depth, parent, children, noisy)
 
 
-def runners_up(logits: torch.Tensor, count: int, floor: float
+def runners_up(logits: torch.Tensor, count: int, floor: float, modes: int = 0, radius: int = 0
                ) -> tuple[list[int], list[list[int]], list[list[float]]]:
-    """(K, V) logits -> per slot its argmax, up to `count` next most likely values of probability
-    >= floor, and the probabilities of [argmax] + those values."""
-    top = torch.softmax(logits.float(), -1).topk(count + 1, dim=-1)
+    """(K, V) logits -> per slot its argmax, its alternatives and the probabilities of [argmax] +
+    alternatives. Alternatives: up to `count` next most likely values, then up to `modes` values
+    more than `radius` token ids away from every value chosen so far (the peaks of other modes of
+    a coordinate's draft: another object's edge), all of probability >= floor."""
+    top = torch.softmax(logits.float(), -1).topk(min(logits.shape[-1], count + 1 + 64 * (modes > 0)), dim=-1)
     best, alts, probs = top.indices[:, 0].tolist(), [], []
     for vs, ps in zip(top.indices.tolist(), top.values.tolist()):
-        keep = [k for k in range(1, count + 1) if ps[k] >= floor]
+        keep = [k for k in range(1, min(count + 1, len(vs))) if ps[k] >= floor]
+        chosen, peaks = [vs[0]] + [vs[k] for k in keep], 0
+        for k in range(count + 1, len(vs)):
+            if peaks == modes or ps[k] < floor:
+                break
+            if all(abs(vs[k] - c) > radius for c in chosen):
+                keep.append(k), chosen.append(vs[k])
+                peaks += 1
         alts.append([vs[k] for k in keep])
         probs.append([ps[0]] + [ps[k] for k in keep])
     return best, alts, probs
@@ -153,8 +166,10 @@ def runners_up(logits: torch.Tensor, count: int, floor: float
 @dataclass(frozen=True)
 class Locus:
     alternatives: int = 2           # runner-up values per drafted slot, each on its own branch (0: a chain)
-    min_alternative: float = 0.05   # a runner-up below this draft probability gets no branch
-    tree_slots: int = 28            # slots the branches may take per row and forward, most likely first
+    min_alternative: float = 0.01   # an alternative below this draft probability gets no branch
+    tree_slots: int = 60            # slots the branches may take per row and forward, most likely first
+    modes: int = 2                  # values of other modes per drafted slot (more than mode_radius away)
+    mode_radius: int = 12           # token ids (grid values) around a chosen value that are its neighbours
     layout: Any = None              # BoxLayout; default: from the adapter config (bind)
 
     name: ClassVar[str] = "locus"
@@ -166,9 +181,9 @@ class Locus:
     def start(self, state: DecodeState) -> None:
         if self.layout is None:
             raise ValueError("locus needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
-        if self.alternatives < 0 or self.tree_slots < 0 or not 0 <= self.min_alternative <= 1:
-            raise ValueError("alternatives and tree_slots must be >= 0 and min_alternative in [0, 1], got "
-                             f"{self.alternatives}, {self.tree_slots}, {self.min_alternative}")
+        if min(self.alternatives, self.tree_slots, self.modes, self.mode_radius) < 0 or not 0 <= self.min_alternative <= 1:
+            raise ValueError("alternatives, tree_slots, modes and mode_radius must be >= 0 and min_alternative in [0, 1], got "
+                             f"{self.alternatives}, {self.tree_slots}, {self.modes}, {self.mode_radius}, {self.min_alternative}")
         state.scratch["trees"] = [BoxTree() for _ in range(state.batch)]
         state.scratch["fresh"] = [False] * state.batch                 # drafts straight from MASK slots
 
@@ -239,4 +254,5 @@ class Locus:
 
     def _guesses(self, logits: torch.Tensor, rows: list[int]) -> tuple[list[int], list[list[int]], list[list[float]]]:
         """Drafts from the given logit rows: their argmax values, runners-up and probabilities."""
-        return runners_up(logits[rows], self.alternatives, self.min_alternative) if rows else ([], [], [])
+        return (runners_up(logits[rows], self.alternatives, self.min_alternative, self.modes, self.mode_radius)
+                if rows else ([], [], []))

@@ -51,6 +51,7 @@ class CreditDecoding(BlockCommit):
     power: float = 0.5                 # credit earned by a top value of probability p: p ** power
     mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
     prefix_only: bool = False          # fill only the committed run right after the head
+    hold_repeats: bool = False         # never fill a slot with the token right before it (BlockCommit)
 
     name: ClassVar[str] = "credit"
 

@@ -48,6 +48,7 @@ class EntropyBounded(BlockCommit):
     gamma: float = 0.1                 # entropy budget in nats
     mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
     prefix_only: bool = False          # fill only the committed run right after the head
+    hold_repeats: bool = False         # never fill a slot with the token right before it (BlockCommit)
 
     name: ClassVar[str] = "entropy_bounded"
 

@@ -46,6 +46,7 @@ class FastDLLMFactor(BlockCommit):
     factor: float = 1.0
     mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]
     prefix_only: bool = False          # fill only the committed run right after the head
+    hold_repeats: bool = False         # never fill a slot with the token right before it (BlockCommit)
 
     name: ClassVar[str] = "fast_dllm_factor"
 

@@ -21,26 +21,44 @@ from ...sampling import sample
 from .sjd import SJD, draft_q
 
 
+def couple(old: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator) -> torch.Tensor:
+    """(...) new drafts: at every position one draw from p (..., V) maximally coupled to the old
+    draft old (...) ~ q (..., V): keep old with probability min(1, p(old)/q(old)), else draw from
+    norm(max(0, p - q)) (a one-step speculative rule, every position in one `speculative_accept`)."""
+    n, vocab = old.numel(), p.shape[-1]
+    if not n:
+        return old
+    flat = old.reshape(n)
+    u = torch.rand(n, 1, generator=generator, device=p.device)
+    u_next = torch.rand(n, generator=generator, device=p.device)
+    kept, redrawn = kernels.op("speculative_accept", p.device.type)(
+        flat[:, None], q.reshape(n, 1, vocab), p.reshape(n, 1, vocab).expand(-1, 2, -1), u, u_next)
+    return torch.where(kept == 1, flat, redrawn).reshape(old.shape)
+
+
 def coupled_redraws(old: list[int], old_q, p: torch.Tensor, generator) -> list[int]:
     """New drafts for the positions whose new targets are p (M, V): position i < len(old) is one
-    draw from p[i] maximally coupled to its old draft old[i] ~ old_q[i] (old_q: see `draft_q`; a one-step speculative
-    rule, all positions in one batched `speculative_accept`); later positions are fresh samples."""
+    draw from p[i] coupled to its old draft old[i] ~ old_q[i] (old_q: see `draft_q`; `couple`);
+    later positions are fresh samples."""
     n = len(old)
     fresh = sample(p[n:], generator).tolist() if len(p) > n else []
     if not n:
         return fresh
     old_t = torch.tensor(old, dtype=torch.long, device=p.device)
-    q = draft_q(old, old_q, p.shape[-1], p.device)
-    u = torch.rand(n, 1, generator=generator, device=p.device)
-    u_next = torch.rand(n, generator=generator, device=p.device)
-    kept, redrawn = kernels.op("speculative_accept", p.device.type)(
-        old_t[:, None], q[:, None], p[:n, None].expand(-1, 2, -1), u, u_next)   # accept with p, redraw from p
-    return torch.where(kept == 1, old_t, redrawn).tolist() + fresh
+    return couple(old_t, draft_q(old, old_q, p.shape[-1], p.device), p[:n], generator).tolist() + fresh
 
 
 @dataclass(frozen=True)
 class MCSJD(SJD):
     name: ClassVar[str] = "mc_sjd"
 
-    def redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
-        return coupled_redraws(old, old_q, p, state.generator)
+    def redraw(self, guesses: torch.Tensor, q: torch.Tensor, p: torch.Tensor, lengths: torch.Tensor,
+               state: DecodeState) -> list[list[int]]:
+        """Each old guess's position coupled to it; the position after a row's last guess fresh."""
+        fresh = sample(p, state.generator)                                         # (B, G+1)
+        g = guesses.shape[1]
+        if not g:
+            return fresh.tolist()
+        coupled = couple(guesses, q, p[:, :g], state.generator)                     # (B, G)
+        old = torch.arange(g, device=p.device)[None] < lengths[:, None]
+        return torch.cat([torch.where(old, coupled, fresh[:, :g]), fresh[:, g:]], 1).tolist()

@@ -38,6 +38,33 @@ def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tens
     return out
 
 
+@dataclass
+class CarriedQ:
+    """The draft distributions SJD carries between steps: row b's first counts[b] guesses were
+    drawn from p[b, offsets[b] + i] (the targets of the step before, (B, G'+1, V)); the rest of
+    its guesses are point masses."""
+
+    p: torch.Tensor | None
+    offsets: list[int]
+    counts: list[int]
+
+    @staticmethod
+    def none(batch: int) -> "CarriedQ":
+        return CarriedQ(None, [0] * batch, [0] * batch)
+
+    def distributions(self, guesses: torch.Tensor, vocab: int) -> torch.Tensor:
+        """(B, G, V) q of the padded guesses (B, G): carried rows where there are, else point masses."""
+        point = torch.nn.functional.one_hot(guesses.clamp(min=0), vocab).float()
+        if self.p is None or not any(self.counts) or not guesses.shape[1]:
+            return point
+        device = guesses.device
+        slot = torch.arange(guesses.shape[1], device=device)[None]
+        index = (torch.tensor(self.offsets, device=device)[:, None] + slot).clamp(max=self.p.shape[1] - 1)
+        carried = self.p.gather(1, index[..., None].expand(-1, -1, vocab))
+        has = slot < torch.tensor(self.counts, device=device)[:, None]
+        return torch.where(has[..., None], carried, point)
+
+
 @dataclass(frozen=True)
 class SJD:
     window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
@@ -61,46 +88,45 @@ class SJD:
         if self.init not in INIT_SCHEMES:
             raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
         state.scratch["guesses"] = [[] for _ in range(state.batch)]
-        state.scratch["q"] = [[] for _ in range(state.batch)]   # per row: (C, V) q's of its first C guesses
+        state.scratch["q"] = CarriedQ.none(state.batch)
 
     def propose(self, state: DecodeState) -> Draft:
-        guesses, qs = state.scratch["guesses"], state.scratch["q"]
+        guesses, carried = state.scratch["guesses"], state.scratch["q"]
         for b in range(state.batch):
             n = room_for_guesses(state, b, self.window)
-            fresh = init_guesses(state, b, n - len(guesses[b][:n]), self.init, self.period)
-            guesses[b] = guesses[b][:n] + fresh
-            qs[b] = qs[b][:n]        # the carried guesses' distributions; fresh guesses are point masses
+            kept = guesses[b][:n]
+            carried.counts[b] = min(carried.counts[b], len(kept))   # fresh guesses are point masses
+            guesses[b] = kept + init_guesses(state, b, n - len(kept), self.init, self.period)
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
 
-    def redraw(self, old: list[int], old_q: torch.Tensor, p: torch.Tensor, state: DecodeState) -> list[int]:
-        """Drafts for the positions after the committed token, one per row of p (M, V): old
-        (drawn from old_q, (len(old), V)) are independent samples from p here (MC-SJD overrides
-        this with a coupling to `old`)."""
-        return sample(p, state.generator).tolist() if len(p) else []
+    def redraw(self, guesses: torch.Tensor, q: torch.Tensor, p: torch.Tensor, lengths: torch.Tensor,
+               state: DecodeState) -> list[list[int]]:
+        """New drafts for every chain position, (B, G+1) as host lists: row b's position j gets a
+        draw from p[b, j] (the caller keeps those after the committed token). guesses (B, G) were
+        drawn from q (B, G, V), lengths (B,) real per row. Plain SJD draws independently; MC-SJD
+        couples the draw to the old guess."""
+        return sample(p, state.generator).tolist()
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         if state.params.greedy:   # p is one-hot: the rule is Jacobi's (accept the argmax prefix, redraw = argmax)
             return self._accept_greedy(state, draft, logits)
-        guesses, qs = draft.meta.guesses, state.scratch["q"]
+        guesses = draft.meta.guesses
         p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
         padded, lengths = padded_guesses(draft)
-        q = torch.nn.functional.one_hot(padded.clamp(min=0), p.shape[-1]).float()   # point masses, then carried q's
-        for b, qb in enumerate(qs):
-            carried = min(len(qb), len(guesses[b]))
-            if carried:
-                q[b, :carried] = qb[:carried]
-        committed, accepted = [], []
-        for b, v in enumerate(speculative_chain_verdicts(state, draft, p, q, (padded, lengths))):
-            if v is None:
-                committed.append([]), accepted.append(0)
-                continue
-            k, guess = v.num_accepted, guesses[b]
-            committed.append(guess[:k] + [v.next_token])
+        q = state.scratch["q"].distributions(padded, p.shape[-1])
+        verdicts = speculative_chain_verdicts(state, draft, p, q, (padded, lengths))
+        redrawn = self.redraw(padded.clamp(min=0), q, p, lengths, state)
+        committed, accepted, offsets, counts = [], [], [], []
+        for b, v in enumerate(verdicts):
+            k = 0 if v is None else v.num_accepted
+            committed.append([] if v is None else guesses[b][:k] + [v.next_token])
             accepted.append(k)
-            later = p[b, k + 1:len(guess) + 1]        # targets of the positions after the committed token
-            state.scratch["guesses"][b] = self.redraw(guess[k + 1:], q[b, k + 1:len(guess)], later, state)
-            qs[b] = later
+            if v is not None:      # the positions after the committed token, drawn from their targets
+                state.scratch["guesses"][b] = redrawn[b][k + 1:len(guesses[b]) + 1]
+            offsets.append(k + 1)
+            counts.append(0 if v is None else len(guesses[b]) - k)
+        state.scratch["q"] = CarriedQ(p, offsets, counts)
         record(state, [len(g) for g in guesses], accepted)
         return chain_acceptance(draft, committed, accepted)
 
@@ -113,6 +139,6 @@ class SJD:
             accepted.append(0 if v is None else v.num_accepted)
             if v is not None:
                 state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
-                state.scratch["q"][b] = state.scratch["q"][b][:0]
+        state.scratch["q"] = CarriedQ.none(state.batch)
         record(state, [len(g) for g in draft.meta.guesses], accepted)
         return chain_acceptance(draft, committed, accepted)
