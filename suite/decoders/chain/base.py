@@ -7,7 +7,7 @@ import torch
 
 import kernels
 
-from ...acceptance import Verdict, accept_speculative
+from ...acceptance import Verdict
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
 
@@ -155,13 +155,6 @@ def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[in
 def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
     """Guesses worth scoring: at most `want`, and one less than the row's room (the bonus token)."""
     return max(0, min(want, state.room(b) - 1))
-
-
-def verify_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor, b: int) -> Verdict:
-    """The speculative rule on row b's guesses as point masses (n-gram, prior-text, CTC drafts)."""
-    p = logits_to_probs(chain_logits(draft, logits, b), state.params)
-    return accept_speculative(torch.tensor(draft.meta.guesses[b], dtype=torch.long, device=p.device), None, p,
-                              state.generator)
 
 
 def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor

@@ -28,9 +28,11 @@ from typing import ClassVar
 
 import torch
 
+from ...acceptance import Verdict
 from ...inputs import CTCHypothesis
 from ...loop import Acceptance, DecodeState, Draft
-from .base import chain_acceptance, chain_draft, chain_logits, room_for_guesses, verify_point_masses
+from .base import (chain_acceptance, chain_draft, chain_logits, chain_probs, greedy_chain_verdicts, room_for_guesses,
+                   speculative_chain_verdicts)
 
 
 @dataclass(frozen=True)
@@ -69,17 +71,12 @@ class CTCSpeculative:
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed, accepted = [], []
-        for b in range(state.batch):
+        for b, verdict in enumerate(self._verdicts(state, draft, logits)):
             guess = draft.meta.guesses[b]
-            if state.done[b]:
+            if verdict is None:
                 committed.append([]), accepted.append(0)
                 continue
-            row_logits = chain_logits(draft, logits, b)
-            if self.min_ratio < 1.0 and state.params.greedy:
-                n, nxt = _relaxed_prefix(guess, row_logits, self.min_ratio)
-            else:
-                v = verify_point_masses(state, draft, logits, b)
-                n, nxt = v.num_accepted, v.next_token
+            n, nxt = verdict.num_accepted, verdict.next_token
             if n < len(guess) and self.realign:
                 full = state.scratch["draft"][b]
                 pos = len(state.new_tokens(b)) + n      # index of the rejected hypothesis token
@@ -90,6 +87,16 @@ class CTCSpeculative:
             committed.append(guess[:n] + [nxt])
             accepted.append(n)
         return chain_acceptance(draft, committed, accepted)
+
+    def _verdicts(self, state: DecodeState, draft: Draft, logits) -> list[Verdict | None]:
+        """Every row's drafts verified in one batched rule (None for done rows): the greedy prefix,
+        the speculative rule on point masses, or (min_ratio < 1, greedy) the relaxed rule."""
+        if self.min_ratio < 1.0 and state.params.greedy:
+            return [None if state.done[b] else Verdict(*_relaxed_prefix(g, chain_logits(draft, logits, b), self.min_ratio))
+                    for b, g in enumerate(draft.meta.guesses)]
+        if state.params.greedy:
+            return greedy_chain_verdicts(state, draft, logits)[0]
+        return speculative_chain_verdicts(state, draft, chain_probs(state, draft, logits))
 
 
 def ctc_greedy(log_probs: torch.Tensor, length: int, blank: int = 0) -> list[int]:
