@@ -45,7 +45,7 @@ DECODERS = [("ar", "ar", {}),
 PAGE_DECODERS = ("ar", "block_diffusion B=4 t=0.9 prefix", "s2d2 B=8")      # whole-page rows
 # `--rules`: the diffusion-LM commit rules (suite/decoders/blocks/), a few settings each, beside ar
 # and the default; block_diffusion is Fast-dLLM's threshold rule
-_P = {"prefix_only": True}
+_P, _H = {"prefix_only": True}, {"hold_repeats": True}
 RULES = [("ar", "ar", {}),
          ("block_diffusion B=8 t=0.95 prefix (default)", "block_diffusion", {"block_size": 8, "threshold": 0.95, **_P}),
          ("threshold B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
@@ -66,7 +66,16 @@ RULES = [("ar", "ar", {}),
          ("entropy_bounded B=8 gamma=0.03", "entropy_bounded", {"block_size": 8, "gamma": 0.03}),
          ("entropy_bounded B=16 gamma=0.3 prefix", "entropy_bounded", {"block_size": 16, "gamma": 0.3, **_P}),
          ("entropy_bounded B=16 gamma=0.6 prefix", "entropy_bounded", {"block_size": 16, "gamma": 0.6, **_P}),
-         ("entropy_bounded B=16 gamma=1 prefix", "entropy_bounded", {"block_size": 16, "gamma": 1.0, **_P})]
+         ("entropy_bounded B=16 gamma=1 prefix", "entropy_bounded", {"block_size": 16, "gamma": 1.0, **_P}),
+         # hold_repeats (BlockCommit): a slot repeating the token before it waits for a later forward
+         ("block_diffusion B=8 t=0.95 prefix hold", "block_diffusion", {"block_size": 8, "threshold": 0.95, **_P, **_H}),
+         ("threshold B=16 t=0.9 prefix hold", "block_diffusion", {"block_size": 16, "threshold": 0.9, **_P, **_H}),
+         ("threshold B=16 t=0.8 prefix hold", "block_diffusion", {"block_size": 16, "threshold": 0.8, **_P, **_H}),
+         ("factor B=16 f=2 prefix hold", "fast_dllm_factor", {"block_size": 16, "factor": 2.0, **_P, **_H}),
+         ("factor B=16 f=3 prefix hold", "fast_dllm_factor", {"block_size": 16, "factor": 3.0, **_P, **_H}),
+         ("prophet B=16 margin=6 prefix hold", "prophet", {"block_size": 16, "margin": 6.0, **_P, **_H}),
+         ("credit B=16 t=0.9 prefix hold", "credit", {"block_size": 16, "threshold": 0.9, **_P, **_H}),
+         ("entropy_bounded B=16 gamma=2 prefix hold", "entropy_bounded", {"block_size": 16, "gamma": 2.0, **_P, **_H})]
 PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
 # scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
 PAGE_PNG_TRUTH = """Region-based segmentation

@@ -1,6 +1,7 @@
 """The diffusion-LM commit rules beside block_diffusion (fast_dllm_factor, prophet, credit,
 entropy_bounded): each rule's commit law on a scripted model whose slot probabilities are known,
 and each rule's never-commit setting equal to `ar` on tiny random transformers."""
+import dataclasses
 import math
 
 import pytest
@@ -9,7 +10,7 @@ from scripted import ScriptedModel
 from tinymodels import tiny_model
 
 import suite
-from suite.decoders.blocks.block_diffusion import BlockDiffusion
+from suite.decoders.blocks.block_diffusion import BlockDiffusion, OpenSlots, repeats
 from suite.decoders.blocks.credit import CreditDecoding
 from suite.decoders.blocks.entropy_bounded import EntropyBounded, entropy_bounded_commit
 from suite.decoders.blocks.fast_dllm_factor import FastDLLMFactor, factor_commit
@@ -107,6 +108,48 @@ def test_entropy_bounded_spends_a_shared_budget_lowest_entropy_first():
     assert seen[0] == [1, 2, 3, 4]                 # the largest entropy is not counted
     seen, text = commits(EntropyBounded(block_size=4, gamma=0.1), conf)
     assert seen[0] == [1, 2, 4] and text == AR_TEXT   # 0.154 > 0.1: the 0.9 slot waits
+
+
+class CopyingSlots(ScriptedModel):
+    """Clean slots read FULL (a doubled 13 at positions 3 and 4); the MASK slot predicting position 2
+    writes position 1's token there instead (a misplaced copy of the glyph before); confidence 0.99."""
+    FULL = [10, 11, 12, 13, 13, 14, 15, 16, 17]
+
+    def __init__(self):
+        super().__init__(lambda h: 0, vocab=VOCAB)
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        super().__call__(tokens, positions, cache, attention_mask, logits_from)
+        probs = torch.zeros(*tokens.shape, VOCAB)
+        for r in range(tokens.shape[0]):
+            for i, p in enumerate(positions[r].tolist()):
+                q = p + 1
+                t = self.FULL[1 if q == 2 and int(tokens[r, i]) == MASK_ID else q] if q < len(self.FULL) else 30 + q
+                probs[r, i, t], probs[r, i, (t + 7) % VOCAB] = 0.99, 0.01
+        return probs.clamp_min(1e-30).log()[:, logits_from:]
+
+
+def test_hold_repeats_keeps_a_slot_copying_the_token_before_it_for_a_later_forward():
+    """Forward 1 fills 1..4 = 11 11 13 13 by the threshold; with hold_repeats positions 2 (a copy of
+    1) and 4 (a copy of 3, here right) wait: 12 comes as the head of forward 2, with the filled 13;
+    the doubled 13 as the head of forward 3, with 14 15 16; 17 in forward 4."""
+    ar = suite.generate(CopyingSlots(), torch.tensor([[10]]), max_new_tokens=8)
+    assert ar.new_tokens[0] == CopyingSlots.FULL[1:]
+    plain = BlockDiffusion(block_size=4, threshold=0.9, mask_token_id=MASK_ID)
+    out = suite.generate(CopyingSlots(), torch.tensor([[10]]), decoder=plain, max_new_tokens=8)
+    assert out.new_tokens[0][:4] == [11, 11, 13, 13]                     # the copy is committed
+    for rule in (plain, FastDLLMFactor(block_size=4, factor=1.0, mask_token_id=MASK_ID)):
+        held = dataclasses.replace(rule, hold_repeats=True)
+        out = suite.generate(CopyingSlots(), torch.tensor([[10]]), decoder=held, max_new_tokens=8)
+        assert out.new_tokens[0] == ar.new_tokens[0] and out.stats.num_forwards == 4, rule.name
+
+
+def test_repeats_compares_with_committed_filled_and_kept_neighbours():
+    slots = OpenSlots(torch.zeros(4, 2), torch.tensor([7, 7, 9, 9]), torch.ones(4), [5, 6, 8, 9])
+    keep = torch.tensor([True, True, False, True])
+    # head 7 at 5 (never held); 7 at 6 repeats it; 8 is not kept; 9 at 9 repeats the 9 filled at 8
+    assert repeats(4, 4, {8: 9}, slots, keep).tolist() == [False, True, False, True]
+    assert repeats(7, 4, {}, slots, keep).tolist() == [False, True, False, False]
 
 
 PROMPTS = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11], [0, 0, 0, 20, 21, 22, 20, 21, 23, 24]])

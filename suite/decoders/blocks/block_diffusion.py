@@ -155,8 +155,8 @@ class BlockCommit:
     (committed, filled earlier or filled in this forward): the repetition of non-autoregressive
     decoding (Gu et al. 2018, "Non-Autoregressive Neural Machine Translation": slots that predict
     independently see the same glyph and both write it). Such a slot is predicted again in a later
-    forward, after the slot before it is committed, and a doubled character that is right comes as
-    the head (exact). Trades: a forward per held slot, against most of the errors on the OCR lines."""
+    forward, after the slots before it are committed, and a doubled character that is right comes
+    as the head (exact). Trades: a forward per held slot, against most of the errors on the OCR lines."""
 
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 

@@ -159,8 +159,12 @@ def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
 
 def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor
                         ) -> tuple[Acceptance, list[Verdict | None]]:
-    """Verify every active row's point-mass guesses; also returns each row's verdict (None if done)."""
-    verdicts = speculative_chain_verdicts(state, draft, chain_probs(state, draft, logits))
+    """Verify every active row's point-mass guesses (greedy: the argmax prefix, what the speculative
+    rule gives on one-hot targets); also returns each row's verdict (None if done)."""
+    if state.params.greedy:
+        verdicts = greedy_chain_verdicts(state, draft, logits)[0]
+    else:
+        verdicts = speculative_chain_verdicts(state, draft, chain_probs(state, draft, logits))
     committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, draft.meta.guesses)]
     accepted = [0 if v is None else v.num_accepted for v in verdicts]
     return chain_acceptance(draft, committed, accepted), verdicts
