@@ -82,11 +82,12 @@ class TreeSlots:
 
 def grow_tree(tree: BoxTree, budget: int) -> tuple[list[int], list[int], list[int]]:
     """The draft tree (values, depths, parents): the main chain, then branches best first (SpecInfer
-    / Sequoia's tree of the most likely drafts, here under independent per-slot drafts q): a branch
-    takes runner-up a at depth j below node u and continues with the main values after j; it is
-    walked when the verifier accepts u's path and picks a, which the drafts expect with probability
-    q(path to u) * q_j(a). Branches are added in that order while their n - j slots fit `budget`,
-    branches of branches included (a coordinate one grid step off after another one)."""
+    / Sequoia's tree of the most likely drafts, here under independent per-slot drafts q, each
+    renormalised over its slot's candidate values): a branch takes alternative a at depth j below
+    node u and continues with the main values after j; it is walked when the verifier accepts u's
+    path and picks a, which the drafts expect with probability q(path to u) * q_j(a). Branches are
+    added in that order while their n - j slots fit `budget`, branches of branches included (a
+    coordinate one grid step off after another one)."""
     n = len(tree.main)
     probs = [[q / sum(qs) for q in qs] for qs in tree.probs]     # q over the values the tree can verify
     values, depth, parent, reach = list(tree.main), list(range(n)), list(range(-1, n - 1)), []
@@ -181,9 +182,11 @@ class Locus:
     def start(self, state: DecodeState) -> None:
         if self.layout is None:
             raise ValueError("locus needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
-        if min(self.alternatives, self.tree_slots, self.modes, self.mode_radius) < 0 or not 0 <= self.min_alternative <= 1:
-            raise ValueError("alternatives, tree_slots, modes and mode_radius must be >= 0 and min_alternative in [0, 1], got "
-                             f"{self.alternatives}, {self.tree_slots}, {self.modes}, {self.mode_radius}, {self.min_alternative}")
+        counts = {"alternatives": self.alternatives, "tree_slots": self.tree_slots, "modes": self.modes,
+                  "mode_radius": self.mode_radius}
+        if min(counts.values()) < 0 or not 0 <= self.min_alternative <= 1:
+            raise ValueError(f"{', '.join(counts)} must be >= 0 and min_alternative in [0, 1], got "
+                             f"{counts}, min_alternative={self.min_alternative}")
         state.scratch["trees"] = [BoxTree() for _ in range(state.batch)]
         state.scratch["fresh"] = [False] * state.batch                 # drafts straight from MASK slots
 
