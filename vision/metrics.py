@@ -61,8 +61,8 @@ def load_classifier(folder: str) -> SmallClassifier:
 
 @torch.no_grad()
 def predict(classifier: SmallClassifier, images) -> np.ndarray:
-    """images: (N, H, W, 3) uint8 array or list of PIL images -> (N,) predicted class ids."""
-    x = to_tensor(_as_array(images))
+    """images: (N, H, W, 3) uint8 array, or a list of PIL images or (H, W, 3) arrays -> (N,) predicted class ids."""
+    x = to_tensor(as_uint8_array(images))
     return np.concatenate([classifier(x[i:i + 256]).argmax(-1).numpy() for i in range(0, len(x), 256)])
 
 
@@ -70,10 +70,12 @@ def class_accuracy(classifier, images, labels) -> float:
     return float((predict(classifier, images) == np.asarray(labels)).mean())
 
 
-def _as_array(images) -> np.ndarray:
+def as_uint8_array(images) -> np.ndarray:
+    """(N, H, W, 3) uint8 from an array, or a list of PIL images or (H, W, 3) arrays (real clips' frames)."""
     if isinstance(images, np.ndarray):
         return images
-    return np.stack([np.asarray(im.convert("RGB"), dtype=np.uint8) for im in images])
+    return np.stack([np.asarray(im if isinstance(im, np.ndarray) else im.convert("RGB"), dtype=np.uint8)
+                     for im in images])
 
 
 def augment(x: torch.Tensor) -> torch.Tensor:
@@ -139,7 +141,7 @@ def mobilenet_features_model():
 @torch.no_grad()
 def mobilenet_features(net, images, size: int = 160) -> np.ndarray:
     """(N, 1280) globally pooled MobileNetV2 features of uint8 images (ImageNet normalisation)."""
-    x = torch.from_numpy(_as_array(images)).permute(0, 3, 1, 2).float() / 255.0
+    x = torch.from_numpy(as_uint8_array(images)).permute(0, 3, 1, 2).float() / 255.0
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
     mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
     std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]

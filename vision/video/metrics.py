@@ -41,9 +41,10 @@ class MotionClassifier(torch.nn.Module):
 
 
 def clips_tensor(clips) -> torch.Tensor:
-    """(N, T, S, S, 3) uint8 clips (or a list of lists of PIL frames) -> (N, T, 3, S, S) in [-1, 1]."""
+    """(N, T, S, S, 3) uint8 clips (or a list of clips: lists of PIL frames or arrays) -> (N, T, 3, S, S) in [-1, 1]."""
+    from ..metrics import as_uint8_array
     if not isinstance(clips, np.ndarray):
-        clips = np.stack([np.stack([np.asarray(f.convert("RGB"), dtype=np.uint8) for f in clip]) for clip in clips])
+        clips = np.stack([as_uint8_array(clip) for clip in clips])
     n, t = clips.shape[:2]
     return to_tensor(clips.reshape(n * t, *clips.shape[2:])).reshape(n, t, 3, *clips.shape[2:4])
 
