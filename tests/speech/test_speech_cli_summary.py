@@ -19,8 +19,8 @@ def test_tts_summary_line_runs_the_default_and_names_its_guarantee(tmp_path, cap
 
 def test_asr_rows_name_the_decoder_and_its_guarantee(monkeypatch):
     monkeypatch.setattr(speech.asr, "load_asr", lambda *a, **k: object())     # a recogniser of no family
-    assert speech.asr.ASRWorker().decoder == speech.asr.DEFAULT_DECODER == "ar"
-    assert speech.asr.ASRWorker().guarantee == "ar: the baseline"
+    assert speech.asr.ASRWorker().decoder == speech.asr.DEFAULT_DECODER == "ctc_speculative"
+    assert speech.asr.ASRWorker(decoder="ar").guarantee == "ar: the baseline"
     ctc = speech.asr.ASRWorker(decoder="ctc").guarantee
     assert ctc.startswith("ctc: lossy: CER 0.213 against ar's 0.345")       # the CTC head: no registry decoder
     assert speech.asr.ASRWorker(decoder="ctc_speculative").guarantee.startswith("ctc_speculative: lossy: CER 0.216")
