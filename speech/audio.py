@@ -90,3 +90,20 @@ class TTSResult:
     @property
     def real_time_factor(self) -> float:
         return self.stats.wall_time_s / max(self.seconds, 1e-9)
+
+
+def family_result(text, audio: list[np.ndarray], codes: list[torch.Tensor], sample_rate: int, stats) -> TTSResult:
+    """A family's TTSResult: one row's for a str; for a list, stacked when every row has the same
+    length, else the lists of waveforms and (Q, T_b) codes."""
+    if isinstance(text, str):
+        return TTSResult(audio[0], sample_rate, codes[0], stats, "")
+    same = len({c.shape[1] for c in codes}) == 1
+    return TTSResult(np.stack(audio) if same else audio, sample_rate, torch.stack(codes) if same else codes, stats, "")
+
+
+@torch.no_grad()
+def decode_each(codes: list[torch.Tensor], decode, device) -> list[np.ndarray]:
+    """Each row's (Q, T_b) codes through the codec on its own (`decode` of (1, Q, T_b) on `device`
+    -> audio values); an empty row is empty audio."""
+    return [np.zeros(0, dtype=np.float32) if row.shape[1] == 0 else
+            decode(row[None].to(device)).reshape(-1).cpu().numpy() for row in codes]

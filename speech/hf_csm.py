@@ -141,7 +141,7 @@ class CsmTTS:
         `seconds` or `max_new_tokens` frames (default: the generation config's max_new_tokens)."""
         from suite import decode, prepare
 
-        from .audio import TTSResult
+        from .audio import family_result
         decoder = decoder or self.default_decoder
         if decoder in LACKING:
             raise ValueError(f"decoder {decoder!r} needs {LACKING[decoder]}, which CSM does not have; "
@@ -160,11 +160,7 @@ class CsmTTS:
                  for r in result.new_tokens]                                           # (Q, T_b) per row
         audio = self.to_audio(codes)
         result.stats.wall_time_s = time.perf_counter() - t0
-        if isinstance(text, str):
-            return TTSResult(audio[0], self.sample_rate, codes[0], result.stats, "")
-        same = len({c.shape[1] for c in codes}) == 1
-        return TTSResult(np.stack(audio) if same else audio, self.sample_rate, torch.stack(codes) if same else codes,
-                         result.stats, "")
+        return family_result(text, audio, codes, self.sample_rate, result.stats)
 
     def until_silence(self, codes: torch.Tensor) -> torch.Tensor:
         """(Q, S) -> (Q, T): the frames before the first all-EOS frame (CSM's output_audio cut)."""
@@ -173,15 +169,8 @@ class CsmTTS:
 
     def to_audio(self, codes: list[torch.Tensor]) -> list[np.ndarray]:
         """Mimi decodes each row (Q, T_b) on its own, as CSM's generate does."""
-        out = []
-        with torch.no_grad():
-            for row in codes:
-                if row.shape[1] == 0:
-                    out.append(np.zeros(0, dtype=np.float32))
-                    continue
-                audio = self.model.codec_model.decode(row[None].to(self.adapter.device)).audio_values
-                out.append(audio.reshape(-1).cpu().numpy())
-        return out
+        from .audio import decode_each
+        return decode_each(codes, lambda row: self.model.codec_model.decode(row).audio_values, self.adapter.device)
 
     def num_frames(self, seconds: float | None, max_new_tokens: int | None) -> int:
         gen = self.model.generation_config

@@ -205,15 +205,8 @@ class DiaTTS(DelayCodecTTS):
 
     def to_audio(self, codes: list[torch.Tensor]) -> list[np.ndarray]:
         """DAC decodes each row (C, T_b) on its own, as DiaProcessor.batch_decode does."""
-        out = []
-        with torch.no_grad():
-            for row in codes:
-                if row.shape[1] == 0:
-                    out.append(np.zeros(0, dtype=np.float32))
-                    continue
-                audio = self.codec.decode(audio_codes=row[None].to(self.adapter.device)).audio_values
-                out.append(audio.reshape(-1).cpu().numpy())
-        return out
+        from .audio import decode_each
+        return decode_each(codes, lambda row: self.codec.decode(audio_codes=row).audio_values, self.adapter.device)
 
 
 def load_codec(folder: Path):

@@ -135,7 +135,7 @@ class DelayCodecTTS:
         max_length. Sampling defaults: the generation config's."""
         from suite import decode, prepare
 
-        from .audio import TTSResult
+        from .audio import family_result
         decoder = self.check_decoder(decoder)
         texts = [text] if isinstance(text, str) else list(text)
         frames = self.num_frames(seconds, max_new_tokens)
@@ -154,11 +154,7 @@ class DelayCodecTTS:
                  for r in result.new_tokens]                                          # (K, T_b) per row
         audio = self.to_audio(codes)
         result.stats.wall_time_s = time.perf_counter() - t0
-        if isinstance(text, str):
-            return TTSResult(audio[0], self.sample_rate, codes[0], result.stats, "")
-        same = len({c.shape[1] for c in codes}) == 1
-        return TTSResult(np.stack(audio) if same else audio, self.sample_rate, torch.stack(codes) if same else codes,
-                         result.stats, "")
+        return family_result(text, audio, codes, self.sample_rate, result.stats)
 
     def check_decoder(self, decoder: str | None) -> str:
         decoder = decoder or self.default_decoder

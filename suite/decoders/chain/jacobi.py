@@ -82,13 +82,19 @@ class Jacobi:
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        verdicts, targets = greedy_chain_verdicts(state, draft, logits)
-        committed, accepted = [], []
-        for b, v in enumerate(verdicts):
-            guess = draft.meta.guesses[b]
-            committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
-            accepted.append(0 if v is None else v.num_accepted)
-            if v is not None:
-                state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
-        record(state, [len(g) for g in draft.meta.guesses], accepted)
-        return chain_acceptance(draft, committed, accepted)
+        return jacobi_accept(state, draft, logits)
+
+
+def jacobi_accept(state: DecodeState, draft: Draft, logits) -> Acceptance:
+    """Keep each row's guesses up to the first that differs from the target's argmax, then the
+    argmax; the target's argmax after the committed token becomes the row's next guesses."""
+    verdicts, targets = greedy_chain_verdicts(state, draft, logits)
+    committed, accepted = [], []
+    for b, v in enumerate(verdicts):
+        guess = draft.meta.guesses[b]
+        committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
+        accepted.append(0 if v is None else v.num_accepted)
+        if v is not None:
+            state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
+    record(state, [len(g) for g in draft.meta.guesses], accepted)
+    return chain_acceptance(draft, committed, accepted)

@@ -18,9 +18,9 @@ import torch
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import sample
-from .base import (chain_acceptance, chain_draft, chain_probs, greedy_chain_verdicts, padded_guesses,
-                   room_for_guesses, speculative_chain_verdicts)
-from .jacobi import INIT_SCHEMES, frame_period, init_guesses
+from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
+                   speculative_chain_verdicts)
+from .jacobi import INIT_SCHEMES, frame_period, init_guesses, jacobi_accept
 
 
 def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tensor:
@@ -131,14 +131,5 @@ class SJD:
         return chain_acceptance(draft, committed, accepted)
 
     def _accept_greedy(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        verdicts, targets = greedy_chain_verdicts(state, draft, logits)
-        committed, accepted = [], []
-        for b, v in enumerate(verdicts):
-            guess = draft.meta.guesses[b]
-            committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
-            accepted.append(0 if v is None else v.num_accepted)
-            if v is not None:
-                state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
-        state.scratch["q"] = CarriedQ.none(state.batch)
-        record(state, [len(g) for g in draft.meta.guesses], accepted)
-        return chain_acceptance(draft, committed, accepted)
+        state.scratch["q"] = CarriedQ.none(state.batch)     # the argmax guesses are point masses
+        return jacobi_accept(state, draft, logits)
