@@ -38,6 +38,59 @@ class Shared:
         return self._pipeline
 
 
+class FolderPipelines:
+    """A tab's pipelines: the embedded one (`shared`, as loaded today) for an empty folder, else the
+    one `load(folder)` gives (the public loader the CLI uses), loaded once per folder (keyed by its
+    resolved path) and kept for the last `keep` folders. Loads of one folder never run twice; a
+    failed load is not kept (the next request tries again, and gets the loader's own error, which
+    names `families()`, the families the tab knows, when the folder holds no model at all)."""
+
+    def __init__(self, shared: Shared, load: Callable[[str], object], families: Callable[[], str], keep: int = 2):
+        self._shared, self._load, self._families, self._keep = shared, load, families, keep
+        self._folders: dict[Path, Shared] = {}         # resolved path -> its pipeline, oldest first
+        self._lock = threading.Lock()
+
+    def get(self, folder: str | None = None):
+        folder = (folder or "").strip()
+        if not folder:
+            return self._shared.get()
+        key = Path(folder).expanduser().resolve()
+        with self._lock:
+            entry = self._folders.pop(key, None) or Shared(None, functools.partial(self._load_folder,
+                                                                                  os.path.expanduser(folder)))
+            self._folders[key] = entry                  # the most recent last
+            while len(self._folders) > self._keep:
+                self._folders.pop(next(iter(self._folders)))
+        try:
+            return entry.get()
+        except Exception:                               # a bad folder takes no place from a good one
+            with self._lock:
+                if self._folders.get(key) is entry:
+                    del self._folders[key]
+            raise
+
+    def _load_folder(self, folder: str):
+        try:
+            return self._load(folder)
+        except (ValueError, FileNotFoundError) as e:
+            if (Path(folder) / "config.json").is_file():
+                raise                                   # a model folder: its loader names what is wrong
+            raise ValueError(f"{e} (this tab loads folders of: {self._families()})") from None
+
+
+def with_folder_decoders(own) -> list[str]:
+    """A tab's own decoders, then the lossless chain decoders a vision-language model folder runs
+    (suite.vlm, as `--model FOLDER` takes them): one dropdown for either; the pipeline refuses the
+    ones it cannot run, naming those it can."""
+    return list(own) + [n for n in suite.TEXT_DECODERS if n not in own and suite.decoder_entry(n).guarantee != "lossy"]
+
+
+def row_forwards(stats) -> int:
+    """One row's forwards: a batch's own per-row count where its stats keep one (our grounding and
+    OCR models), else num_forwards (a model folder's suite.DecodeStats, one row per call here)."""
+    return getattr(stats, "row_forwards", stats.num_forwards)
+
+
 def sampling_args(temperature, top_k, top_p, seed) -> dict:
     """Sampling settings from the UI widgets: top_k 0 and top_p 1 mean off, an empty seed is random."""
     temperature = float(temperature or 0.0)

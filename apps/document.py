@@ -3,6 +3,9 @@ each page is shown with its lines boxed and their text, page by page as they are
 
     import apps.document
     apps.document.build_demo().launch()      # loads document.load_ocr() (embedded weights)
+
+A "Model folder" (a page-reading VLM: GOT-OCR2, Qwen2-VL, Florence-2) reads each page whole instead,
+loaded once per folder as `python -m document --model FOLDER` loads it (document.hf_reader.load_reader).
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import suite
 from document.ocr import DECODER_DEFAULTS
 from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
 
-from ._common import (Shared, TimedIterator, format_options, guarded, parse_options, race, stats_row, summary_html,
-                      throttled, ui_options)
+from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, parse_options, race,
+                      row_forwards, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
@@ -40,9 +43,20 @@ def load_pipeline():
     return ocr
 
 
+def load_folder(folder: str):
+    """A page-reading VLM folder, as `python -m document --model FOLDER` loads it."""
+    from document.hf_reader import load_reader
+    return load_reader(folder)
+
+
+def known_families() -> str:
+    from document.hf_reader import FAMILIES
+    return f"{', '.join(FAMILIES)} (saved with its processor)"
+
+
 def decoder_choices() -> list[str]:
     from document.ocr import DECODERS
-    return list(DECODERS)
+    return with_folder_decoders(DECODERS)
 
 
 def default_options(name: str) -> str:
@@ -60,10 +74,13 @@ def example_page() -> str | None:
 
 
 def read_pages(ocr, path: str, decoder: str, options: dict):
-    """Pages one at a time, so the UI updates after each page of a PDF."""
+    """Pages one at a time, so the UI updates after each page of a PDF; `ocr` is our OCR or a
+    page-reading VLM (document.hf_reader.HFPageReader), which reads each page whole."""
+    from document.hf_reader import HFPageReader
     from document.reader import load_pages, read
+    reader = {"model": ocr} if isinstance(ocr, HFPageReader) else {"ocr": ocr}
     for image in load_pages(path):
-        yield from read(image, ocr=ocr, decoder=decoder, **options)
+        yield from read(image, decoder=decoder, **reader, **options)
 
 
 class DocumentRun:
@@ -86,7 +103,7 @@ class DocumentRun:
         self.pages.append(page)
         s = page.stats
         if s is not None:
-            self.stats.num_forwards += s.row_forwards      # each line's own decode steps, summed
+            self.stats.num_forwards += row_forwards(s)     # each line's own decode steps, summed
             self.stats.num_new_tokens += s.num_new_tokens
 
     def row(self) -> dict:
@@ -125,15 +142,15 @@ def lines_html(run: DocumentRun | None) -> str:
 
 def build_demo(pipeline=None) -> gr.Blocks:
     """The Document tab. `pipeline` is a `document` OCR (document.load_ocr()); None loads the
-    embedded one on first use (once, shared by all requests)."""
-    shared = Shared(pipeline, load_pipeline)
+    embedded one on first use (once, shared by all requests); a model folder loads its own (once per folder)."""
+    pipelines = FolderPipelines(Shared(pipeline, load_pipeline), load_folder, known_families)
 
-    def read(path, decoder, options, compare):
+    def read(path, decoder, options, compare, model_folder=""):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
         if not path:
             raise ValueError("no file: upload a page image (PNG, JPEG, TIFF) or a PDF")
-        ocr = shared.get()
+        ocr = pipelines.get(model_folder)
         runs = [DocumentRun(decoder, read_pages(ocr, path, decoder, parse_options(decoder, options)))]
         if compare and decoder != "ar":
             runs.insert(0, DocumentRun("ar", read_pages(ocr, path, "ar", {})))
@@ -159,6 +176,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
                                  value=example_page(), elem_id="document-file")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="document-compare")
+                model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our OCR model",
+                                          info="a GOT-OCR2, Qwen2-VL or Florence-2 folder (save_pretrained, with its "
+                                               "processor): reads each page whole", elem_id="document-model-folder")
                 run = gr.Button("Read", variant="primary", elem_id="document-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER if DEFAULT_DECODER in
@@ -180,6 +200,6 @@ def build_demo(pipeline=None) -> gr.Blocks:
         compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False,
                        api_visibility="private")
         run.click(guarded("page reading", read, blank=(None, "", "", "", ""), hide_paths=lambda path, *_: (path,)),
-                  [upload, decoder, options, compare],
+                  [upload, decoder, options, compare, model_folder],
                   [pages, text, lines, ar_text, stats], api_name="read_document")
     return demo

@@ -4,6 +4,8 @@ slot by slot (ar), a whole box per forward (parallel_box) or parallel with valid
 
     import apps.grounding
     apps.grounding.build_demo().launch()      # loads vision.load_grounding_pipeline() (embedded weights)
+
+A "Model folder" (Florence-2, PaliGemma, Kosmos-2) loads through vision.load_grounding_pipeline(folder).
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import gradio as gr
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
-from ._common import (Shared, font, format_options, guarded, parse_options, require_text, stats_row, summary_html,
-                      ui_options)
+from ._common import (FolderPipelines, Shared, font, format_options, guarded, parse_options, require_text, row_forwards,
+                      stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
@@ -35,6 +37,17 @@ def load_pipeline():
     return grd
 
 
+def load_folder(folder: str):
+    """A user's model folder, as `python -m vision.ground --model FOLDER` loads it."""
+    import vision
+    return vision.load_grounding_pipeline(folder)
+
+
+def known_families() -> str:
+    from vision.hf_grounding import FAMILIES
+    return f"{', '.join(FAMILIES)} (saved with its processor), or a grounding model of ours"
+
+
 def example_scene(index: int = EXAMPLE_SCENE, task: str = "aabb"):
     """A held-out generated scene (numpy RGB)."""
     from vision.grounding import data
@@ -50,7 +63,7 @@ def example(task: str):
 
 def decoder_choices() -> list[str]:
     from vision.grounding.pipeline import DECODERS
-    return list(DECODERS)
+    return with_folder_decoders(DECODERS)
 
 
 def default_options(name: str, pipeline=None, task: str = "aabb") -> str:
@@ -84,8 +97,9 @@ def boxes_html(result) -> str:
     rows = []
     for k, (box, score) in enumerate(zip(result.boxes, result.scores)):
         angle = "" if result.angles is None else f"<td>{math.degrees(result.angles[k]):.1f}</td>"
+        score = "–" if score is None else f"{score:.2f}"     # a transformers family gives no box scores
         rows.append(f"<tr class='ps-box'><td>{k + 1}</td><td>{', '.join(f'{v:.1f}' for v in box)}</td>{angle}"
-                    f"<td>{score:.2f}</td></tr>")
+                    f"<td>{score}</td></tr>")
     head = "x0, y0, x1, y1" if result.angles is None else "cx, cy, w, h"
     angle_head = "" if result.angles is None else "<th>angle (deg)</th>"
     answer = "no match" if result.no_match else f"{len(result.boxes)} box(es)"
@@ -96,22 +110,24 @@ def boxes_html(result) -> str:
 
 def row_of(decoder: str, result) -> dict:
     s = result.stats
-    stats = suite.DecodeStats(num_forwards=s.row_forwards, num_new_tokens=len(result.tokens))
+    stats = suite.DecodeStats(num_forwards=row_forwards(s), num_new_tokens=len(result.tokens))
     return stats_row(decoder, stats, s.wall_time_s, True)
 
 
 def build_demo(pipeline=None) -> gr.Blocks:
-    """The Grounding tab. `pipeline` is vision.load_grounding_pipeline(); None loads it on first use."""
+    """The Grounding tab. `pipeline` is vision.load_grounding_pipeline(); None loads it on first use; a
+    model folder loads its own (once per folder)."""
     shared = Shared(pipeline, load_pipeline)
+    pipelines = FolderPipelines(shared, load_folder, known_families)
 
-    def ground(image, query, decoder, task_label, options, compare):
+    def ground(image, query, decoder, task_label, options, compare, model_folder=""):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
         if image is None:
             raise ValueError("no image: upload one (PNG, JPEG) or keep the example scene")
         require_text("query", query, "say what to find, e.g. 'the red circle' or 'the face'")
         task = TASKS.get(task_label, "aabb")
-        grd = shared.get()
+        grd = pipelines.get(model_folder)
         res = grd(image, query, decoder=decoder, task=task, **parse_options(decoder, options))
         rows, same = [row_of(decoder, res)], None
         if compare and decoder != "ar":
@@ -139,6 +155,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 options = gr.Textbox(value=default_options(DEFAULT_DECODER, pipeline), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="grounding-options")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="grounding-compare")
+                model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our grounding model",
+                                          info="a Florence-2, PaliGemma or Kosmos-2 folder (save_pretrained, "
+                                               "with its processor)", elem_id="grounding-model-folder")
                 run = gr.Button("Ground", variant="primary", elem_id="grounding-run")
         stats = gr.HTML(elem_id="grounding-stats")
         with gr.Row():
@@ -156,6 +175,6 @@ def build_demo(pipeline=None) -> gr.Blocks:
                        queue=False, api_visibility="private")
         task.change(task_changed, [decoder, task, image, query], [options, image, query], queue=False,
                     api_visibility="private")
-        run.click(guarded("grounding", ground, blank=(None, "", "")), [image, query, decoder, task, options, compare],
-                  [out, boxes, stats], api_name="ground")
+        run.click(guarded("grounding", ground, blank=(None, "", "")),
+                  [image, query, decoder, task, options, compare, model_folder], [out, boxes, stats], api_name="ground")
     return demo

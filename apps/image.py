@@ -3,6 +3,10 @@ the picture fills in step by step beside a heatmap of the forward at which each 
 
     import apps.image
     apps.image.build_demo().launch()         # loads vision.load_image_pipeline() (embedded weights)
+
+A "Model folder" loads a user's Emu3, Janus or Chameleon folder through vision.hf_image (as
+`python -m vision.generate --hf-model FOLDER` does, once per folder): it draws the prompt's image
+(over the grid, for Emu3) with the chosen decoder in one call, then shows it.
 """
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ import numpy as np
 import suite
 from vision.pipeline import DEFAULT_DECODER  # vision.generate's and the API's default too
 
-from ._common import (Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options, race, stats_row,
-                      step_colours, summary_html, throttled, ui_options, with_scale_bar)
+from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options,
+                      positive_int, race, require_text, stats_row, step_colours, summary_html, throttled, ui_options,
+                      with_scale_bar)
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
@@ -26,6 +31,17 @@ UPDATE_EVERY_S = 0.05
 def load_pipeline():
     import vision
     return vision.load_image_pipeline()
+
+
+def load_folder(folder: str):
+    """A user's Emu3/Janus/Chameleon folder, as `python -m vision.generate --hf-model FOLDER` loads it."""
+    from vision.hf_image import load_hf_image_model
+    return load_hf_image_model(folder)
+
+
+def folder_families() -> str:
+    from vision.hf_image import FAMILIES
+    return ", ".join(FAMILIES)
 
 
 def sampling_defaults(pipe) -> dict:
@@ -84,6 +100,57 @@ def heatmap(decided_at: np.ndarray, forwards: int):
     return with_scale_bar(upscale(Image.fromarray(step_colours(decided_at, forwards))), max(forwards, 1))
 
 
+# -- a model folder (vision.hf_image): one call per decoder, shown when done ---------------------------
+
+def folder_decoders() -> list[str]:
+    """The tab's decoders a model folder runs: lpd needs a prior trained with position queries (ours)."""
+    return [n for n in decoder_choices() if n != "lpd"]
+
+
+def folder_grid(hf, height, width) -> tuple[int, int]:
+    """The token grid: Emu3 draws any size (both fields), Janus and Chameleon their own (fields empty)."""
+    own = hf.default_grid()
+    if not height and not width:
+        if own is None:
+            raise ValueError(f"{hf.family} draws any size: set the grid's height and width in tokens (e.g. 32 x 32)")
+        return own
+    grid = positive_int("grid height", height), positive_int("grid width", width)
+    if own is not None and grid != tuple(own):
+        raise ValueError(f"{hf.family} draws a fixed {own[0]}x{own[1]} grid: clear the grid fields")
+    return grid
+
+
+def folder_request(hf, decoder: str, prompt: str, grid) -> tuple:
+    """Check a folder request before it runs: (prompt ids, grid); a decoder the family cannot run,
+    an empty prompt or a folder without its processor is a ValueError naming the fix."""
+    if decoder not in folder_decoders():
+        raise ValueError(f"decoder {decoder!r} does not run on {hf.family} (it needs a prior trained with position "
+                         f"queries, as ours is); use one of: {', '.join(folder_decoders())}")
+    require_text("prompt", prompt, 'describe the image, e.g. "a red apple"')
+    if hf.processor is None:
+        raise ValueError("this model folder has no processor (tokenizer) to read the prompt: save the model's "
+                         "processor beside it (processor.save_pretrained(folder))")
+    return hf.prompt_ids(prompt), folder_grid(hf, *grid)
+
+
+def folder_view(results: dict, decoder: str, sampled: bool, note: str) -> tuple:
+    """The outputs for decoder -> HFImageResult (ar's too with compare; None = still running): the
+    images (none for Chameleon: codes only), no step heatmaps (the call is whole), the summary."""
+    def picture(res):
+        return upscale(res.images[0]) if res is not None and res.images else None
+
+    rows = [stats_row(d, r.stats if r else suite.DecodeStats(), r.stats.wall_time_s if r else 0.0, r is not None)
+            for d, r in results.items()]
+    ar, chosen = results.get("ar"), results[decoder]
+    same = None
+    if decoder != "ar" and ar is not None and chosen is not None:
+        same = bool(np.array_equal(ar.tokens.cpu().numpy(), chosen.tokens.cpu().numpy())), "image codes", sampled
+    if chosen is not None and chosen.images is None:
+        note += f"; codes only: transformers ships no {chosen.settings['family']} VQ decoder to draw them"
+    return (picture(chosen), None, picture(ar) if decoder != "ar" else None, None,
+            summary_html(rows, "image", decoder, same, note))
+
+
 def same_image(runs: list[ImageRun]) -> tuple[bool, str, bool] | None:
     if len(runs) < 2 or not all(r.done and r.image is not None for r in runs):
         return None
@@ -97,10 +164,16 @@ def build_demo(pipeline=None) -> gr.Blocks:
     pipe = shared.get()
     classes = list(pipe.classes)
     defaults = sampling_defaults(pipe)
+    folders = FolderPipelines(shared, load_folder, folder_families)
 
-    def generate(label, decoder, options, guidance, temperature, seed, compare):
+    def generate(label, decoder, options, guidance, temperature, seed, compare, model_folder="", prompt="",
+                 grid_height=None, grid_width=None):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
+        if (model_folder or "").strip():
+            yield from generate_with_folder(folders.get(model_folder), decoder, options, guidance, temperature, seed,
+                                            compare, prompt, (grid_height, grid_width))
+            return
         if label not in classes:
             raise ValueError(f"unknown class {label!r}: pick one of {', '.join(classes)}")
         args = dict(guidance_scale=float(guidance), temperature=float(temperature),
@@ -122,6 +195,19 @@ def build_demo(pipeline=None) -> gr.Blocks:
         for _ in throttled(race(runs), UPDATE_EVERY_S):
             yield view()
 
+    def generate_with_folder(hf, decoder, options, guidance, temperature, seed, compare, prompt, grid):
+        ids, grid = folder_request(hf, decoder, prompt, grid)
+        args = dict(grid=grid, guidance_scale=float(guidance), temperature=float(temperature),
+                    seed=None if seed in (None, "") else int(seed))
+        runs = {"ar": {}} if compare and decoder != "ar" else {}
+        runs[decoder] = parse_options(decoder, options)             # decoder -> its options, ar first
+        results = dict.fromkeys(runs)
+        note = f"{hf.family}, prompt {prompt!r}, {grid[0]}x{grid[1]} tokens, seed {args['seed']}"
+        yield folder_view(results, decoder, args["temperature"] > 0, note)
+        for name, opts in runs.items():
+            results[name] = hf.generate(ids, decoder=name, **args, **opts)
+            yield folder_view(results, decoder, args["temperature"] > 0, note)
+
     with gr.Blocks(title="parasuite: image") as demo:
         h, w = pipe.grid
         gr.Markdown(f"Class-conditional images from our VQ tokenizer + AR prior ({h}x{w} tokens). Parallel "
@@ -132,6 +218,19 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 label = gr.Dropdown(classes, value=classes[0], label="Class", elem_id="image-class")
                 with gr.Row():
                     compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="image-compare")
+                with gr.Accordion("Your own model", open=False):
+                    model_folder = gr.Textbox(value="", label="Model folder",
+                                              placeholder="empty = our class-conditional prior",
+                                              info="a local Emu3, Janus or Chameleon folder (save_pretrained, with "
+                                                   "its processor); it draws the prompt, not the class",
+                                              elem_id="image-model-folder")
+                    prompt = gr.Textbox(value="", label="Prompt", placeholder="a red apple", elem_id="image-prompt")
+                    with gr.Row():
+                        grid_height = gr.Number(value=None, precision=0, label="Grid height (tokens)",
+                                                info="Emu3 only (any size); empty = the family's own",
+                                                elem_id="image-grid-height")
+                        grid_width = gr.Number(value=None, precision=0, label="Grid width (tokens)",
+                                               elem_id="image-grid-width")
                 run = gr.Button("Generate", variant="primary", elem_id="image-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER if DEFAULT_DECODER in
@@ -161,6 +260,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
         compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False,
                        api_visibility="private")
         run.click(guarded("image generation", generate, blank=(None, None, None, None, "")),
-                  [label, decoder, options, guidance, temperature, seed, compare],
+                  [label, decoder, options, guidance, temperature, seed, compare, model_folder, prompt, grid_height,
+                   grid_width],
                   [picture, steps, ar_picture, ar_steps, stats], api_name="generate_image")
     return demo

@@ -4,6 +4,9 @@ of any recording.
 
     import apps.speech
     apps.speech.build_demo().launch()        # loads speech.load_tts() and speech.load_asr()
+
+Each part has its own "Model folder": a MusicGen, Dia or CSM folder speaks through speech.load_tts(folder),
+a Whisper folder transcribes through speech.load_asr(folder), each loaded once per folder.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ import numpy as np
 from speech.asr import DEFAULT_DECODER as DEFAULT_ASR   # the fastest lossless ones (python -m speech.asr /
 from speech.tts import DEFAULT_DECODER as DEFAULT_TTS   # speech.tts use them too: one default per modality)
 
-from ._common import (Guarantee, Shared, font, guarded, require_text, stats_row, step_colours, summary_html,
-                      with_scale_bar)
+from ._common import (FolderPipelines, Guarantee, Shared, font, guarded, require_text, stats_row, step_colours,
+                      summary_html, with_scale_bar)
 
 TITLE = "Speech"
 BASELINE_TTS = "flat"          # one code per forward: the AR baseline of the TTS decoders
@@ -52,13 +55,37 @@ def load_pipeline() -> SpeechPipelines:
     return SpeechPipelines(**loaded)
 
 
+def load_tts_folder(folder: str):
+    """A user's TTS folder, as `python -m speech.tts --model FOLDER` loads it."""
+    import speech
+    return speech.load_tts(folder)
+
+
+def load_asr_folder(folder: str):
+    """A user's recogniser folder, as `python -m speech.asr --model FOLDER` loads it."""
+    import speech
+    return speech.load_asr(folder)
+
+
+def tts_families() -> str:
+    from speech.tts import tts_families as families
+    return ", ".join(f"{kind} ({classes[0]})" for kind, classes in families().items())
+
+
+def asr_families() -> str:
+    from speech.hf_asr import FAMILIES
+    return ", ".join(f"{kind} ({classes[0]})" for kind, classes in FAMILIES.items())
+
+
 def tts_decoders(tts) -> list[str]:
     return list(tts.decoders)
 
 
 def asr_decoders() -> list[str]:
+    """Ours, then a Whisper folder's (python -m speech.asr's choices)."""
     from speech.asr import DECODERS
-    return list(DECODERS)
+    from speech.hf_asr import DECODERS as WHISPER
+    return list(DECODERS) + [d for d in WHISPER if d not in DECODERS]
 
 
 # -- pictures -----------------------------------------------------------------------------------------
@@ -98,28 +125,33 @@ def codebook_grid(decoder: str, result) -> object:
 
 def build_demo(pipeline: SpeechPipelines | None = None) -> gr.Blocks:
     """The Speech tab. `pipeline` holds the TTS and ASR; None loads the embedded ones (once, at build
-    time: the decoder lists come from them)."""
+    time: the decoder lists come from them); each part's model folder loads its own (once per folder)."""
     shared = Shared(pipeline, load_pipeline)
     pipes = shared.get()
     tts, asr = pipes.tts, pipes.asr
+    tts_pipelines = FolderPipelines(Shared(tts, lambda: None), load_tts_folder, tts_families)   # ours: loaded above
+    asr_pipelines = FolderPipelines(Shared(asr, lambda: None), load_asr_folder, asr_families)
 
-    def speak(text, decoder, temperature, seed, compare):
+    def speak(text, decoder, temperature, seed, compare, model_folder=""):
         if tts is None:
             raise ValueError("text to speech is not available: train it with `python -m speech.train tts`")
         if decoder not in tts_decoders(tts):
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(tts_decoders(tts))}")
         require_text("text", text, "type a sentence to speak")
         args = dict(temperature=float(temperature), seed=None if seed in (None, "") else int(seed))
-        names = ([BASELINE_TTS] if compare and decoder != BASELINE_TTS and BASELINE_TTS in tts_decoders(tts)
+        speaker = tts_pipelines.get(model_folder)     # a family refuses a decoder it cannot run, naming its own
+        names = ([BASELINE_TTS] if compare and decoder != BASELINE_TTS and BASELINE_TTS in tts_decoders(speaker)
                  else []) + [decoder]          # the baseline first, as in every tab
         results = {}
         for name in names:                     # short utterances: each result comes whole
-            results[name] = tts(text, decoder=name, **args)
+            results[name] = speaker(text, decoder=name, **args)
             yield speech_view(results, decoder, None)
-        heard = asr(results[decoder].audio, results[decoder].sample_rate).text if asr is not None else None
+        # our recogniser hears our own voice; a family's audio (music, other voices) is not its to judge
+        heard = asr(results[decoder].audio, results[decoder].sample_rate).text \
+            if asr is not None and speaker is tts else None
         yield speech_view(results, decoder, heard)
 
-    def transcribe(recording, decoder, compare):
+    def transcribe(recording, decoder, compare, model_folder=""):
         if asr is None:
             raise ValueError("speech recognition is not available: train it with `python -m speech.train asr`")
         if decoder not in asr_decoders():
@@ -127,10 +159,11 @@ def build_demo(pipeline: SpeechPipelines | None = None) -> gr.Blocks:
         if recording is None:
             raise ValueError("no audio: record or upload a clip to transcribe")
         sample_rate, audio = recording
+        listener = asr_pipelines.get(model_folder)    # a Whisper refuses our CTC readers, naming its decoders
         names = ([BASELINE_ASR] if compare and decoder != BASELINE_ASR else []) + [decoder]
         rows, texts = [], {}
         for name in names:
-            res = asr(audio, int(sample_rate), decoder=name)
+            res = listener(audio, int(sample_rate), decoder=name)
             rows.append(stats_row(name, res.stats, res.stats.wall_time_s, True))
             texts[name] = res.text
             same = (texts[BASELINE_ASR] == texts[decoder], "text", False) if len(texts) == 2 else None
@@ -162,6 +195,9 @@ def speak_section(tts, speak) -> None:
                                   label="Decoder", elem_id="speech-decoder")
             temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05, label="Temperature")
             seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
+            model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our TTS",
+                                      info="a MusicGen, Dia or CSM folder (save_pretrained, with its processor)",
+                                      elem_id="speech-model-folder")
     stats = gr.HTML(elem_id="speech-stats")
     with gr.Row():
         with gr.Column():
@@ -173,8 +209,8 @@ def speak_section(tts, speak) -> None:
                                  elem_id="speech-ar-audio")
             ar_grid = gr.Image(label="Codes, by forward (ar)", type="pil", elem_id="speech-ar-grid")
     run.click(guarded("speech synthesis", speak, blank=(None, None, None, None, "", "")),
-              [text, decoder, temperature, seed, compare], [player, grid, ar_player, ar_grid, heard, stats],
-              api_name="speak")
+              [text, decoder, temperature, seed, compare, model_folder],
+              [player, grid, ar_player, ar_grid, heard, stats], api_name="speak")
     compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False, api_visibility="private")
 
 
@@ -188,10 +224,13 @@ def transcribe_section(transcribe) -> None:
             decoder = gr.Dropdown(asr_decoders(), value=DEFAULT_ASR if DEFAULT_ASR in asr_decoders() else
                                   asr_decoders()[-1], label="Recognition decoder", elem_id="speech-asr-decoder")
             compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
+            model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our recogniser",
+                                      info="a Whisper folder (save_pretrained, with its processor)",
+                                      elem_id="speech-asr-model-folder")
             listen = gr.Button("Transcribe", elem_id="speech-transcribe")
     transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
     stats = gr.HTML(elem_id="speech-asr-stats")
-    listen.click(guarded("speech recognition", transcribe, blank=("", "")), [recording, decoder, compare],
+    listen.click(guarded("speech recognition", transcribe, blank=("", "")), [recording, decoder, compare, model_folder],
                  [transcript, stats], api_name="transcribe")
 
 

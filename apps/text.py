@@ -3,6 +3,9 @@ chunk each forward accepted, with a stats table and an optional race against the
 
     import apps.text
     apps.text.build_demo().launch()          # loads text.load() (embedded SmolLM2) on first use
+
+A "Model folder" loads a user's folder through text.load(folder) (once per folder): a causal LM, or an
+image-text-to-text VLM (suite.vlm.VLMChat) that answers about the given image.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ import gradio as gr
 
 import suite
 
-from ._common import (Shared, TimedIterator, format_options, guarded, parse_options, positive_int, race, require_text,
-                      sampling_args, stats_row, summary_html, throttled, ui_options)
+from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, parse_options, positive_int,
+                      race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
@@ -33,6 +36,21 @@ def load_pipeline():
     """The tab's model: the embedded SmolLM2-135M-Instruct (offline)."""
     import text
     return text.load(progress=False)
+
+
+def load_folder(folder: str):
+    """A user's model folder, as `python -m text --model FOLDER` loads it."""
+    import text
+    return text.load(folder, progress=False)
+
+
+def vlm_families() -> str:
+    from suite.vlm import FAMILIES
+    return ", ".join(FAMILIES)
+
+
+def known_families() -> str:
+    return f"any transformers causal LM, or a vision-language model ({vlm_families()})"
 
 
 def decoder_choices() -> list[str]:
@@ -88,6 +106,51 @@ class TextRun:
 
     def stats(self) -> dict:
         return stats_row(self.decoder, self.stream.stats, self.timer.elapsed, self.done)
+
+
+class ChatStream:
+    """A VLM's answer (suite.vlm.VLMChat decodes it whole, on the first step) replayed like a
+    TextStream: one chunk per forward, of the tokens that forward committed."""
+
+    def __init__(self, chat, prompt: str, image, decoder: str, **kwargs):
+        self._answer = lambda: chat.generate(prompt, image=image, decoder=decoder, **kwargs)
+        self._chat = chat
+        self.token_ids: list[int] = []
+        self.text, self.finish_reason = "", None
+        self.stats = suite.DecodeStats()        # live: one forward per replayed step
+
+    def __iter__(self):
+        res = self._answer()
+        tokenizer = self._chat.vlm.tokenizer
+        for forwards, committed in enumerate(res.stats.accepted_lengths, 1):
+            self.token_ids += res.tokens[len(self.token_ids):len(self.token_ids) + committed[0]]
+            self.stats.num_forwards, self.stats.num_new_tokens = forwards, len(self.token_ids)
+            full = tokenizer.decode(self.token_ids, skip_special_tokens=True)
+            chunk, self.text = full[len(self.text):], full
+            yield chunk
+        self.token_ids, self.text, self.stats = list(res.tokens), res.text, res.stats
+        self.finish_reason = "eos" if res.tokens and res.tokens[-1] in self._chat.vlm.eos else "length"
+
+
+def is_vlm(gen) -> bool:
+    from suite.vlm import VLMChat
+    return isinstance(gen, VLMChat)
+
+
+def text_run(gen, decoder: str, prompt: str, image, args: dict, options: dict) -> TextRun:
+    """One decoder's run: a causal LM streams the prompt's answer; a VLM answers about the image."""
+    if not is_vlm(gen):
+        if image is not None:
+            raise ValueError(f"this model reads no images; give a vision-language model folder ({vlm_families()}), "
+                             "or remove the image")
+        return TextRun(decoder, gen.stream(prompt, decoder=decoder, **args, **options))
+    family = gen.vlm.family
+    if image is None:
+        raise ValueError(f"{family} is a vision-language model: add an image to ask about")
+    if decoder not in gen.decoders:
+        raise ValueError(f"decoder {decoder!r} does not run on {family}; use one of: {', '.join(gen.decoders)}")
+    args = {k: v for k, v in args.items() if k != "chat"}      # the family's own prompt format (VLMChat.prompt)
+    return TextRun(decoder, ChatStream(gen, prompt, image, decoder, **args, **options))
 
 
 # -- pictures -----------------------------------------------------------------------------------------
@@ -155,25 +218,26 @@ def stats_html(runs: list[TextRun], sampled: bool, max_new_tokens: int, context:
 
 def build_demo(pipeline=None) -> gr.Blocks:
     """The Text tab. `pipeline` is a `text.TextGenerator`; None loads the embedded model on first use
-    (once, shared by all requests)."""
-    shared = Shared(pipeline, load_pipeline)
+    (once, shared by all requests); a model folder loads its own (once per folder)."""
+    pipelines = FolderPipelines(Shared(pipeline, load_pipeline), load_folder, known_families)
 
-    def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare):
+    def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+                 model_folder="", image=None):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
         require_text("prompt", prompt, "type some text into the prompt box")
         args = dict(max_new_tokens=positive_int("max new tokens", max_new_tokens), chat=bool(chat),
                     **sampling_args(temperature, top_k, top_p, seed))
-        gen = shared.get()
-        runs = [TextRun(decoder, gen.stream(prompt, decoder=decoder, **args, **parse_options(decoder, options)))]
+        gen = pipelines.get(model_folder)
+        runs = [text_run(gen, decoder, prompt, image, args, parse_options(decoder, options))]
         if compare and decoder != "ar":
-            runs.insert(0, TextRun("ar", gen.stream(prompt, decoder="ar", **args)))
+            runs.insert(0, text_run(gen, "ar", prompt, image, args, {}))
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
 
         def view():
             return (chosen.stream.text, chunks_html(chosen), baseline.stream.text if baseline else "",
                     chunks_html(baseline), stats_html(runs, args["temperature"] > 0, args["max_new_tokens"],
-                                                      gen.max_length))
+                                                      getattr(gen, "max_length", None)))
 
         yield view()
         for _ in throttled(race(runs), UPDATE_EVERY_S):
@@ -188,6 +252,14 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 with gr.Row():
                     chat = gr.Checkbox(value=True, label="Chat template", elem_id="text-chat")
                     compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="text-compare")
+                with gr.Accordion("Your own model", open=False):
+                    model_folder = gr.Textbox(value="", label="Model folder",
+                                              placeholder="empty = the embedded SmolLM2-135M-Instruct",
+                                              info="a local causal LM or vision-language model folder "
+                                                   "(save_pretrained, with its tokenizer or processor)",
+                                              elem_id="text-model-folder")
+                    image = gr.Image(label="Image (vision-language models)", type="pil", height=200,
+                                     elem_id="text-image")
                 run = gr.Button("Generate", variant="primary", elem_id="text-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=default_decoder(), label="Decoder",
@@ -216,7 +288,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
         compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False,
                        api_visibility="private")
-        inputs = [prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare]
+        inputs = [prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+                  model_folder, image]
         outputs = [output, output_chunks, ar_output, ar_chunks, stats]
         run.click(guarded("text generation", generate, blank=("", "", "", "", "")), inputs, outputs,
                   api_name="generate")

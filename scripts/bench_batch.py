@@ -3,8 +3,10 @@
     nice -n 10 .venv/bin/python scripts/bench_batch.py --prompts 50 --lines 200 --workers 2
 
 text: N prompts through `python -m text --input` (the embedded SmolLM2, ar, 16 new tokens);
-document: N one-line images through `python -m document` (ar). Each engine runs the same inputs
-into its own output; the ray engine's wall time includes starting its local cluster and actors.
+document: N one-line images through `python -m document` (ar, the projection line finder). Each CLI
+runs with its own default threads (text: torch's, document: 1); ray actors get one CPU each. Each
+engine runs the same inputs into its own output; the ray engine's wall time includes starting its
+local cluster and actors.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def bench_text(n: int, workers: int, tmp: Path) -> dict:
     words = "the quick brown fox jumps over the lazy dog".split()
     src = tmp / "prompts.txt"
     src.write_text("\n".join(" ".join(words[i % 9:] + words[:i % 9]) for i in range(n)) + "\n")
-    base = ["--input", str(src), "--decoder", "ar", "--max-new-tokens", "16", "--threads", "1"]
+    base = ["--input", str(src), "--decoder", "ar", "--max-new-tokens", "16"]     # each engine's default threads
     local = timed(main, base + ["--output", str(tmp / "local.jsonl")])
     ray = timed(main, base + ["--output", str(tmp / "ray.jsonl"), "--engine", "ray", "--workers", str(workers)])
     same = (tmp / "local.jsonl").read_text() .count("\n") == (tmp / "ray.jsonl").read_text().count("\n")
@@ -47,8 +49,9 @@ def bench_document(n: int, workers: int, tmp: Path) -> dict:
         img = Image.new("RGB", (520, 70), "white")
         ImageDraw.Draw(img).text((16, 18), f"Invoice {4000 + i}: total ${i * 1.25:.2f}", font=font, fill="black")
         img.save(src / f"line_{i:04d}.png")
-    local = timed(main, [str(src), "--out", str(tmp / "doc_local"), "--threads", "1"])
-    ray = timed(main, [str(src), "--out", str(tmp / "doc_ray"), "--engine", "ray", "--workers", str(workers)])
+    base = [str(src), "--detector", "projection"]     # the engines under test, not rapidocr's line finder
+    local = timed(main, base + ["--out", str(tmp / "doc_local")])
+    ray = timed(main, base + ["--out", str(tmp / "doc_ray"), "--engine", "ray", "--workers", str(workers)])
     return {"job": f"document, {n} line images", "local_s": local, "ray_s": ray}
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .storage import write_text
 
@@ -42,6 +42,8 @@ class Item:
     key: str                           # names the input in messages and in the manifest (e.g. its path)
     payload: dict                      # what the worker gets: plain picklable values
     outputs: tuple[Path, ...] = ()     # the files that exist once this input is done
+    error: str | None = None           # known bad before any worker runs (a request that does not parse):
+                                       # its error row comes from the driver, no worker is started for it
 
 
 @dataclass
@@ -380,9 +382,14 @@ def run_batch(job: BatchJob, engine: Engine | None = None) -> Summary:
             log.flush()
         bar.update(1)
 
+    def outcomes_of(run) -> Iterator[Outcome]:
+        yield from (Outcome(it, "error", error_message(it.key, ValueError(it.error))) for it in pending if it.error)
+        runnable = [it for it in pending if not it.error]
+        if runnable:
+            yield from run(job, runnable, engine)
+
     try:
-        run = run_ray if engine.name == "ray" else run_local
-        for o in (run(job, pending, engine) if pending else ()):
+        for o in outcomes_of(run_ray if engine.name == "ray" else run_local):
             if not job.ordered:
                 deliver(o)
                 continue

@@ -2,6 +2,7 @@
 one session fixture; the 2-node test runs ray.cluster_utils.Cluster in a subprocess)."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +17,20 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": os.pathsep.join([str(RO
 ray = pytest.importorskip("ray")
 
 
-def _text_fixtures():
+def _test_module(name: str, relative: str):
+    """Another test folder's module (its fixtures and material makers), loaded by path, once."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("text_fixtures", HERE / "text" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / relative)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
 
 
-embedded_folder, tiny_dir = _text_fixtures().embedded_folder, _text_fixtures().tiny_dir   # tests/text's tiny model
+embedded_folder = _test_module("text_fixtures", "text/conftest.py").embedded_folder     # tests/text's tiny model
+tiny_dir = _test_module("text_fixtures", "text/conftest.py").tiny_dir
+video_weights = _test_module("video_generate_tests", "vision/test_generate_video.py").weights   # a tiny 2-frame prior
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +81,17 @@ def test_local_engine_writes_outputs_manifest_and_error_rows(tmp_path):
     for p in tmp_path.glob("out/*.txt"):
         p.unlink()
     assert run_batch(other).done == 7
+
+
+def test_an_input_known_bad_on_the_driver_is_an_error_row_without_a_worker(tmp_path):
+    class Unbuildable:
+        def __init__(self):
+            raise AssertionError("no worker should be built for inputs known to be bad")
+    items = [Item("a.txt:1", {}, error="a.txt:1: unknown class 'hexagon'"), Item("a.txt:2", {}, error="no such motion")]
+    for engine in (Engine(), Engine("ray")):             # nothing to run: no pool, no cluster
+        s = run_batch(BatchJob("bad", items, Unbuildable, {}, write=None, manifest=tmp_path / "m.jsonl"), engine)
+        assert [(o.status, o.message) for o in s.outcomes] == [
+            ("error", "a.txt:1: unknown class 'hexagon'"), ("error", "a.txt:2: no such motion")]
 
 
 def test_ray_engine_same_outputs_and_a_killed_worker_loses_nothing(cluster, tmp_path):
@@ -141,7 +158,9 @@ def test_document_cli_ray_engine_writes_the_local_engines_files(cluster, tmp_pat
     for engine in ("local", "ray"):
         out = tmp_path / engine
         extra = ["--workers", "1", "--batch-size", "2"] if engine == "ray" else []
-        assert main([str(src), "--out", str(out), "--overlay", "--engine", engine, *extra]) == 1
+        # the projection line finder: the engines are under test here, not rapidocr (6-10 s an image on 2 cores)
+        assert main([str(src), "--out", str(out), "--overlay", "--detector", "projection", "--threads", "1",
+                     "--engine", engine, *extra]) == 1
         files[engine] = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "manifest.jsonl"}
         rows = {Path(r["input"]).name: r for r in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
         assert rows["broken.pdf"]["status"] == rows["empty.pdf"]["status"] == "error"
@@ -261,3 +280,65 @@ def test_speech_tts_and_asr_ray_engine_write_the_local_engines_files(cluster, tm
                     "--threads", "1", "--engine", engine, *extra]) == 1          # broken.wav failed
     assert tree(tmp_path / "asr_ray") == tree(tmp_path / "asr_local")
     assert sorted(tree(tmp_path / "asr_ray")) == ["line_0001.wav.txt", "line_0002.wav.txt"]
+
+
+VIDEO_TIMES = ("wall_time_s", "tokens_per_second", "draft_time_s")      # wall-clock fields of a clip's record
+
+
+def test_generate_video_ray_engine_writes_the_local_engines_clips(cluster, video_weights, tmp_path, capsys):
+    from vision.generate_video import main
+    requests = tmp_path / "requests.txt"
+    requests.write_text("star left 2\nhexagon left\nring grow 1 9\n")          # line 2: an unknown class
+    manifests = {}
+    for engine in ("local", "ray"):
+        out = tmp_path / engine
+        extra = ["--workers", "1", "--batch-size", "2"] if engine == "ray" else []
+        assert main(["--weights", video_weights, "--input", str(requests), "--decoder", "video_zipar", "--gif",
+                     "--threads", "1", "--out", str(out), "--engine", engine, *extra]) == 1
+        assert "requests.txt:2: unknown class 'hexagon'" in capsys.readouterr().err
+        m = json.loads((out / "manifest.json").read_text())
+        assert [c["status"] for c in m["clips"]] == ["ok", "error", "ok"], m["clips"]
+        manifests[engine] = {**{k: v for k, v in m.items() if k not in ("clips", "wall_time_s")},
+                             "clips": [{k: v for k, v in c.items() if k not in VIDEO_TIMES} for c in m["clips"]]}
+    assert manifests["ray"] == manifests["local"]        # requests, forwards, tokens, sampling: the same per clip
+    assert sorted(tree(tmp_path / "ray")) == sorted(tree(tmp_path / "local")) == [
+        ".clips/0001_star_left.json", ".clips/0003_ring_grow.json", "0001_star_left.gif", "0001_star_left.mp4",
+        "0003_ring_grow.gif", "0003_ring_grow.mp4", "manifest.json"]
+    videos = {e: {k: v for k, v in tree(tmp_path / e).items() if k.endswith((".mp4", ".gif"))}
+              for e in ("local", "ray")}
+    assert videos["ray"] == videos["local"]              # H.264 and GIF bytes too (encoded on the driver, no time)
+    assert main(["--weights", video_weights, "--input", str(requests), "--decoder", "video_zipar", "--gif",
+                 "--threads", "1", "--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "1"]) == 1
+    assert "0 done, 2 skipped, 1 failed" in capsys.readouterr().err   # resumed: only the bad line again
+
+
+def test_process_video_ray_engine_writes_the_local_engines_json_and_srt(cluster, tmp_path, capsys):
+    pytest.importorskip("av")
+    from vision.process_video import main
+    material = _test_module("video_process_tests", "vision/test_process_video.py")
+    src = tmp_path / "in"
+    src.mkdir()
+    frames = material.slide_frames()                     # text slides and a voice track: OCR, ASR (and a phrase)
+    material.write_mp4(src / "slides.mp4", frames, material.voice_track(len(frames) / material.FPS))
+    material.write_undecodable(src / "broken.mp4")       # a valid container, its H.264 payload zeroed
+    outs, lines = {}, {}
+    for engine in ("local", "ray"):
+        out = tmp_path / engine
+        extra = ["--workers", "1"] if engine == "ray" else []
+        assert main([str(src), "--out", str(out), "--fps", "2", "--max-frames", "3", "--detector", "projection",
+                     "--phrase", "the red circle", "--threads", "1", "--engine", engine, *extra]) == 1
+        captured = capsys.readouterr()
+        lines[engine] = captured.out
+        assert captured.err.count("cannot be decoded") == 1 and "broken.mp4" in captured.err
+        rows = {Path(r["input"]).name: r for r in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
+        assert rows["slides.mp4"]["status"] == "ok" and rows["broken.mp4"]["status"] == "error"
+        outs[engine] = tree(out)
+        report = json.loads(outs[engine]["slides.mp4.json"])
+        assert report["subtitles"] == "speech" and len(report["frames"]) == 3 and report["grounding"]["forwards"]
+        assert report["ocr"]["forwards"] and report["speech"]["segments"]
+        assert set(report["seconds"]) >= {"decode", "ocr", "grounding", "asr"}       # wall-clock seconds per stage
+        outs[engine]["slides.mp4.json"] = re.sub(rb'"seconds": \{[^}]*\}', b'"seconds": {}',
+                                                 outs[engine]["slides.mp4.json"])
+    assert sorted(outs["ray"]) == sorted(outs["local"]) == ["slides.mp4.json", "slides.mp4.srt"]
+    assert outs["ray"] == outs["local"]                  # the SRT byte for byte, the JSON but its timings
+    assert lines["ray"] == lines["local"] and "slides.mp4" in lines["ray"]     # the result lines, forwards and all

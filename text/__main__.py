@@ -18,6 +18,7 @@ examples:
   cat prompts.txt | python -m text --input - --output out.jsonl
   python -m text "Hello" --model ./my-model-folder
   python -m text "def fib(n):" --decoder ngram --compare
+  python -m text "caption en" --model ./paligemma-folder --image photo.jpg --decoder ngram
   python -m text --input prompts.txt --output out.jsonl --engine ray --workers 2
 
 The text goes to stdout, a one-line summary (tokens, forwards, time) to stderr. With --input, each
@@ -26,7 +27,9 @@ decoder, finish_reason, stats), written whole at the end from per-prompt parts k
 (an interrupted job resumes where it stopped), with FILE.jsonl.manifest.jsonl holding each prompt's
 status; without --output the JSON lines go to stdout. --engine ray decodes on a Ray Data actor
 pool (--workers N) with the same records. Exit status: 0 done, 1 some prompts failed, 2 bad
-arguments. The default model is the embedded SmolLM2-135M-Instruct (offline; converted once into
+arguments. With --model a vision-language folder (Florence-2, PaliGemma, Kosmos-2, GOT-OCR2,
+Qwen2-VL), --image PATH is the image the prompt asks about (one prompt; the answer prints whole).
+The default model is the embedded SmolLM2-135M-Instruct (offline; converted once into
 ~/.cache/parasuite, or $PARASUITE_CACHE). Put the prompt before --option, or end the options
 with --.
 """
@@ -42,10 +45,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog=describe_registered(names) + "\n\n" + EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="the prompt (or use --input)")
-    p.add_argument("--decoder", default=DEFAULT_DECODER, choices=names,
-                   help=f"decoding algorithm (default: {DEFAULT_DECODER}, the fastest lossless one measured per request)")
+    p.add_argument("--decoder", default=None, choices=names,
+                   help=f"decoding algorithm (default: {DEFAULT_DECODER}, the fastest lossless one measured per request; "
+                        f"{VLM_DECODER} for a vision-language folder)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
-    p.add_argument("--model", metavar="PATH", help="a local transformers causal LM folder (default: embedded SmolLM2)")
+    p.add_argument("--model", metavar="PATH", help="a local transformers causal LM or vision-language model folder "
+                                                   "(default: embedded SmolLM2)")
+    p.add_argument("--image", metavar="PATH", help="with a vision-language --model: the image to ask about")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None, metavar="K")
@@ -63,7 +69,44 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):
         p.error("give either a prompt or --input FILE (not both)")
+    args.decoder = args.decoder or (VLM_DECODER if model_vlm(args.model) else DEFAULT_DECODER)
     return args
+
+
+VLM_DECODER = "ar"      # a vision-language family runs no auto (suite.vlm.VLMChat.decoders)
+
+
+def model_vlm(model) -> str | None:
+    """--model's vision-language family (suite.vlm), None for a causal LM or the embedded model."""
+    from text.generator import vlm_family
+    return vlm_family(model) if model is not None else None
+
+
+def check_image(args) -> None:
+    """--image goes with a vision-language folder and one prompt, and such a folder needs it."""
+    from suite.vlm import FAMILIES
+    family = model_vlm(args.model)
+    if args.image is None and family:
+        raise ValueError(f"{args.model} holds a vision-language model ({family}): pass --image PATH, the image "
+                         "to ask about")
+    if args.image is not None and not family:
+        raise ValueError(f"--image needs a vision-language --model folder ({', '.join(FAMILIES)}); "
+                         f"{args.model or 'the embedded SmolLM2'} is a causal LM that reads no images: drop --image")
+    if args.image is not None and (args.input is not None or args.output is not None or args.engine != "local"):
+        raise ValueError("--image answers one prompt: pass the prompt itself, without --input, --output or --engine ray")
+
+
+def read_image(path: str):
+    """--image as an RGB PIL image; a missing or unreadable file is a ValueError naming it."""
+    from PIL import Image, UnidentifiedImageError
+    if not Path(path).is_file():
+        raise ValueError(f"no image file {path!r}: pass an existing image (PNG, JPEG, ...) with --image")
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"cannot read the image {path!r} ({type(e).__name__}): pass a PNG, JPEG or other "
+                         "image file with --image") from None
 
 
 def describe_registered(names) -> str:
@@ -113,11 +156,7 @@ class TextWorker:
         record = {"prompt": prompt, "text": res.text, "token_ids": res.token_ids, "decoder": self.decoder,
                   "finish_reason": finish_reason(self.gen, prompt, res, self.kwargs), "stats": res.stats.as_dict()}
         if self.compare:
-            options = {k: v for k, v in self.kwargs.items() if k in COMMON}
-            ar = self.gen.generate(prompt, decoder="ar", **options)
-            record["compare"] = {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
-                                 "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
-                                 "same_as_ar": ar.token_ids == res.token_ids}
+            record["compare"] = compared(res, self.gen.generate(prompt, decoder="ar", **common(self.kwargs)))
         return record
 
 
@@ -158,6 +197,7 @@ def total_stats(records: list[dict]):
 
 def run(args: argparse.Namespace) -> int:
     options = decoder_options(args.decoder, args.option)
+    check_image(args)
     if args.prompt is not None and not args.prompt.strip():
         raise ValueError("empty prompt: pass some text")
     if args.max_new_tokens < 1:
@@ -170,16 +210,18 @@ def run(args: argparse.Namespace) -> int:
     kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
     if args.input is None and args.output is None and args.engine == "local":
-        return run_one(args, kwargs)
+        return run_one(args, kwargs, read_image(args.image) if args.image else None)
     return run_many(args, prompts, kwargs)
 
 
-def run_one(args, kwargs) -> int:
+def run_one(args, kwargs, image=None) -> int:
     import text
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
     gen = text.load(args.model)
+    if image is not None:
+        return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
     if args.stream:
         s = gen.stream(args.prompt, decoder=args.decoder, **kwargs)
@@ -190,12 +232,46 @@ def run_one(args, kwargs) -> int:
     else:
         res = gen.generate(args.prompt, decoder=args.decoder, **kwargs)
         print(res.text)
-    record = {"token_ids": res.token_ids, "finish_reason": finish_reason(gen, args.prompt, res, kwargs)}
-    if args.compare:
-        ar = gen.generate(args.prompt, decoder="ar", **{k: v for k, v in kwargs.items() if k in COMMON})
-        record["compare"] = {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
-                             "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
-                             "same_as_ar": ar.token_ids == res.token_ids}
+    ar = gen.generate(args.prompt, decoder="ar", **common(kwargs)) if args.compare else None
+    return summarise(args, res, finish_reason(gen, args.prompt, res, kwargs), ar)
+
+
+def answer_image(gen, args, kwargs, image):
+    """A vision-language folder's answer about --image (suite.vlm.VLMChat, printed whole): the
+    result, its finish reason, and ar's result for --compare (else None)."""
+    family = gen.vlm.family
+    if args.decoder not in gen.decoders:
+        raise ValueError(f"decoder {args.decoder!r} does not run on {family}; use one of: {', '.join(gen.decoders)}")
+    kwargs = {k: v for k, v in kwargs.items() if k != "chat"}     # the family's own prompt format (VLMChat.prompt)
+    res = gen.generate(args.prompt, image=image, decoder=args.decoder, **kwargs)
+    print(res.text)
+    reason = "eos" if res.tokens and res.tokens[-1] in gen.vlm.eos else "length"
+    ar = gen.generate(args.prompt, image=image, decoder="ar", **common(kwargs)) if args.compare else None
+    return res, reason, ar
+
+
+def common(kwargs: dict) -> dict:
+    """The request's settings without the decoder's options (what the ar baseline takes)."""
+    return {k: v for k, v in kwargs.items() if k in COMMON}
+
+
+def token_ids(res) -> list[int]:
+    """A result's new tokens: a TextResult's token_ids, or a VLM's ChatResult.tokens."""
+    return res.token_ids if hasattr(res, "token_ids") else res.tokens
+
+
+def compared(res, ar) -> dict:
+    """--compare's record: ar's time and forwards, the speedup over ar, and whether the tokens are ar's."""
+    return {"ar_wall_time_s": ar.stats.wall_time_s, "ar_forwards": ar.stats.num_forwards,
+            "speedup": ar.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9),
+            "same_as_ar": token_ids(ar) == token_ids(res)}
+
+
+def summarise(args, res, reason: str, ar=None) -> int:
+    """The one-line summary on stderr: stats, the decoder's guarantee, and the notes (explain)."""
+    record = {"token_ids": token_ids(res), "finish_reason": reason}
+    if ar is not None:
+        record["compare"] = compared(res, ar)
     from suite.options import guarantee_note
     note = "; ".join(filter(None, (res.stats.summary(), guarantee_note(args.decoder), explain(record, args.max_new_tokens))))
     print(note, file=sys.stderr)

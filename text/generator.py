@@ -33,9 +33,10 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
          dtype: torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
     (config, weights and tokenizer). Never downloads."""
-    if path is not None and _is_vlm_folder(path):      # an image-text-to-text family: suite.vlm.VLMChat
+    if path is not None and vlm_family(path):          # an image-text-to-text family: suite.vlm.VLMChat
         from suite.vlm import VLMChat, load_vlm
-        return VLMChat(load_vlm(path, device=device), name=str(path))
+        with quiet_transformers():
+            return VLMChat(load_vlm(path, device=device), name=str(path))
     if path is None:
         model, tokenizer = load_embedded(progress=progress)
         name = "SmolLM2-135M-Instruct (embedded)"
@@ -47,11 +48,13 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     return TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
 
 
-def _is_vlm_folder(path) -> bool:
+def vlm_family(path) -> str | None:
+    """The image-text-to-text family (suite.vlm.FAMILIES) of a model folder, else None (a causal LM,
+    or no readable config.json: the loader names what is wrong)."""
     from suite.storage import read_json
     from suite.vlm import FAMILIES
-    config = Path(path).expanduser() / "config.json"
-    return config.is_file() and read_json(config).get("model_type") in FAMILIES
+    family = read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
+    return family if family in FAMILIES else None
 
 
 def _load_folder(path, dtype):

@@ -269,7 +269,8 @@ def build_job(args):
                                       "files": [p.name for p in item.outputs[:-1]], **result["stats"],
                                       **{k: s[k] for k in ("guidance_scale", "temperature", "top_k", "top_p")}})
 
-    items = [Item(key, {**request, "stem": stem}, outputs(stem) if stem else ()) for key, stem, request in requests]
+    items = [Item(key, {**request, "stem": stem}, outputs(stem) if stem else (), error=request.get("error"))
+             for key, stem, request in requests]                  # a bad line: an error row, no worker
     worker_args = {"weights": args.weights, "decoder": decoder, "options": options, "sampling": sampling,
                    "threads": args.threads}
     return BatchJob(f"generate video ({decoder})", items, VideoWorker, worker_args, write, fields=FIELDS,
