@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from suite import AdapterConfig, KVCache
+from suite.cache import growing_cache
 
 FAMILIES = ("emu3", "chameleon", "janus")
 
@@ -60,8 +61,7 @@ class HFImageLM:
         return next(self.model.parameters()).device
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        from transformers import DynamicCache
-        return KVCache(batch, DynamicCache(), device=self.device)
+        return KVCache(batch, growing_cache(), device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         image = positions >= self.prompt_length                        # (B, N) code slots

@@ -52,3 +52,32 @@ def test_compaction_gathers_live_slots_to_the_front():
     assert state.cache.num_slots == int(state.cache.lengths().max())
     assert state.cache.backend.get_seq_length() == state.cache.num_slots
     check_cache_against_full_forward(model, adapter, state)
+
+
+def test_growing_layer_appends_in_place_and_equals_the_dynamic_layer():
+    """suite.cache.GrowingLayer: the same keys/values as transformers' DynamicLayer through appends,
+    crops and a gather that replaces them, while appends write into one buffer (no copy of the cache)."""
+    from transformers.cache_utils import DynamicLayer
+
+    from suite.cache import GrowingLayer
+    g = torch.Generator().manual_seed(0)
+    grow, plain = GrowingLayer(), DynamicLayer()
+
+    def step(n):
+        k, v = torch.randn(2, 3, n, 4, generator=g), torch.randn(2, 3, n, 4, generator=g)
+        out = grow.update(k, v), plain.update(k, v)
+        for a, b in zip(*out):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+    step(5)
+    buffer = grow._kbuf.data_ptr()
+    for n in (1, 3, 1):
+        step(n)
+    assert grow._kbuf.data_ptr() == buffer                    # appended in place
+    grow.crop(-2), plain.crop(-2)
+    step(2)
+    order = torch.tensor([[1, 0, 2, 3, 4, 5, 6, 7, 8, 9]] * 2)[:, None, :, None].expand(-1, 3, -1, 4)
+    for layer in (grow, plain):                               # what KVCache._gather_backend does
+        layer.keys, layer.values = layer.keys.gather(2, order), layer.values.gather(2, order)
+    step(70)                                                  # re-seats, then grows past its capacity
+    assert grow.get_seq_length() == plain.get_seq_length() == 80
