@@ -160,8 +160,10 @@ def _sync(adapter) -> None:
 
 class AcceptanceRates:
     """alpha(i): the chance that draft token i is accepted given tokens < i were, from decayed
-    counts on top of a Beta prior (`prior` with weight `strength`). `update(drafted, accepted)`
-    after each verification."""
+    counts on top of a Beta prior of weight `strength` whose mean is alpha(i - 1) (`prior` at
+    depth 0): a depth never tried is as likely as the deepest one tried, so a request whose drafts
+    are all accepted (copying from its input) tries longer ones, and one whose drafts fail does
+    not. `update(drafted, accepted)` after each verification."""
 
     def __init__(self, depth: int, prior: float = 0.5, strength: float = 2.0, decay: float = 0.95):
         self.hits, self.tries = [0.0] * depth, [0.0] * depth
@@ -177,15 +179,23 @@ class AcceptanceRates:
             self.tries[i] += 1.0
             self.hits[i] += float(i < accepted)
 
+    def alphas(self, n: int) -> list[float]:
+        """alpha(0) .. alpha(n - 1)."""
+        out, mean = [], self.prior
+        for i in range(n):
+            j = min(i, len(self.hits) - 1)
+            mean = (self.hits[j] + mean * self.strength) / (self.tries[j] + self.strength)
+            out.append(mean)
+        return out
+
     def alpha(self, i: int) -> float:
-        i = min(i, len(self.hits) - 1)
-        return (self.hits[i] + self.prior * self.strength) / (self.tries[i] + self.strength)
+        return self.alphas(i + 1)[-1]
 
     def gains(self, n_max: int) -> list[float]:
         """Expected accepted drafts out of a chain of n, for n = 0..n_max."""
         out, total, chain = [0.0], 0.0, 1.0
-        for i in range(n_max):
-            chain *= self.alpha(i)
+        for a in self.alphas(n_max):
+            chain *= a
             total += chain
             out.append(total)
         return out
@@ -193,22 +203,31 @@ class AcceptanceRates:
 
 def best_size(gains: list[list[float]], curve: CostCurve, pending: int = 1,
               draft_seconds=None) -> int:
-    """The common draft size n (0 = a plain step) that maximises expected tokens per second of a
-    batch: gains[b][n] is row b's expected accepted drafts with n drafted (non-decreasing in n, one
-    entry per n the row may take); each row commits 1 + gains[b][n] tokens per step of cost
-    curve(B * (pending + n)) + draft_seconds(n)."""
+    """The common draft size n (0 = a plain step) that maximises the expected progress per second
+    of a batch: gains[b][n] is row b's expected accepted drafts with n drafted (non-decreasing in
+    n, one entry per n the row may take); each row commits 1 + gains[b][n] tokens per step of cost
+    curve(B * (pending + n)) + draft_seconds(n). A batch is done when its slowest row is, so its
+    progress is the least of its rows' (B rows each as slow as that one): one row whose drafts
+    fail keeps the whole batch on plain steps rather than paying for drafts that save no forward."""
     rows = len(gains)
     if not rows:
         return 0
     n_max = max(len(g) for g in gains) - 1
     best, best_rate = 0, -1.0
     for n in range(n_max + 1):
-        tokens = sum(1 + g[min(n, len(g) - 1)] for g in gains)
+        tokens = rows * min(1 + g[min(n, len(g) - 1)] for g in gains)
         seconds = curve.step(rows, pending + n) + (draft_seconds(n) if draft_seconds is not None and n else 0.0)
         rate = tokens / seconds
         if rate > best_rate * (1 + 1e-9):
             best, best_rate = n, rate
     return best
+
+
+def batch_progress(committed: list[list[int]]) -> float:
+    """A step's progress as `best_size` counts it: the rows that committed, times the least any of
+    them committed (a batch is done when its slowest row is)."""
+    lengths = [len(c) for c in committed if c]
+    return len(lengths) * min(lengths) if lengths else 0.0
 
 
 class RunningMean:
@@ -271,5 +290,5 @@ def bind_cost(decoder, model, masked: bool = False):
     return replace(decoder, cost=forward_cost(adapter, masked) if use else None)
 
 
-__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "best_size", "bind_cost", "chain_sizes", "forward_cost",
+__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes", "forward_cost",
            "measure_curve", "record"]

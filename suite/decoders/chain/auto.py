@@ -2,7 +2,8 @@
 
 The request starts by trying each candidate (eagle, ngram, lookahead, ar by default) for
 `probe` steps in turn; then every step runs the candidate with the best running tokens/s (an
-exponential mean of committed tokens over the wall time of propose + forward + accept), and
+exponential mean of committed tokens over the wall time of propose + forward + accept; in a batch,
+the rows times the least any row committed, as suite.cost.best_size counts them), and
 every `recheck` steps the runner-up gets one step so its estimate stays fresh. Each step is one
 candidate's own propose/accept on the shared cache, so every step is lossless given the history
 (greedy: equal to `ar`; sampling: in distribution), and so is the whole request: the choice only
@@ -17,6 +18,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from ...cost import batch_progress
 from ...loop import Acceptance, DecodeState, Draft
 
 _WARNED: set[str] = set()
@@ -96,8 +98,7 @@ class Auto:
         state.stats.count(f"auto:{dec.name}")
         if a["prefill"]:
             return acc
-        tokens = sum(len(c) for c in acc.committed)
-        rate = tokens / max(time.perf_counter() - a["t0"], 1e-9)
+        rate = batch_progress(acc.committed) / max(time.perf_counter() - a["t0"], 1e-9)   # the slowest row's pace
         old = a["rate"][dec.name]
         a["rate"][dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
         a["step"] += 1
