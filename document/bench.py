@@ -14,6 +14,7 @@ without it, timed on a one-line run.
 `--model DIR` benches a page-reading VLM folder (GOT-OCR2, Qwen2-VL class, Florence-2: document/hf_reader.py)
 instead: each of its exact decoders reads the same held-out line images as pages (batches of --pages-batch),
 greedy; rows: CER, pages/s, forwards, tokens per forward, speedup over ar (wall time), same as ar.
+`--regions` adds pages of REGION_LINES held-out lines stacked, read whole and region-parallel (hf_reader.py).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ DECODERS = [("ar", "ar", {}),
             ("ctc_speculative realign", "ctc_speculative", {"realign": True}),
             ("jacobi (suite)", "jacobi", {})]
 PAGE_DECODERS = ("ar", "block_diffusion B=4 t=0.9 prefix", "s2d2 B=8")      # whole-page rows
+REGION_LINES = 3          # --model DIR --regions: held-out lines stacked per page
 # `--rules`: the diffusion-LM commit rules (suite/decoders/blocks/), a few settings each, beside ar
 # and the default; block_diffusion is Fast-dLLM's threshold rule
 _P, _H = {"prefix_only": True}, {"hold_repeats": True}
@@ -200,31 +202,68 @@ def table(title: str, rows: list[dict], cols=None) -> str:
     return "\n".join(out)
 
 
-def family_rows(reader, images, refs, decoders, batch: int) -> list[dict]:
-    """A page-reading VLM's decoders interleaved per batch on the same images (document/hf_reader.py)."""
+def family_rows(family: str, modes: dict, images, refs, decoders, batch: int) -> list[dict]:
+    """A page-reading VLM's decoders interleaved per batch on the same images (document/hf_reader.py),
+    in each mode (label suffix -> read(images, decoder) -> texts, tokens, stats), each after an untimed
+    read of one image: speedup over the first mode's ar, same as ar within each mode."""
     from tqdm import tqdm
-    runs = {d: {"texts": [], "tokens": [], "forwards": 0, "new": 0, "wall": 0.0} for d in decoders}
+    runs = {(m, d): {"texts": [], "tokens": [], "forwards": 0, "new": 0, "wall": 0.0} for m in modes for d in decoders}
+    for m, d in runs:             # one untimed read each: torch's first-call costs are per shape
+        modes[m](images[:1], d)
     for i in tqdm(range(0, len(images), batch), desc="bench pages", file=sys.stderr):
-        for d in decoders:
+        for (m, d), run in runs.items():
             t0 = time.perf_counter()
-            res = reader(images[i:i + batch], decoder=d)
-            run = runs[d]
+            texts, tokens, stats = modes[m](images[i:i + batch], d)
             run["wall"] += time.perf_counter() - t0
-            run["texts"] += res.texts
-            run["tokens"] += res.tokens
-            run["forwards"] += res.stats.num_forwards
-            run["new"] += res.stats.num_new_tokens
-    ar = runs["ar"]
-    return [{"reader": f"{reader.family} {d}", "CER %": f"{100 * suite_cer(refs, r['texts']):.2f}",
+            run["texts"] += texts
+            run["tokens"] += tokens
+            run["forwards"] += stats.num_forwards
+            run["new"] += stats.num_new_tokens
+    base = runs[next(iter(modes)), "ar"]
+    return [{"reader": f"{family} {d}{m}", "CER %": f"{100 * suite_cer(refs, r['texts']):.2f}",
              "pages/s": f"{len(images) / max(r['wall'], 1e-9):.2f}", "forwards": r["forwards"],
              "tokens/forward": f"{r['new'] / max(r['forwards'], 1):.2f}",
-             "speedup vs ar": f"{ar['wall'] / max(r['wall'], 1e-9):.2f}",
-             "same as ar %": f"{100 * np.mean([a == b for a, b in zip(r['tokens'], ar['tokens'])]):.0f}"}
-            for d, r in runs.items()]
+             "speedup vs ar": f"{base['wall'] / max(r['wall'], 1e-9):.2f}",
+             "same as ar %": f"{100 * np.mean([a == b for a, b in zip(r['tokens'], runs[m, 'ar']['tokens'])]):.0f}"}
+            for (m, d), r in runs.items()]
+
+
+def whole_pages(reader, images, decoder):
+    res = reader(images, decoder=decoder)
+    return res.texts, res.tokens, res.stats
+
+
+def region_pages(reader, images, decoder):
+    """Each page's detected lines (projection) read as one batch: page texts, each page's region
+    tokens, summed stats."""
+    from .hf_reader import summed
+    from .reader import page_regions
+    res = [reader.regions([crop for _, crop in page_regions(img, "projection")], decoder=decoder) for img in images]
+    return ["\n".join(t for t in r.texts if t) for r in res], [r.tokens for r in res], summed([r.stats for r in res])
+
+
+def stacked_pages(samples, per_page: int = REGION_LINES, gap: int = 12):
+    """Pages of `per_page` line images one under another on white, and their texts joined by lines."""
+    from PIL import Image
+    pages, refs = [], []
+    for i in range(0, len(samples), per_page):
+        group = samples[i:i + per_page]
+        page = Image.new("RGB", (max(s.image.width for s in group) + 2 * gap,
+                                 sum(s.image.height + gap for s in group) + gap), "white")
+        y = gap
+        for s in group:
+            page.paste(s.image.convert("RGB"), (gap, y))
+            y += s.image.height + gap
+        pages.append(page)
+        refs.append("\n".join(s.text for s in group))
+    return pages, refs
 
 
 def main_family(args) -> int:
-    """`--model DIR`: a page-reading VLM's rows on the held-out line images, each read as a page."""
+    """`--model DIR`: a page-reading VLM's rows on the held-out line images, each read as a page;
+    `--regions`: also pages of REGION_LINES of them, read whole and region by region."""
+    from functools import partial
+
     from .hf_reader import MAX_NEW_TOKENS, load_reader
     try:
         reader = load_reader(args.model, args.max_new_tokens or MAX_NEW_TOKENS)
@@ -236,10 +275,18 @@ def main_family(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     held = data.heldout_set(args.lines)
-    rows = family_rows(reader, [s.image for s in held], [s.text for s in held], decoders, args.pages_batch)
+    cols = ["reader", "CER %", "pages/s", "forwards", "tokens/forward", "speedup vs ar", "same as ar %"]
+    rows = family_rows(reader.family, {"": partial(whole_pages, reader)}, [s.image for s in held],
+                       [s.text for s in held], decoders, args.pages_batch)
     print(table(f"{reader.family} from {args.model}: held-out synthetic lines read as pages ({len(held)}; "
-                f"threads={args.threads}, batch={args.pages_batch}, greedy)", rows,
-                ["reader", "CER %", "pages/s", "forwards", "tokens/forward", "speedup vs ar", "same as ar %"]))
+                f"threads={args.threads}, batch={args.pages_batch}, greedy)", rows, cols))
+    if args.regions:
+        pages, refs = stacked_pages(held)
+        modes = {" whole page": partial(whole_pages, reader), " regions": partial(region_pages, reader)}
+        print()
+        print(table(f"{reader.family}: pages of {REGION_LINES} held-out lines ({len(pages)}), whole vs region-parallel "
+                    "(projection lines, one batch a page); speedup over whole-page ar, same as ar of its mode",
+                    family_rows(reader.family, modes, pages, refs, decoders, args.pages_batch), cols))
     return 0
 
 
@@ -419,10 +466,16 @@ def main(argv=None) -> int:
                                                                  "one but speculative; ar always runs)")
     ap.add_argument("--pages-batch", type=int, default=4, help="--model: images read together")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="--model: tokens per page at most (default 1024)")
+    ap.add_argument("--regions", action="store_true", help="--model: also a table of stacked-line pages read whole "
+                                                           "and region-parallel (a row each per decoder)")
     ap.add_argument("--rules", action="store_true",
                     help="only the commit-rule sweep (RULES) on the held-out lines: forwards against CER")
     ap.add_argument("--plot", default=None, metavar="PNG", help="with --rules: also draw (forwards/line, CER) here")
     args = ap.parse_args(argv)
+    if args.regions and args.model is None:
+        from .reader import REGIONS_NEED_MODEL
+        print(f"error: {REGIONS_NEED_MODEL}", file=sys.stderr)
+        return 2
     if args.lines < 1:
         print("error: --lines must be >= 1", file=sys.stderr)
         return 2

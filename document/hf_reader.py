@@ -7,14 +7,25 @@ repeats: words, numbers, table cells), `lookahead`, `jacobi`, `speculative` (dra
 first N text layers, or draft_model= another VLM of the family). Each equals the family's greedy
 `generate` token for token. `document.read` turns each answer into a `reader.Page` whose lines are
 the answer's lines, each boxed by the whole page (the model reads the page, not located lines).
+
+Region-parallel reading (`document.read(path, model=folder, regions=True)`): the page's text
+regions (the line detector's boxes) are cropped and read as one ragged batch (`regions`, at most
+REGION_BATCH crops a batch), each crop with the family's own reading prompt, so one forward
+advances every region of the page. Each crop is its own image, hence its own prefix: no image
+prefix (no K/V) is shared across rows, since these families put the image into the prompt; the
+prompt text around it (GOT-OCR2's and Qwen2-VL's chat turn) is the same in every row and is
+recomputed per row. The parallelism is the batch.
+Every decoder here equals `ar` on each crop, token for token, as on whole pages.
 """
 from __future__ import annotations
 
 import suite
-from suite.vlm import VLM, load_vlm
+from suite import DecodeStats
+from suite.vlm import VLM, VLMResult, load_vlm
 
 FAMILIES = ("got_ocr2", "qwen2_vl", "florence2")
 MAX_NEW_TOKENS = 1024
+REGION_BATCH = 16      # region crops per batch: a long page's memory stays bounded
 READ_PROMPT = "Read all the text in the image."       # Qwen2-VL's instruction (a chat turn)
 
 
@@ -50,9 +61,36 @@ class HFPageReader:
         res.texts = [t.strip() for t in self.vlm.tokenizer.batch_decode(res.tokens, skip_special_tokens=True)]
         return res
 
+    def regions(self, crops, decoder="ar", batch: int = REGION_BATCH, **options) -> VLMResult:
+        """The region crops of one page (reading order) -> one text per crop, `batch` crops per
+        ragged batch (one batch for most pages); stats summed over the batches."""
+        parts = [self(crops[i:i + batch], decoder=decoder, **options) for i in range(0, len(crops), batch)]
+        return VLMResult([t for p in parts for t in p.texts], [t for p in parts for t in p.tokens],
+                         summed([p.stats for p in parts]), parts[0].settings if parts else {})
+
     def reference(self, images) -> list[list[int]]:
         """The family's own greedy generate, page by page (the tests' oracle)."""
         return [self.vlm.reference(None, None, self.max_new_tokens, batch=self.batch([img]))[0] for img in images]
+
+
+def summed(stats: list[DecodeStats]) -> DecodeStats:
+    """Consecutive batches' stats as one: counts and times add up; each batch's rows sit beside the
+    earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
+    out = DecodeStats()
+    steps = max((len(s.accepted_lengths) for s in stats), default=0)
+    out.accepted_lengths = [[] for _ in range(steps)]
+    for s in stats:
+        out.num_forwards += s.num_forwards
+        out.num_draft_forwards += s.num_draft_forwards
+        out.num_new_tokens += s.num_new_tokens
+        out.wall_time_s += s.wall_time_s
+        out.draft_time_s += s.draft_time_s
+        for event, n in s.events.items():
+            out.count(event, n)
+        width = len(s.accepted_lengths[0]) if s.accepted_lengths else 0
+        for i, step in enumerate(out.accepted_lengths):
+            step += s.accepted_lengths[i] if i < len(s.accepted_lengths) else [0] * width
+    return out
 
 
 def load_reader(model, max_new_tokens: int = MAX_NEW_TOKENS, device: str | None = None,

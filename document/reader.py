@@ -5,7 +5,8 @@ when installed, else our projection-profile segmenter), long lines cut at word g
 the line model reads (at most `data.WIDTH / data.HEIGHT` wide per unit of height), every piece
 read in batches by the OCR model, and the pieces joined back into lines with boxes, text and
 confidence. Export with `to_text`, `to_json` or `overlay` (the page with the recognised text
-drawn in each line box, like the text layer of a searchable PDF).
+drawn in each line box, like the text layer of a searchable PDF). `read(path, model=folder)` reads
+with a page-reading VLM instead, whole pages or (regions=True) the detected regions as one batch.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ DPI = 200                # PDF rendering resolution (150 reads 10-point text wor
 # the CLI's, the Document tab's and read()'s default: the fastest lossless reader on this CPU (ar 111.8 lines/s,
 # ctc_speculative 98.1, both exact: BENCHMARKS.md, Document); pass decoder= to change
 DEFAULT_DECODER = "ar"
+REGIONS_NEED_MODEL = ("region-parallel reading (regions=True, --regions) needs a page-reading VLM folder "
+                      "(model=FOLDER, --model DIR: GOT-OCR2, Qwen2-VL, Florence-2); without one, our own OCR "
+                      "already reads each page line by line: drop --regions")
 
 
 @dataclass
@@ -162,32 +166,34 @@ def quad_crop(image: Image.Image, quad: np.ndarray) -> Image.Image:
 
 # ---- reading ----------------------------------------------------------------------------------
 
-def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str = "auto", dpi: int = DPI,
-         model=None, **options) -> list[Page]:
+def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str | None = None, dpi: int = DPI,
+         model=None, regions: bool = False, **options) -> list[Page]:
     """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence).
     model: the folder of a page-reading VLM (GOT-OCR2, Qwen2-VL, Florence-2) that reads each page
-    whole instead (document/hf_reader.py)."""
+    whole instead (document/hf_reader.py), or, with regions=True, the page's detected text regions
+    as one batch of crops. detector: "auto" by default, "projection" with regions=True."""
+    if regions and model is None:
+        raise ValueError(REGIONS_NEED_MODEL)
+    images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
+    images = [_check_size(img, f"page {i + 1}") for i, img in enumerate(images)]
     if model is not None:
-        images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
-        return read_with_model([_check_size(img, f"page {i + 1}") for i, img in enumerate(images)], model, decoder,
-                               **options)
+        return read_with_model(images, model, decoder, regions=regions, detector=detector, **options)
     if ocr is None:
         from .ocr import load_ocr
         ocr = load_ocr()
-    images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
-    pages = []
-    for index, img in enumerate(images):
-        _check_size(img, f"page {index + 1}")
-        pages.append(read_page(img, index, ocr, decoder, detector, **options))
-    return pages
+    return [read_page(img, index, ocr, decoder, detector or "auto", **options) for index, img in enumerate(images)]
 
 
 def read_with_model(images: list[Image.Image], model, decoder: str, max_new_tokens: int | None = None,
-                    **options) -> list[Page]:
-    """Pages read whole by a page-reading VLM folder (or loaded reader); each answer line becomes a
-    Line boxed by the whole page, confidence NaN (the model reads the page, not located lines)."""
+                    regions: bool = False, detector: str | None = None, **options) -> list[Page]:
+    """Pages read by a page-reading VLM folder (or loaded reader). Whole pages: each answer line
+    becomes a Line boxed by the whole page, confidence NaN (the model reads the page, not located
+    lines). regions=True: `read_regions` per page."""
     from .hf_reader import MAX_NEW_TOKENS, load_reader
     reader = load_reader(model, max_new_tokens or MAX_NEW_TOKENS)
+    if regions:
+        return [read_regions(img, index, reader, decoder, detector or "projection", **options)
+                for index, img in enumerate(images)]
     res = reader(images, decoder=decoder, **options)
     pages = []
     for index, (img, text) in enumerate(zip(images, res.texts)):
@@ -196,15 +202,30 @@ def read_with_model(images: list[Image.Image], model, decoder: str, max_new_toke
     return pages
 
 
+def read_regions(img: Image.Image, index: int, reader, decoder: str, detector: str, **options) -> Page:
+    """Region-parallel reading: the detector's text regions (padded crops, reading order) read by a
+    page-reading VLM as one batch (HFPageReader.regions); a Line (box, the region's text, NaN) per
+    region read as non-empty. A page with no detected text is an empty page, as with our own OCR."""
+    found = page_regions(img, detector)
+    res = reader.regions([crop for _, crop in found], decoder=decoder, **options)
+    lines = [Line(box, text, float("nan")) for (box, _), text in zip(found, res.texts) if text]
+    return Page(index, img.width, img.height, lines, image=img, stats=res.stats)
+
+
+def page_regions(img: Image.Image, detector: str) -> list[tuple[tuple[int, int, int, int], Image.Image]]:
+    """(box, crop) per text line the detector finds, in its reading order; crops under 2 px dropped."""
+    return [(tuple(int(v) for v in box), crop) for box, crop in line_crops(img, detector) if min(crop.size) >= 2]
+
+
 def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **options) -> Page:
-    lines = [(box, crop) for box, crop in line_crops(img, detector) if min(crop.size) >= 2]
+    lines = page_regions(img, detector)
     page = Page(index, img.width, img.height, image=img)
     if not lines:
         return page
     res = ocr([crop for _, crop in lines], decoder=decoder, score=True, **options)   # long lines: read in pieces
     for (box, _), text, conf in zip(lines, res.texts, res.confidences):
         if text:
-            page.lines.append(Line(tuple(int(v) for v in box), text, round(conf, 4)))
+            page.lines.append(Line(box, text, round(conf, 4)))
     page.stats = res.stats
     return page
 

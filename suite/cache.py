@@ -13,48 +13,14 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 
-class GrowingLayer(DynamicLayer):
-    """A transformers `DynamicLayer` whose K/V live in a buffer with spare slots: a forward's N new
-    slots are written in place (O(N)) instead of concatenated onto the whole cache (O(S) a step,
-    O(S^2) a request; 70% of a video step at S = 2048). The buffer grows by half when full; `keys`
-    and `values` are views of its first slots, so a crop is a view and transformers sees the usual
-    tensors. Whoever replaces `keys` (a gather, a batch select) hands the layer a new buffer."""
+def growing_cache():
+    """A transformers `DynamicCache` of `GrowingLayer`s (appends in place): every KVCache's backend.
+    (transformers is imported here, not at the top: `import suite` stays light.)"""
+    from transformers import DynamicCache
 
-    _kbuf = _vbuf = None
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n, end = self.get_seq_length(), self.get_seq_length() + key_states.shape[-2]
-        if not self._owns_views(key_states) or end > self._kbuf.shape[-2]:
-            self._regrow(n, end, key_states, value_states)
-        self._kbuf[..., n:end, :] = key_states
-        self._vbuf[..., n:end, :] = value_states
-        self.keys, self.values = self._kbuf[..., :end, :], self._vbuf[..., :end, :]
-        return self.keys, self.values
-
-    def _owns_views(self, new: torch.Tensor) -> bool:
-        """keys/values are still views of the buffer's first slots, for rows and heads like `new`'s."""
-        return (self._kbuf is not None and self._kbuf.shape[:-2] == new.shape[:-2]
-                and self.keys.data_ptr() == self._kbuf.data_ptr() and self.values.data_ptr() == self._vbuf.data_ptr())
-
-    def _regrow(self, n: int, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        capacity = max(64, end + end // 2)
-        bufs = []
-        for old, new in ((self.keys, key_states), (self.values, value_states)):
-            buf = new.new_empty(*new.shape[:-2], capacity, new.shape[-1])
-            if n:
-                buf[..., :n, :] = old[..., :n, :]
-            bufs.append(buf)
-        self._kbuf, self._vbuf = bufs
-
-
-def growing_cache() -> DynamicCache:
-    """A transformers `DynamicCache` of `GrowingLayer`s (appends in place): every KVCache's backend."""
+    from .growing_layer import GrowingLayer
     cache = DynamicCache()
     cache.layer_class_to_replicate = GrowingLayer
     return cache

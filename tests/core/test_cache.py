@@ -55,11 +55,11 @@ def test_compaction_gathers_live_slots_to_the_front():
 
 
 def test_growing_layer_appends_in_place_and_equals_the_dynamic_layer():
-    """suite.cache.GrowingLayer: the same keys/values as transformers' DynamicLayer through appends,
+    """suite.growing_layer.GrowingLayer: the same keys/values as transformers' DynamicLayer through appends,
     crops and a gather that replaces them, while appends write into one buffer (no copy of the cache)."""
     from transformers.cache_utils import DynamicLayer
 
-    from suite.cache import GrowingLayer
+    from suite.growing_layer import GrowingLayer
     g = torch.Generator().manual_seed(0)
     grow, plain = GrowingLayer(), DynamicLayer()
 

@@ -9,27 +9,20 @@ FAMILIES = ("got_ocr2", "qwen2_vl", "florence2")
 TOKENS = 12
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    from text.model import ensure_converted
-    embedded = ensure_converted()
-    return {f: tiny_vlm.BUILDERS[f](embedded, tmp_path_factory.mktemp(f)) for f in FAMILIES}
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-def test_read_with_a_model_folder_equals_its_generate(folders, family, tmp_path):
+def test_read_with_a_model_folder_equals_its_generate(vlm_folders, family, tmp_path):
     import document
     from document.hf_reader import load_reader
     pages = tiny_vlm.images(2, size=(60, 80))
     path = tmp_path / "page.png"
     pages[0].save(path)
-    reader = load_reader(folders[family], max_new_tokens=TOKENS)
+    reader = load_reader(vlm_folders[family], max_new_tokens=TOKENS)
     want = reader.reference(pages)
     assert {"ar", "ngram", "lookahead", "speculative", "jacobi"} <= set(reader.decoders)
     for decoder in reader.decoders:
         options = {"draft": "self:1"} if decoder == "speculative" else {}
         assert reader(pages, decoder=decoder, **options).tokens == want, decoder      # one ragged batch
-    out = document.read(path, model=folders[family], decoder="ngram", max_new_tokens=TOKENS)
+    out = document.read(path, model=vlm_folders[family], decoder="ngram", max_new_tokens=TOKENS)
     text = reader.vlm.tokenizer.decode(want[0], skip_special_tokens=True).strip()
     assert len(out) == 1 and out[0].text == "\n".join(line for line in text.splitlines() if line.strip())
 
@@ -43,7 +36,7 @@ def test_a_model_that_reads_no_pages_is_refused(tmp_path):
         document.read(page, model=tmp_path / "llama")
 
 
-def test_cli_and_bench_take_a_model_folder(folders, tmp_path, capsys):
+def test_cli_and_bench_take_a_model_folder(vlm_folders, tmp_path, capsys):
     import json
 
     from document.__main__ import main
@@ -51,7 +44,7 @@ def test_cli_and_bench_take_a_model_folder(folders, tmp_path, capsys):
     page = tmp_path / "in" / "page.png"
     page.parent.mkdir()
     tiny_vlm.images(1, size=(60, 80))[0].save(page)
-    folder = folders["got_ocr2"]
+    folder = vlm_folders["got_ocr2"]
     assert main([str(page.parent), "--out", str(tmp_path / "out"), "--model", str(folder), "--decoder", "ngram",
                  "--max-new-tokens", str(TOKENS)]) == 0
     want = document_text(folder, page)
