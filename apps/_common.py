@@ -78,6 +78,12 @@ class FolderPipelines:
             raise ValueError(f"{e} (this tab loads folders of: {self._families()})") from None
 
 
+def folder_field(elem_id: str, ours: str, kinds: str, note: str = "") -> gr.Textbox:
+    """A tab's "Model folder" field: empty = `ours`, else a local folder of one of `kinds`."""
+    info = f"a local {kinds} folder (save_pretrained, with its processor or tokenizer)" + (f"; {note}" if note else "")
+    return gr.Textbox(value="", label="Model folder", placeholder=f"empty = {ours}", info=info, elem_id=elem_id)
+
+
 def with_folder_decoders(own) -> list[str]:
     """A tab's own decoders, then the lossless chain decoders a vision-language model folder runs
     (suite.vlm, as `--model FOLDER` takes them): one dropdown for either; the pipeline refuses the

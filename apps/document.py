@@ -18,8 +18,8 @@ import suite
 from document.ocr import DECODER_DEFAULTS
 from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
 
-from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, parse_options, race,
-                      row_forwards, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
+from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
+                      race, row_forwards, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
@@ -176,9 +176,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
                                  value=example_page(), elem_id="document-file")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="document-compare")
-                model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our OCR model",
-                                          info="a GOT-OCR2, Qwen2-VL or Florence-2 folder (save_pretrained, with its "
-                                               "processor): reads each page whole", elem_id="document-model-folder")
+                model_folder = folder_field("document-model-folder", "our OCR model",
+                                            "GOT-OCR2, Qwen2-VL or Florence-2", "it reads each page whole")
                 run = gr.Button("Read", variant="primary", elem_id="document-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER if DEFAULT_DECODER in

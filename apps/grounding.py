@@ -17,8 +17,8 @@ import gradio as gr
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
-from ._common import (FolderPipelines, Shared, font, format_options, guarded, parse_options, require_text, row_forwards,
-                      stats_row, summary_html, ui_options, with_folder_decoders)
+from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
+                      require_text, row_forwards, stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
@@ -155,9 +155,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 options = gr.Textbox(value=default_options(DEFAULT_DECODER, pipeline), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="grounding-options")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="grounding-compare")
-                model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our grounding model",
-                                          info="a Florence-2, PaliGemma or Kosmos-2 folder (save_pretrained, "
-                                               "with its processor)", elem_id="grounding-model-folder")
+                model_folder = folder_field("grounding-model-folder", "our grounding model",
+                                            "Florence-2, PaliGemma or Kosmos-2")
                 run = gr.Button("Ground", variant="primary", elem_id="grounding-run")
         stats = gr.HTML(elem_id="grounding-stats")
         with gr.Row():

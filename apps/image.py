@@ -16,9 +16,9 @@ import numpy as np
 import suite
 from vision.pipeline import DEFAULT_DECODER  # vision.generate's and the API's default too
 
-from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options,
-                      positive_int, race, require_text, stats_row, step_colours, summary_html, throttled, ui_options,
-                      with_scale_bar)
+from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, nearest_resize,
+                      parse_options, positive_int, race, require_text, stats_row, step_colours, summary_html,
+                      throttled, ui_options, with_scale_bar)
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
@@ -219,11 +219,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 with gr.Row():
                     compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="image-compare")
                 with gr.Accordion("Your own model", open=False):
-                    model_folder = gr.Textbox(value="", label="Model folder",
-                                              placeholder="empty = our class-conditional prior",
-                                              info="a local Emu3, Janus or Chameleon folder (save_pretrained, with "
-                                                   "its processor); it draws the prompt, not the class",
-                                              elem_id="image-model-folder")
+                    model_folder = folder_field("image-model-folder", "our class-conditional prior",
+                                                "Emu3, Janus or Chameleon", "it draws the prompt, not the class")
                     prompt = gr.Textbox(value="", label="Prompt", placeholder="a red apple", elem_id="image-prompt")
                     with gr.Row():
                         grid_height = gr.Number(value=None, precision=0, label="Grid height (tokens)",

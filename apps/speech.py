@@ -19,8 +19,8 @@ import numpy as np
 from speech.asr import DEFAULT_DECODER as DEFAULT_ASR   # the fastest lossless ones (python -m speech.asr /
 from speech.tts import DEFAULT_DECODER as DEFAULT_TTS   # speech.tts use them too: one default per modality)
 
-from ._common import (FolderPipelines, Guarantee, Shared, font, guarded, require_text, stats_row, step_colours,
-                      summary_html, with_scale_bar)
+from ._common import (FolderPipelines, Guarantee, Shared, folder_field, font, guarded, require_text, stats_row,
+                      step_colours, summary_html, with_scale_bar)
 
 TITLE = "Speech"
 BASELINE_TTS = "flat"          # one code per forward: the AR baseline of the TTS decoders
@@ -195,9 +195,7 @@ def speak_section(tts, speak) -> None:
                                   label="Decoder", elem_id="speech-decoder")
             temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05, label="Temperature")
             seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
-            model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our TTS",
-                                      info="a MusicGen, Dia or CSM folder (save_pretrained, with its processor)",
-                                      elem_id="speech-model-folder")
+            model_folder = folder_field("speech-model-folder", "our TTS", "MusicGen, Dia or CSM")
     stats = gr.HTML(elem_id="speech-stats")
     with gr.Row():
         with gr.Column():
@@ -224,9 +222,7 @@ def transcribe_section(transcribe) -> None:
             decoder = gr.Dropdown(asr_decoders(), value=DEFAULT_ASR if DEFAULT_ASR in asr_decoders() else
                                   asr_decoders()[-1], label="Recognition decoder", elem_id="speech-asr-decoder")
             compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
-            model_folder = gr.Textbox(value="", label="Model folder", placeholder="empty = our recogniser",
-                                      info="a Whisper folder (save_pretrained, with its processor)",
-                                      elem_id="speech-asr-model-folder")
+            model_folder = folder_field("speech-asr-model-folder", "our recogniser", "Whisper")
             listen = gr.Button("Transcribe", elem_id="speech-transcribe")
     transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
     stats = gr.HTML(elem_id="speech-asr-stats")

@@ -16,8 +16,8 @@ import gradio as gr
 
 import suite
 
-from ._common import (FolderPipelines, Shared, TimedIterator, format_options, guarded, parse_options, positive_int,
-                      race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
+from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
+                      positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
@@ -253,11 +253,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     chat = gr.Checkbox(value=True, label="Chat template", elem_id="text-chat")
                     compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="text-compare")
                 with gr.Accordion("Your own model", open=False):
-                    model_folder = gr.Textbox(value="", label="Model folder",
-                                              placeholder="empty = the embedded SmolLM2-135M-Instruct",
-                                              info="a local causal LM or vision-language model folder "
-                                                   "(save_pretrained, with its tokenizer or processor)",
-                                              elem_id="text-model-folder")
+                    model_folder = folder_field("text-model-folder", "the embedded SmolLM2-135M-Instruct",
+                                                "causal LM or vision-language model")
                     image = gr.Image(label="Image (vision-language models)", type="pil", height=200,
                                      elem_id="text-image")
                 run = gr.Button("Generate", variant="primary", elem_id="text-run")

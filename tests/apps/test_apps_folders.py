@@ -55,29 +55,6 @@ def refused(views, blank: tuple, message: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def embedded_folder():
-    from text.model import ensure_converted
-    return ensure_converted()
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory, embedded_folder):
-    """A random 2-layer Llama with SmolLM2's tokenizer, saved like any model."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-    folder = tmp_path_factory.mktemp("llama")
-    tok = AutoTokenizer.from_pretrained(str(embedded_folder), local_files_only=True)
-    tok.save_pretrained(str(folder))
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96, bos_token_id=1,
-                      eos_token_id=eos, pad_token_id=eos)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).eval().save_pretrained(str(folder))
-    return folder
-
-
-@pytest.fixture(scope="module")
 def paligemma_dir(tmp_path_factory, embedded_folder):
     return tiny_vlm.paligemma(embedded_folder, tmp_path_factory.mktemp("paligemma"))
 
@@ -95,10 +72,10 @@ def text_args(prompt, decoder, folder, image=None, compare=True, chat=False):
 
 # -- Text ---------------------------------------------------------------------------------------------
 
-def test_text_tab_decodes_a_causal_lm_folder_like_the_library(generate, llama_dir):
+def test_text_tab_decodes_a_causal_lm_folder_like_the_library(generate, tiny_dir):
     import text
-    want = text.load(llama_dir).generate("def fib(n):", decoder="ngram", max_new_tokens=8)
-    out, chunks, ar_out, _, stats = last(generate(*text_args("def fib(n):", "ngram", llama_dir)))
+    want = text.load(tiny_dir).generate("def fib(n):", decoder="ngram", max_new_tokens=8)
+    out, chunks, ar_out, _, stats = last(generate(*text_args("def fib(n):", "ngram", tiny_dir)))
     assert out == ar_out == want.text
     assert "data-same='true'" in stats and "class='ps-chunk'" in chunks
 
@@ -122,10 +99,10 @@ def test_text_tab_answers_about_an_image_with_a_vlm_folder(generate, paligemma_d
     ("no image to a VLM", r"^paligemma is a vision-language model: add an image to ask about$"),
     ("decoder it cannot run", r"^decoder 'auto' does not run on paligemma; use one of: ar, jacobi"),
 ])
-def test_text_tab_bad_folder_or_image_is_a_readable_error(generate, llama_dir, paligemma_dir, tmp_path, case,
+def test_text_tab_bad_folder_or_image_is_a_readable_error(generate, tiny_dir, paligemma_dir, tmp_path, case,
                                                           message):
     image = tiny_vlm.images(1)[0]
-    args = {"missing": ("hi", "ar", tmp_path / "nowhere"), "image to an LM": ("hi", "ar", llama_dir, image),
+    args = {"missing": ("hi", "ar", tmp_path / "nowhere"), "image to an LM": ("hi", "ar", tiny_dir, image),
             "no image to a VLM": ("hi", "ar", paligemma_dir),
             "decoder it cannot run": ("hi", "auto", paligemma_dir, image)}[case]
     refused(generate(*text_args(*args)), TEXT_BLANK, message)

@@ -1,38 +1,10 @@
-"""Fixtures for text/: a tiny random Llama with SmolLM2's real tokenizer, and the embedded model."""
+"""Fixtures for text/: the tiny random Llama of tests/conftest.py loaded, and the embedded model."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
-
-TINY_CONTEXT = 96   # small, so "prompt longer than the context" is cheap to test
-
-
-@pytest.fixture(scope="session")
-def embedded_folder():
-    """The converted embedded model folder (converts the GGUF on first use on this machine, ~30 s)."""
-    from text.model import ensure_converted
-    return ensure_converted()
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory, embedded_folder):
-    """A folder with a random 2-layer Llama (hidden 32) and SmolLM2's tokenizer, saved like any model."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = AutoTokenizer.from_pretrained(str(embedded_folder), local_files_only=True)
-    tok.save_pretrained(str(folder))
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=TINY_CONTEXT,
-                      bos_token_id=1, eos_token_id=eos, pad_token_id=eos)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(str(folder))
-    return folder
 
 
 @pytest.fixture(scope="session")

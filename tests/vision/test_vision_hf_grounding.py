@@ -14,12 +14,6 @@ def folders(tmp_path_factory, embedded_folder):
     return {f: tiny_vlm.BUILDERS[f](embedded_folder, tmp_path_factory.mktemp(f)) for f in FAMILIES}
 
 
-@pytest.fixture(scope="session")
-def embedded_folder():
-    from text.model import ensure_converted
-    return ensure_converted()
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_decoder_equals_the_family_generate(folders, family):
     import vision
