@@ -28,8 +28,6 @@ def _test_module(name: str, relative: str):
     return sys.modules[name]
 
 
-embedded_folder = _test_module("text_fixtures", "text/conftest.py").embedded_folder     # tests/text's tiny model
-tiny_dir = _test_module("text_fixtures", "text/conftest.py").tiny_dir
 video_weights = _test_module("video_generate_tests", "vision/test_generate_video.py").weights   # a tiny 2-frame prior
 
 
