@@ -343,12 +343,13 @@ def same_html(same: bool, what: str, decoder: str, g: Guarantee, sampled: bool =
 
 
 def speed_html(rows: list[dict], decoder: str) -> str:
-    """When `decoder` ran slower than ar, why, in one line: what one of its forwards cost here
-    against an ar forward (cost(N) of the N slots it verifies, see suite/cost.py) and how much each
-    forward accepted. speedup = (accepted / ar's accepted) / (its forward / ar's forward), exactly."""
+    """When `decoder` ran slower than ar (below 1.00x as the table rounds it), why, in one line: what
+    one of its forwards cost here against an ar forward (cost(N) of the N slots it verifies, see
+    suite/cost.py) and how much each forward accepted. speedup = (accepted / ar's accepted) / (its
+    forward / ar's forward), exactly."""
     base = next((r for r in rows if r["decoder"] == "ar"), None)
     row = next((r for r in rows if r["decoder"] == decoder), None)
-    if (base is None or row is None or row is base or row.get("speedup") is None or row["speedup"] >= 1
+    if (base is None or row is None or row is base or row.get("speedup") is None or round(row["speedup"], 2) >= 1
             or min(row["forwards"], base["forwards"]) < 1 or min(row["wall_time_s"], base["wall_time_s"]) <= 0):
         return ""
     cost = (row["wall_time_s"] / row["forwards"]) / (base["wall_time_s"] / base["forwards"])
