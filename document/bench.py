@@ -236,10 +236,12 @@ def whole_pages(reader, images, decoder):
 def region_pages(reader, images, decoder):
     """Each page's detected lines (projection) read as one batch: page texts, each page's region
     tokens, summed stats."""
-    from .hf_reader import summed
+    from suite import DecodeStats
+
     from .reader import page_regions
     res = [reader.regions([crop for _, crop in page_regions(img, "projection")], decoder=decoder) for img in images]
-    return ["\n".join(t for t in r.texts if t) for r in res], [r.tokens for r in res], summed([r.stats for r in res])
+    texts = ["\n".join(t for t in r.texts if t) for r in res]
+    return texts, [r.tokens for r in res], DecodeStats.beside([r.stats for r in res])
 
 
 def stacked_pages(samples, per_page: int = REGION_LINES, gap: int = 12):

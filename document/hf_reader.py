@@ -66,31 +66,11 @@ class HFPageReader:
         ragged batch (one batch for most pages); stats summed over the batches."""
         parts = [self(crops[i:i + batch], decoder=decoder, **options) for i in range(0, len(crops), batch)]
         return VLMResult([t for p in parts for t in p.texts], [t for p in parts for t in p.tokens],
-                         summed([p.stats for p in parts]), parts[0].settings if parts else {})
+                         DecodeStats.beside([p.stats for p in parts]), parts[0].settings if parts else {})
 
     def reference(self, images) -> list[list[int]]:
         """The family's own greedy generate, page by page (the tests' oracle)."""
         return [self.vlm.reference(None, None, self.max_new_tokens, batch=self.batch([img]))[0] for img in images]
-
-
-def summed(stats: list[DecodeStats]) -> DecodeStats:
-    """Consecutive batches' stats as one: counts and times add up; each batch's rows sit beside the
-    earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
-    out = DecodeStats()
-    steps = max((len(s.accepted_lengths) for s in stats), default=0)
-    out.accepted_lengths = [[] for _ in range(steps)]
-    for s in stats:
-        out.num_forwards += s.num_forwards
-        out.num_draft_forwards += s.num_draft_forwards
-        out.num_new_tokens += s.num_new_tokens
-        out.wall_time_s += s.wall_time_s
-        out.draft_time_s += s.draft_time_s
-        for event, n in s.events.items():
-            out.count(event, n)
-        width = len(s.accepted_lengths[0]) if s.accepted_lengths else 0
-        for i, step in enumerate(out.accepted_lengths):
-            step += s.accepted_lengths[i] if i < len(s.accepted_lengths) else [0] * width
-    return out
 
 
 def load_reader(model, max_new_tokens: int = MAX_NEW_TOKENS, device: str | None = None,

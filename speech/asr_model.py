@@ -152,8 +152,8 @@ class AudioPrefixLM:
                                     max_length=2048)
 
     def new_cache(self, batch: int, max_len: int | None = None):
-        from suite.cache import KVCache, growing_cache
-        return KVCache(batch, growing_cache(), device=self.prefix.device)
+        from suite import KVCache
+        return KVCache(batch, device=self.prefix.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         embeds = self.model.get_input_embeddings()(tokens.clamp(max=DEC_VOCAB - 1))

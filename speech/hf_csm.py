@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from suite import AdapterConfig
-from suite.cache import KVCache, growing_cache
+from suite.cache import KVCache
 
 from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings
 
@@ -78,7 +78,7 @@ class CsmAdapter:
         return [(t,) + (self.text_mark,) * (self.codebooks - 1) for t in text_ids]
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        return KVCache(batch, growing_cache(), device=self.device)
+        return KVCache(batch, device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         from suite.decoders.frames.base import LocalHeadOutput

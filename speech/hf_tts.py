@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from suite import AdapterConfig
-from suite.cache import KVCache, growing_cache
+from suite.cache import KVCache
 from suite.encoder_decoder import CrossAttentionAdapter
 
 from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings
@@ -197,7 +197,7 @@ def guided_cache(adapter, batch: int) -> KVCache:
     rows = 2 * batch if adapter.guidance is not None else batch
     if adapter.encoder_states is None or adapter.encoder_states.shape[0] != rows:
         raise ValueError(f"bind the adapter to a batch of texts first: {adapter.bind_hint}")
-    cache = KVCache(rows, growing_cache(), device=adapter.device)
+    cache = KVCache(rows, device=adapter.device)
     cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())
     return cache.grouped(2) if adapter.guidance is not None else cache
 

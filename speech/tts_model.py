@@ -235,8 +235,8 @@ class _TTSAdapter:
         return next(self.model.parameters()).device
 
     def new_cache(self, batch: int, max_len: int | None = None):
-        from suite.cache import KVCache, growing_cache
-        return KVCache(batch, growing_cache(), device=self.device)
+        from suite import KVCache
+        return KVCache(batch, device=self.device)
 
     def _check_bound(self) -> None:
         if self.audio_start is None:

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .cache import KVCache, growing_cache
+from .cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class HFCausalLM:
         return self._param.device
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        return KVCache(batch, growing_cache(), device=self.device)
+        return KVCache(batch, device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         dev = self.device

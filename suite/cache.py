@@ -16,7 +16,7 @@ import torch
 
 
 def growing_cache():
-    """A transformers `DynamicCache` of `GrowingLayer`s (appends in place): every KVCache's backend.
+    """A transformers `DynamicCache` of `GrowingLayer`s (appends in place): a KVCache's default backend.
     (transformers is imported here, not at the top: `import suite` stays light.)"""
     from transformers import DynamicCache
 
@@ -27,8 +27,8 @@ def growing_cache():
 
 
 class KVCache:
-    def __init__(self, batch: int, backend, fanout: int = 1, device=None):
-        self.backend = backend          # the model's cache object (e.g. transformers DynamicCache)
+    def __init__(self, batch: int, backend=None, fanout: int = 1, device=None):
+        self.backend = growing_cache() if backend is None else backend   # the model's cache object
         self.fanout = fanout            # backend rows per logical row (2 under CFG)
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
         self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)

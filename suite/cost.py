@@ -290,5 +290,5 @@ def bind_cost(decoder, model, masked: bool = False):
     return replace(decoder, cost=forward_cost(adapter, masked) if use else None)
 
 
-__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes", "forward_cost",
-           "measure_curve", "record"]
+__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
+           "forward_cost", "measure_curve", "record"]

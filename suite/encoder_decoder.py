@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .cache import KVCache, growing_cache
+from .cache import KVCache
 from .storage import load_weights, save_weights
 
 TIED_HEAD = "decoder.lm_head.weight"      # tied to the decoder's input embedding: never saved
@@ -36,7 +36,7 @@ class CrossAttentionAdapter:
         from transformers import DynamicCache, EncoderDecoderCache
         if self.encoder_states is None or self.encoder_states.shape[0] != batch:
             raise ValueError(f"bind the adapter to a batch of images first: {self.bind_hint}")
-        cache = KVCache(batch, growing_cache(), device=self.encoder_states.device)
+        cache = KVCache(batch, device=self.encoder_states.device)
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
         return cache
 

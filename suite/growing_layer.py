@@ -8,7 +8,7 @@ from transformers.cache_utils import DynamicLayer
 class GrowingLayer(DynamicLayer):
     """A transformers `DynamicLayer` whose K/V live in a buffer with spare slots: a forward's N new
     slots are written in place (O(N)) instead of concatenated onto the whole cache (O(S) a step,
-    O(S^2) a request; 70% of a video step at S = 2048). The buffer grows by half when full; `keys`
+    O(S^2) a request; 74% of a video step at S = 2048). The buffer grows by half when full; `keys`
     and `values` are views of its first slots, so a crop is a view and transformers sees the usual
     tensors. Whoever replaces `keys` (a gather, a batch select) hands the layer a new buffer."""
 
@@ -17,7 +17,8 @@ class GrowingLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        n, end = self.get_seq_length(), self.get_seq_length() + key_states.shape[-2]
+        n = self.get_seq_length()
+        end = n + key_states.shape[-2]
         if not self._owns_views(key_states) or end > self._kbuf.shape[-2]:
             self._regrow(n, end, key_states, value_states)
         self._kbuf[..., n:end, :] = key_states

@@ -41,6 +41,26 @@ class DecodeStats:
                     last[b] = i + 1
         return last
 
+    @classmethod
+    def beside(cls, parts: list["DecodeStats"]) -> "DecodeStats":
+        """Consecutive batches' stats as one: counts and times add up; each batch's rows sit beside the
+        earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
+        out = cls()
+        steps = max((len(s.accepted_lengths) for s in parts), default=0)
+        out.accepted_lengths = [[] for _ in range(steps)]
+        for s in parts:
+            out.num_forwards += s.num_forwards
+            out.num_draft_forwards += s.num_draft_forwards
+            out.num_new_tokens += s.num_new_tokens
+            out.wall_time_s += s.wall_time_s
+            out.draft_time_s += s.draft_time_s
+            for event, n in s.events.items():
+                out.count(event, n)
+            width = len(s.accepted_lengths[0]) if s.accepted_lengths else 0
+            for i, step in enumerate(out.accepted_lengths):
+                step += s.accepted_lengths[i] if i < len(s.accepted_lengths) else [0] * width
+        return out
+
     def summary(self) -> str:
         return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "
                 f"({self.tokens_per_forward:.2f} tok/forward), {self.wall_time_s:.2f} s, "

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .adapters import AdapterConfig
-from .cache import KVCache, growing_cache
+from .cache import KVCache
 from .encoder_decoder import causal_mask
 
 # model_type -> (transformers class, path of its text decoder's layers for layer-truncated drafts)
@@ -172,7 +172,7 @@ class VLMAdapter(_VLMBase):
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         if batch != len(self.prompt_len):
             raise ValueError(f"this adapter is bound to {len(self.prompt_len)} prompts, not {batch}")
-        return KVCache(batch, growing_cache(), device=self.device)
+        return KVCache(batch, device=self.device)
 
     def _embeds(self, tokens, positions):
         dev = self.device
@@ -257,7 +257,7 @@ class Seq2SeqVLMAdapter(_VLMBase):
         from transformers import DynamicCache, EncoderDecoderCache
         if batch != len(self.encoder_states):
             raise ValueError(f"this adapter is bound to {len(self.encoder_states)} images, not {batch}")
-        cache = KVCache(batch, growing_cache(), device=self.device)
+        cache = KVCache(batch, device=self.device)
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())
         return cache
 

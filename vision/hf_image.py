@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 
 from suite import AdapterConfig, KVCache
-from suite.cache import growing_cache
 
 FAMILIES = ("emu3", "chameleon", "janus")
 
@@ -61,7 +60,7 @@ class HFImageLM:
         return next(self.model.parameters()).device
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        return KVCache(batch, growing_cache(), device=self.device)
+        return KVCache(batch, device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         image = positions >= self.prompt_length                        # (B, N) code slots

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from ...acceptance import accept_multi_draft
-from ...cost import RunningMean, batch_progress, bind_cost
+from ...cost import RunningMean, bind_cost
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
 from .jacobi import init_guesses
@@ -183,9 +183,9 @@ class Lookahead:
             keep[b, path] = True
             self._update_trajectories(state, b, layout, row_logits)
         self._grow_pools(state, committed)
-        mode, rows = state.scratch.get("mode", "full"), sum(1 for c in committed if c)
+        mode, least = state.scratch.get("mode", "full"), min((len(c) for c in committed if c), default=None)
         for m, gain in state.scratch["mode_gain"].items():     # per row, as the slowest row progresses
-            gain.add(batch_progress(committed) / rows if m == mode and rows else None)
+            gain.add(least if m == mode else None)
         return Acceptance(committed, keep)
 
     def _verify(self, state: DecodeState, layout: RowLayout, logits: torch.Tensor):
