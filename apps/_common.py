@@ -17,7 +17,7 @@ from pathlib import Path
 import gradio as gr
 
 import suite
-from suite.options import format_options, parse_options, ui_options  # noqa: F401  (the tabs' option box)
+from suite.runtime.options import format_options, parse_options, ui_options  # noqa: F401  (the tabs' option box)
 
 log = logging.getLogger("apps")
 
@@ -86,15 +86,9 @@ def folder_field(elem_id: str, ours: str, kinds: str, note: str = "") -> gr.Text
 
 def with_folder_decoders(own) -> list[str]:
     """A tab's own decoders, then the lossless chain decoders a vision-language model folder runs
-    (suite.vlm, as `--model FOLDER` takes them): one dropdown for either; the pipeline refuses the
+    (suite.models.vlm, as `--model FOLDER` takes them): one dropdown for either; the pipeline refuses the
     ones it cannot run, naming those it can."""
     return list(own) + [n for n in suite.TEXT_DECODERS if n not in own and suite.decoder_entry(n).guarantee != "lossy"]
-
-
-def row_forwards(stats) -> int:
-    """One row's forwards: a batch's own per-row count where its stats keep one (our grounding and
-    OCR models), else num_forwards (a model folder's suite.DecodeStats, one row per call here)."""
-    return getattr(stats, "row_forwards", stats.num_forwards)
 
 
 def sampling_args(temperature, top_k, top_p, seed) -> dict:
@@ -278,9 +272,9 @@ QUALITY_DOMAINS = {"image": "vision", "video": "vision", "grounding": "vision", 
 
 @functools.cache
 def quality_costs(modality: str) -> dict:
-    """decoder -> its measured quality cost, from <domain>/quality.json (suite.options.quality_costs,
+    """decoder -> its measured quality cost, from <domain>/quality.json (suite.runtime.options.quality_costs,
     which the CLIs' summary lines read too)."""
-    from suite.options import quality_costs as read_costs
+    from suite.runtime.options import quality_costs as read_costs
     spec = importlib.util.find_spec(QUALITY_DOMAINS.get(modality, modality))
     if spec is None or spec.origin is None:
         return {}

@@ -19,7 +19,7 @@ from document.ocr import DECODER_DEFAULTS
 from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
 
 from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
-                      race, row_forwards, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
+                      race, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
@@ -103,7 +103,7 @@ class DocumentRun:
         self.pages.append(page)
         s = page.stats
         if s is not None:
-            self.stats.num_forwards += row_forwards(s)     # each line's own decode steps, summed
+            self.stats.num_forwards += s.row_forwards     # each line's own decode steps, summed
             self.stats.num_new_tokens += s.num_new_tokens
 
     def row(self) -> dict:

@@ -18,7 +18,7 @@ import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
 from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
-                      require_text, row_forwards, stats_row, summary_html, ui_options, with_folder_decoders)
+                      require_text, stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
@@ -110,7 +110,7 @@ def boxes_html(result) -> str:
 
 def row_of(decoder: str, result) -> dict:
     s = result.stats
-    stats = suite.DecodeStats(num_forwards=row_forwards(s), num_new_tokens=len(result.tokens))
+    stats = suite.DecodeStats(num_forwards=s.row_forwards, num_new_tokens=len(result.tokens))
     return stats_row(decoder, stats, s.wall_time_s, True)
 
 

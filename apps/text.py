@@ -5,7 +5,7 @@ chunk each forward accepted, with a stats table and an optional race against the
     apps.text.build_demo().launch()          # loads text.load() (embedded SmolLM2) on first use
 
 A "Model folder" loads a user's folder through text.load(folder) (once per folder): a causal LM, or an
-image-text-to-text VLM (suite.vlm.VLMChat) that answers about the given image.
+image-text-to-text VLM (text.vlm_chat.VLMChat) that answers about the given image.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def load_folder(folder: str):
 
 
 def vlm_families() -> str:
-    from suite.vlm import FAMILIES
+    from suite.models.vlm import FAMILIES
     return ", ".join(FAMILIES)
 
 
@@ -109,7 +109,7 @@ class TextRun:
 
 
 class ChatStream:
-    """A VLM's answer (suite.vlm.VLMChat decodes it whole, on the first step) replayed like a
+    """A VLM's answer (text.vlm_chat.VLMChat decodes it whole, on the first step) replayed like a
     TextStream: one chunk per forward, of the tokens that forward committed."""
 
     def __init__(self, chat, prompt: str, image, decoder: str, **kwargs):
@@ -133,7 +133,7 @@ class ChatStream:
 
 
 def is_vlm(gen) -> bool:
-    from suite.vlm import VLMChat
+    from text.vlm_chat import VLMChat
     return isinstance(gen, VLMChat)
 
 

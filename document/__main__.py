@@ -100,7 +100,7 @@ def process(src: Path, base: Path, ocr, args) -> tuple[int, int]:
 
 
 class DocumentWorker:
-    """The batch worker (suite.batch): loads the OCR model once, reads one file per call."""
+    """The batch worker (suite.runtime.jobs): loads the OCR model once, reads one file per call."""
 
     def __init__(self, weights=None, threads=1, decoder=DEFAULT_DECODER, detector=None, dpi=200, options=None,
                  overlay=False, model=None, max_new_tokens=None, regions=False):
@@ -128,7 +128,7 @@ def summary_table(rows: list[tuple[str, str, str, str, str, str]]) -> str:
 
 
 def parse(argv):
-    from suite.batch import add_batch_arguments
+    from suite.runtime.jobs import add_batch_arguments
     ap = argparse.ArgumentParser(prog="python -m document", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image, a PDF, or a folder (searched recursively)")
@@ -162,7 +162,7 @@ def parse(argv):
 
 
 def build_job(args, root: Path, out: Path, files: list[Path]):
-    from suite.batch import BatchJob, Item
+    from suite.runtime.jobs import BatchJob, Item
 
     def base_of(item) -> Path:
         return outputs_for(Path(item.payload["src"]), root, out)
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         print(f"error: {REGIONS_NEED_MODEL}", file=sys.stderr)
         return 2
     import suite
-    from suite.batch import engine_from_args, run_batch
+    from suite.runtime.jobs import engine_from_args, run_batch
     if args.decoder not in suite.list_decoders("document"):     # an image or speech decoder too: before any file
         print(f"error: unknown decoder {args.decoder!r} for documents; choose one of: "
               f"{', '.join(suite.list_decoders('document'))}", file=sys.stderr)
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         return 0
     print(summary_table(rows))
     if summary:
-        from suite.options import guarantee_note, quality_costs
+        from suite.runtime.options import guarantee_note, quality_costs
         note = guarantee_note(args.decoder, quality_costs(Path(__file__).parent, "document"))
         print(summary.line() + (f"; {note}" if note else ""), file=sys.stderr)
     return summary.exit_code if summary else 0

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.metrics import cer as suite_cer
+from suite.runtime.metrics import cer as suite_cer
 
 from . import data
 
@@ -416,7 +416,7 @@ def plot_rules(rows: list[dict], path: str, title: str) -> None:
     """A PNG scatter of (forwards/line, CER %) per row of `run_suite`, one colour per decoder
     family (the label's first word), each point labelled with the rest of its label."""
     from PIL import Image, ImageDraw
-    from suite.storage import atomic_path
+    from suite.runtime.storage import atomic_path
     pts = [(float(r["forwards/line"]), float(r["CER %"]), r["reader"]) for r in rows]
     W, H, left, bottom, pad = 1100, 700, 80, 60, 30
     xmax, ymax = max(p[0] for p in pts) * 1.08, max(p[1] for p in pts) * 1.12

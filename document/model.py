@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from suite import AdapterConfig
-from suite.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
-from suite.storage import read_json
+from suite.models.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
+from suite.runtime.storage import read_json
 
 PAD, BOS, EOS, MASK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<mask>")

@@ -27,13 +27,11 @@ DECODER_DEFAULTS = {"ctc_speculative": {"max_entropy": 0.0}}
 
 
 @dataclass
-class OCRStats:
+class OCRStats(DecodeStats):
+    """The batches' DecodeStats side by side (num_forwards: batched decoder forwards; row_forwards:
+    each line's own decode steps, summed), with wall_time_s end to end (encoder included)."""
     num_lines: int = 0
-    num_forwards: int = 0          # decoder forwards (batched: one forward serves the whole batch)
-    row_forwards: int = 0          # decoder forwards summed over lines (a line's own decode steps)
-    num_new_tokens: int = 0
     encoder_forwards: int = 0      # one per batch of images
-    wall_time_s: float = 0.0
 
     @property
     def forwards_per_line(self) -> float:
@@ -41,12 +39,11 @@ class OCRStats:
 
     @property
     def lines_per_second(self) -> float:
-        return self.num_lines / self.wall_time_s if self.wall_time_s > 0 else 0.0
+        return self.per_second(self.num_lines)
 
     def add(self, s: DecodeStats, rows: int) -> None:
-        self.num_forwards += s.num_forwards
-        self.num_new_tokens += s.num_new_tokens
-        self.row_forwards += sum(1 for step in s.accepted_lengths for n in step if n > 0)
+        """A batch of `rows` line images: its decode stats and one encoder forward."""
+        self.add_beside(s)
         self.num_lines += rows
         self.encoder_forwards += 1
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.storage import atomic_path, cache_dir
-from suite.training import Budget, ClockBar, log, optimizer_step, set_learning_rate, warmup_cosine
+from suite.runtime.storage import atomic_path, cache_dir
+from suite.runtime.training import Budget, ClockBar, log, optimizer_step, set_learning_rate, warmup_cosine
 
 from . import data
 from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config

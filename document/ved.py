@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from suite import AdapterConfig
-from suite.encoder_decoder import CrossAttentionAdapter, causal_mask
+from suite.models.encoder_decoder import CrossAttentionAdapter, causal_mask
 
 
 class VEDAdapter(CrossAttentionAdapter):

@@ -127,12 +127,12 @@ def _files(target: Path) -> list[Path]:
 
 
 class ASRWorker:
-    """The batch worker (suite.batch): loads the recogniser once, transcribes one file per call."""
+    """The batch worker (suite.runtime.jobs): loads the recogniser once, transcribes one file per call."""
 
     def __init__(self, decoder: str | None = None, model=None, draft_model=None, threads=None):
         self.asr = load_asr(model, draft_model=draft_model)
         self.decoder = decoder or getattr(self.asr, "default_decoder", DEFAULT_DECODER)    # a family's, or ours
-        from suite.options import guarantee_note, quality_costs
+        from suite.runtime.options import guarantee_note, quality_costs
         kind = "lossy" if self.decoder in ("ctc", "ctc_beam") else None     # CTC head readers: no decoder of ar's
         self.guarantee = guarantee_note(self.decoder, quality_costs(Path(__file__).parent, "asr"), kind)
 
@@ -143,8 +143,8 @@ class ASRWorker:
 
 
 def main(argv=None) -> int:
-    from suite.batch import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
-    from suite.storage import write_json, write_text
+    from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.storage import write_json, write_text
     parser = argparse.ArgumentParser(prog="python -m speech.asr", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="an audio file, or a folder searched recursively")

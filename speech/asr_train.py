@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from suite.decoders.chain.ctc_speculative import ctc_greedy
-from suite.storage import atomic_path, write_json
-from suite.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, training_device, \
+from suite.runtime.storage import atomic_path, write_json
+from suite.runtime.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, training_device, \
     warmup_cosine
 
 from . import data, features

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import torch
 
-from suite.storage import write_json
+from suite.runtime.storage import write_json
 
 from . import data
 from .metrics import cer

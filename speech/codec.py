@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from suite.storage import ConfigModule
+from suite.runtime.storage import ConfigModule
 
 from . import features
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.storage import atomic_path
+from suite.runtime.storage import atomic_path
 
 from .data import ALPHABET
 

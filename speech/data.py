@@ -17,7 +17,7 @@ Splits:
   validation set for choosing recipes, so that `heldout` is never tuned on.
 - `heldout`: flite rms, a voice never used in `train`/`valid`, on 150 stdlib sentences never seen
   in training (the same sentences and audio with or without Piper).
-Everything is cached under `suite.storage.cache_dir("speech")` (~/.cache/parasuite/speech, or
+Everything is cached under `suite.runtime.storage.cache_dir("speech")` (~/.cache/parasuite/speech, or
 $PARASUITE_CACHE/speech), never in the repo.
 
 Without Piper (`piper=False` in the functions below, `--no-piper` on the command line, for a machine without piper-tts and its voice, e.g. the GPU recipe
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from suite import storage
+from suite.runtime import storage
 
 SAMPLE_RATE = 16000
 FLITE_TRAIN = ("kal16", "kal", "awb", "slt")          # flite voices used in training

@@ -33,7 +33,7 @@ import torch
 
 from suite import AdapterConfig
 from suite.cache import KVCache
-from suite.encoder_decoder import CrossAttentionAdapter, causal_mask
+from suite.models.encoder_decoder import CrossAttentionAdapter, causal_mask
 
 from .hf_folder import load_family, refuse_settings
 

@@ -82,7 +82,7 @@ class CsmAdapter:
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         from suite.decoders.frames.base import LocalHeadOutput
-        from suite.encoder_decoder import causal_mask
+        from suite.models.encoder_decoder import causal_mask
         m, dev = self.model, self.device
         tokens, positions = tokens.to(dev), positions.to(dev)
         if attention_mask is None:

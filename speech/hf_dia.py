@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from suite import AdapterConfig
-from suite.encoder_decoder import CrossAttentionAdapter
+from suite.models.encoder_decoder import CrossAttentionAdapter
 
 from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings, require_files
 from .hf_tts import DelayCodecTTS, guided_cache
@@ -99,7 +99,7 @@ class DiaAdapter(CrossAttentionAdapter):
         dev = self.device
         ids, positions = tokens.to(dev), positions.to(dev)
         if attention_mask is None:
-            from suite.encoder_decoder import causal_mask
+            from suite.models.encoder_decoder import causal_mask
             attention_mask = causal_mask(cache, tokens)
         mask = attention_mask.to(dev)
         if self.guidance is not None:

@@ -35,7 +35,7 @@ import torch
 
 from suite import AdapterConfig
 from suite.cache import KVCache
-from suite.encoder_decoder import CrossAttentionAdapter
+from suite.models.encoder_decoder import CrossAttentionAdapter
 
 from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings
 

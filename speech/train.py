@@ -24,8 +24,8 @@ import random
 
 import torch
 
-from suite.storage import write_json
-from suite.training import Budget, ClockBar, optimizer_step, set_learning_rate, warmup_cosine
+from suite.runtime.storage import write_json
+from suite.runtime.training import Budget, ClockBar, optimizer_step, set_learning_rate, warmup_cosine
 
 from . import data, features
 from .asr_train import train_asr, train_char_lm, tune_gate

@@ -277,7 +277,7 @@ def main(argv=None) -> int:
                         help="a text file (one sentence per line -> OUT/line_0001.wav ...) or a folder of .txt "
                              "files (each one utterance -> OUT/<name>.wav), with OUT/manifest.jsonl; resumable")
     parser.add_argument("--threads", type=int, default=None, help="--input: torch threads (default: torch's)")
-    from suite.batch import add_batch_arguments
+    from suite.runtime.jobs import add_batch_arguments
     add_batch_arguments(parser)
     args = parser.parse_args(argv)
     if (args.text is None) == (args.input is None):
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
 
 def tts_guarantee(decoder: str) -> str:
     """The summary line's account of the decoder: the registry's guarantee and measured cost (flat: ar's own)."""
-    from suite.options import guarantee_note, quality_costs
+    from suite.runtime.options import guarantee_note, quality_costs
     if decoder == "flat":
         return "flat: the baseline (ar on the flat model)"
     return guarantee_note(decoder, quality_costs(Path(__file__).parent, "speech"))
@@ -339,7 +339,7 @@ def checked_text(text, model) -> str:
 
 
 class TTSWorker:
-    """The batch worker (suite.batch): loads the TTS models once, speaks one text per call into
+    """The batch worker (suite.runtime.jobs): loads the TTS models once, speaks one text per call into
     WAV bytes (16-bit PCM)."""
 
     def __init__(self, decoder=None, seed=0, temperature=0.7, threads=None, model=None, seconds=None):
@@ -376,8 +376,8 @@ def batch_inputs(source: Path, out: Path) -> list[tuple[str, str, Path]]:
 
 
 def main_batch(args) -> int:
-    from suite.batch import BatchJob, Item, engine_from_args, run_cli
-    from suite.storage import write_bytes
+    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_cli
+    from suite.runtime.storage import write_bytes
     try:
         if args.out is None:
             raise ValueError("--input needs --out FOLDER for the WAV files")

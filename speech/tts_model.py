@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from suite.storage import ConfigModule
+from suite.runtime.storage import ConfigModule
 
 WEIGHTS = Path(__file__).parent / "weights"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from suite.storage import write_json
-from suite.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, warmup_cosine
+from suite.runtime.storage import write_json
+from suite.runtime.training import Budget, ClockBar, optimizer_step, previous_metrics, set_learning_rate, warmup_cosine
 
 from . import data
 from .alignment import PHONES, MAX_COUNT, durations, flite_phones, frame_conditioning, frame_phones

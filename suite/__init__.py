@@ -1,7 +1,7 @@
 """parasuite's shared decoding core: adapters, cache, sampling, acceptance rules, guidance,
 the one decode loop and the registry of decoders."""
 from .acceptance import accept_by_confidence, accept_greedy_prefix, accept_multi_draft, accept_speculative
-from .adapters import AdapterConfig, HFCausalLM, ModelAdapter, as_adapter, layer_truncated_draft
+from .models.adapters import AdapterConfig, HFCausalLM, ModelAdapter, as_adapter, layer_truncated_draft
 from .cache import KVCache
 from .api import GenerateOutput, generate, prepare, stream
 from .guidance import ClassifierFreeGuidance

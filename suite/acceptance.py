@@ -1,4 +1,6 @@
-"""Pure acceptance rules shared by every decoder (one row at a time).
+"""Pure acceptance rules shared by every decoder. The greedy-prefix and speculative rules exist
+once, batched, in kernels (a pure-torch reference and its Triton form); here they are read one
+row at a time, for decoders whose rows verify different structures.
 
 Shapes: N draft length, V vocabulary. `p` always holds N+1 target distributions: p[i] is the
 target's distribution for draft position i (p[N] is the bonus position after the last draft).
@@ -8,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+import kernels
 
 from .sampling import sample
 
@@ -21,38 +25,27 @@ class Verdict:
 
 
 def accept_greedy_prefix(draft: torch.Tensor, target: torch.Tensor) -> Verdict:
-    """draft (N,), target (N+1,) argmax tokens: keep the longest prefix where they agree."""
-    n = draft.shape[0]
-    mismatch = (draft != target[:n]).nonzero()
-    k = int(mismatch[0]) if mismatch.numel() else n
-    return Verdict(k, int(target[k]))
+    """draft (N,), target (N+1,) argmax tokens: keep the longest prefix where they agree (one row
+    of the batched rule, kernels' `greedy_prefix`)."""
+    accepted, following = kernels.op("greedy_prefix", target.device.type)(draft[None], target[None])
+    return Verdict(int(accepted[0]), int(following[0]))
 
 
 def accept_speculative(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor,
                        generator: torch.Generator | None = None) -> Verdict:
-    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), one row of the batched
+    rule (kernels' `speculative_accept`, which every decoder family uses).
 
     draft (N,) tokens drawn from q (N, V); q=None means point-mass drafts (n-gram, lookup).
     Accept draft i with probability min(1, p_i(x)/q_i(x)); at the first rejection sample the
     residual norm(max(0, p_i - q_i)); if all N pass, sample the bonus from p_N.
     The committed tokens are distributed exactly as the target's (greedy p is one-hot)."""
     n = draft.shape[0]
-    idx = torch.arange(n, device=p.device)
-    p_x = p[idx, draft]
-    q_x = torch.ones_like(p_x) if q is None else q[idx, draft]
-    u = torch.rand(n, generator=generator, device=p.device)
-    rejected = (u * q_x >= p_x).nonzero()  # u < p/q accepts; q_x > 0 for any drawn draft
-    if not rejected.numel():
-        return Verdict(n, int(sample(p[n], generator)))
-    k = int(rejected[0])
-    if q is None:
-        residual = p[k].clone()
-        residual[draft[k]] = 0.0
-    else:
-        residual = (p[k] - q[k]).clamp(min=0.0)
-    if residual.sum() <= 0:  # p == q numerically: any draw from p is exact
-        residual = p[k]
-    return Verdict(k, int(sample(residual / residual.sum(), generator)))
+    u = torch.rand(1, n, generator=generator, device=p.device)
+    u_next = torch.rand(1, generator=generator, device=p.device)
+    accepted, following = kernels.op("speculative_accept", p.device.type)(
+        draft[None].to(p.device), None if q is None else q[None], p[None], u, u_next)
+    return Verdict(int(accepted[0]), int(following[0]))
 
 
 def accept_multi_draft(p: torch.Tensor, candidates: list[int],

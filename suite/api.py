@@ -1,11 +1,12 @@
 """`suite.generate`: the transformers-shaped entry point over the one decode loop."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 
-from .adapters import as_adapter
+from .models.adapters import as_adapter
 from .inputs import RequestInputs
 from .loop import DecodeState, decode, decode_steps
 from .registry import make_decoder
@@ -26,7 +27,11 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
     """The one way into the loop: resolve the adapter, the decoder (a registered name with its
     options, or a decoder object) and the request's state. input_ids: (B, P) ids (left-padded with
     attention_mask), or a list of rows (lists of ids, or of frames for multi-codebook models);
-    inputs: the request's typed inputs for decoders that read them."""
+    inputs: the request's typed inputs for decoders that read them. Every pipeline's request is
+    checked here (max_new_tokens, the decoder and its options, empty prompts, the model's
+    context); a pipeline checks only what is its own (prompt text, chat templates)."""
+    if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     adapter = as_adapter(model)
     if isinstance(decoder, str):
         decoder = make_decoder(decoder, **options)
@@ -38,15 +43,15 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a model adapter with {', '.join(sorted(missing))}; "
                          f"{type(adapter).__name__} lacks it, use decoder='ar', 'jacobi', 'sjd' or 'ngram'")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     rows = _rows(input_ids, attention_mask)
     limit = adapter.config.max_length
-    for r in rows:
+    for i, r in enumerate(rows):
+        where = "the prompt" if len(rows) == 1 else f"prompt {i}"
         if not r:
-            raise ValueError("empty prompt: give at least one token (e.g. a BOS token)")
+            raise ValueError(f"empty prompt: {where} has no tokens; give at least one (e.g. a BOS token)")
         if limit is not None and len(r) >= limit:
-            raise ValueError(f"prompt of {len(r)} tokens does not fit the model's context of {limit}; shorten it")
+            raise ValueError(f"{where} is {len(r)} tokens, the model's context is {limit}: shorten it "
+                             f"to at most {limit - 1} tokens")
     eos = adapter.config.eos_token_ids if eos_token_id is None else frozenset(
         [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
     state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)),

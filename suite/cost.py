@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .linear_forms import describe as describe_forms
+from .loop import Draft, forward_mask
+from .models.linear_forms import describe as describe_forms
 
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _MEMORY: dict[str, "CostCurve"] = {}
@@ -86,7 +87,7 @@ def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: 
                  widths: tuple[int, ...] = WIDTHS, repeats: int = 3) -> CostCurve:
     """The adapter's cost curve (see the module doc). masked=True measures forwards with a custom
     attention mask (trees, lookahead), which take a slower attention path than plain causal ones."""
-    from .storage import cache_dir, read_json, write_json
+    from .runtime.storage import cache_dir, read_json, write_json
     key = _key(adapter, masked)
     if not refresh and key in _MEMORY:
         return _MEMORY[key]
@@ -125,23 +126,25 @@ def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=ti
     tokens = torch.randint(vocab, (1, context), generator=gen, device=dev)
     positions = torch.arange(context, device=dev)[None]
     causal = torch.ones(1, context, context, dtype=torch.bool, device=dev).tril()
-    adapter(tokens, positions, cache, cache.attention_mask(causal), logits_from=context - 1)
-    cache.append(positions, torch.ones(1, context, dtype=torch.bool, device=dev))
+    prefill = Draft(tokens, positions, causal, torch.ones(1, context, dtype=torch.bool, device=dev), causal=True)
+    adapter(tokens, positions, cache, forward_mask(adapter, cache, prefill), logits_from=context - 1)
+    cache.append(positions, prefill.valid, dense=True)
     seconds = []
     for n in widths:
         times = []
         for _ in range(repeats + 1):     # the first run of a width warms it up
-            draft = torch.randint(vocab, (1, n), generator=gen, device=dev)
             pos = torch.arange(context, context + n, device=dev)[None]
             own = torch.ones(1, n, n, dtype=torch.bool, device=dev).tril()
             if masked and n > 1:
                 own[:, 1:, 0] = False      # not plain causal: the attention takes the masked path
-            mask = cache.attention_mask(own)
+            draft = Draft(torch.randint(vocab, (1, n), generator=gen, device=dev), pos, own,
+                          torch.ones(1, n, dtype=torch.bool, device=dev), causal=not (masked and n > 1))
+            mask = forward_mask(adapter, cache, draft)
             t0 = clock()
-            adapter(draft, pos, cache, mask)
+            adapter(draft.tokens, pos, cache, mask)
             _sync(adapter)
             times.append(clock() - t0)
-            slots = cache.append(pos, torch.ones(1, n, dtype=torch.bool, device=dev))
+            slots = cache.append(pos, draft.valid)
             dead = torch.zeros_like(cache.valid)
             dead[:, slots] = True
             cache.discard(dead)
@@ -254,24 +257,25 @@ class RunningMean:
 def chain_sizes(state, curve: CostCurve | None, available: list[int], prior: float = 0.5,
                 draft_seconds=None) -> list[int]:
     """Each row's chain draft length: `available[b]` (what its drafter offers) cut to the common
-    size that maximises the batch's expected tokens per second under the request's running
-    acceptance rates (`record` updates them). curve None: `available` unchanged (fixed sizes)."""
+    size that maximises the batch's expected tokens per second under the rows' running acceptance
+    rates (each row of the decoder has a `rates` field, an AcceptanceRates made here on first use;
+    `record` updates them). curve None: `available` unchanged (fixed sizes)."""
     if curve is None:
         return list(available)
-    rates = state.scratch.setdefault("chain_rates", [AcceptanceRates(64, prior) for _ in range(state.batch)])
     active = [b for b in range(state.batch) if not state.done[b]]
-    n = best_size([rates[b].gains(min(available[b], 64)) for b in active], curve, draft_seconds=draft_seconds)
+    for b in active:
+        if state.rows[b].rates is None:
+            state.rows[b].rates = AcceptanceRates(64, prior)
+    n = best_size([state.rows[b].rates.gains(min(available[b], 64)) for b in active], curve,
+                  draft_seconds=draft_seconds)
     return [min(a, n) for a in available]
 
 
 def record(state, drafted: list[int], accepted: list[int]) -> None:
     """After a verification: row b drafted `drafted[b]` tokens and `accepted[b]` of them were kept."""
-    rates = state.scratch.get("chain_rates")
-    if rates is None:
-        return
     for b in range(state.batch):
-        if not state.done[b]:
-            rates[b].update(drafted[b], accepted[b])
+        if not state.done[b] and state.rows[b].rates is not None:
+            state.rows[b].rates.update(drafted[b], accepted[b])
 
 
 def bind_cost(decoder, model, masked: bool = False):
@@ -280,7 +284,7 @@ def bind_cost(decoder, model, masked: bool = False):
     PARASUITE_COST=0 turns sizing off everywhere. A decoder's `bind` calls this."""
     from dataclasses import replace
 
-    from .adapters import as_adapter
+    from .models.adapters import as_adapter
     if not isinstance(decoder.cost, str):
         return decoder
     if decoder.cost != "auto":

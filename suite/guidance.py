@@ -41,7 +41,7 @@ class _Doubled:
     """A view of a fanout-2 cache as the inner adapter's batch of 2B rows."""
 
     def __init__(self, cache: KVCache):
-        self.backend, self.holes, self._cache = cache.backend, cache.holes, cache
+        self.backend, self._cache = cache.backend, cache
 
     @property
     def valid(self) -> torch.Tensor:         # built only when a forward asks for a mask

@@ -1,6 +1,6 @@
 """Typed inputs of a request, beyond its prompt: what a pipeline hands a decoder through
-`suite.prepare(..., inputs=RequestInputs(...))`. Decoders read `state.inputs`; `state.scratch`
-is their own bookkeeping."""
+`suite.prepare(..., inputs=RequestInputs(...))`. Decoders read `state.inputs`; they keep their own
+bookkeeping in `state.rows` (one of their Row dataclass per row)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -2,7 +2,10 @@
 
 Every decoder of every modality runs through `decode_steps`; streaming UIs iterate it,
 `decode` drains it. Per-request state lives in `DecodeState`, so a decoder object (a frozen
-dataclass of hyperparameters) serves many requests at once.
+dataclass of hyperparameters) serves many requests at once. A decoder's own bookkeeping is typed:
+one instance of the dataclass it declares per row (`state.rows`), and, where a step needs
+something batch-wide (a draft model's cache, a running mean of its step time), one instance of
+the dataclass it declares for that (`state.shared`).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class Draft:
 
     tokens: torch.Tensor
     positions: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor                      # every slot sees itself (the diagonal is True)
     valid: torch.Tensor
     meta: Any = None
     logits_from: int = 0     # logits are needed for slots >= this only (prefill needs one)
@@ -100,7 +103,8 @@ class DecodeState:
     max_length: int | None = None         # model context; rows stop there
     generator: torch.Generator | None = None
     inputs: RequestInputs = field(default_factory=RequestInputs)   # typed request inputs (CTC drafts, priors)
-    scratch: dict = field(default_factory=dict)   # the decoder's own bookkeeping (guesses, pools, draft caches)
+    rows: list = field(default_factory=list)   # the decoder's per-row bookkeeping: one of its Row dataclass per row
+    shared: Any = None                         # the decoder's batch-wide bookkeeping (its own dataclass), if any
     stats: DecodeStats = field(default_factory=DecodeStats)
 
     def __post_init__(self):
@@ -164,10 +168,13 @@ class DecodeState:
 
 
 class Decoder(Protocol):
+    """`start` validates the request and fills `state.rows` (one of the decoder's own Row dataclass
+    per row: guesses, pools, canvases, acceptance rates) and `state.shared` where it keeps
+    batch-wide state; it may return tokens known before any forward."""
     name: ClassVar[str]
     requires: ClassVar[frozenset[str]]   # adapter capabilities, e.g. {"custom_mask"}
 
-    def start(self, state: DecodeState) -> Acceptance | None: ...   # tokens known before any forward
+    def start(self, state: DecodeState) -> Acceptance | None: ...
     def propose(self, state: DecodeState) -> Draft: ...
     def accept(self, state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance: ...
 
@@ -178,6 +185,8 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     t0 = time.perf_counter()
     index = 0
     known = decoder.start(state)
+    if not state.rows:      # a decoder that keeps no row state still has one (empty) slot per row
+        state.rows = [None] * state.batch
     if known is not None:
         committed = state.commit(known, scored=False)
         state.stats.num_new_tokens += sum(len(c) for c in committed)   # not a forward: no accepted length
@@ -187,7 +196,7 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     while not all(state.done):
         draft = decoder.propose(state)
         with torch.no_grad():
-            mask = None if _plain(model, state.cache, draft) else state.cache.attention_mask(draft.mask, draft.past_mask)
+            mask = forward_mask(model, state.cache, draft)
             if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
                 logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
                                              logits_from=draft.logits_from, output_hidden=True)
@@ -223,10 +232,19 @@ def _drop_rejected(cache: KVCache, draft: Draft, acc: Acceptance, slots: slice) 
     cache.keep_new(slots, acc.keep)
 
 
-def _plain(model, cache: KVCache, draft: Draft) -> bool:
-    """Whether the forward may take `attention_mask=None` (the model's own causal mask): the
-    adapter says it can, the draft is plain causal and the cache has no holes."""
-    return draft.causal and draft.past_mask is None and not cache.holes and getattr(model, "takes_plain_mask", False)
+def plain_causal(model, cache: KVCache, draft: Draft) -> bool:
+    """Whether the forward scoring `draft` may pass `attention_mask=None` (the model's own causal
+    mask), known on the host: the adapter takes it (`takes_plain_mask`), the cache has no holes, no
+    past_mask narrows it and the draft is causal (`draft.causal`, or one slot per row: a slot always
+    sees itself). The one place this is decided: adapters pass None through, never inspect a mask."""
+    return ((draft.causal or draft.tokens.shape[1] == 1) and draft.past_mask is None and not cache.holes
+            and getattr(model, "takes_plain_mask", False))
+
+
+def forward_mask(model, cache: KVCache, draft: Draft) -> torch.Tensor | None:
+    """The attention_mask of the forward scoring `draft`: None when `plain_causal`, else the
+    cache's (B, 1, N, S+N) mask (its live slots AND past_mask, then the draft's own mask)."""
+    return None if plain_causal(model, cache, draft) else cache.attention_mask(draft.mask, draft.past_mask)
 
 
 @dataclass

@@ -23,13 +23,24 @@ class DecodeStats:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.num_new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+        return self.per_second(self.num_new_tokens)
+
+    def per_second(self, count: float, seconds: float | None = None) -> float:
+        """count / seconds (default wall_time_s); 0 when no time was measured."""
+        seconds = self.wall_time_s if seconds is None else seconds
+        return count / seconds if seconds > 0 else 0.0
 
     @property
     def mean_accepted(self) -> float:
         """Mean tokens committed per row per step, over rows that committed anything."""
         lengths = [n for step in self.accepted_lengths for n in step if n > 0]
         return sum(lengths) / max(len(lengths), 1)
+
+    @property
+    def row_forwards(self) -> int:
+        """Forwards summed over the batch's rows, each counting the steps where it committed tokens:
+        what the rows would take decoded one by one (a batched forward serves every row at once)."""
+        return sum(1 for step in self.accepted_lengths for n in step if n > 0)
 
     def steps_per_row(self) -> list[int]:
         """Forwards each batch row needed (its last committing step + 1): the forwards it would take
@@ -43,23 +54,27 @@ class DecodeStats:
 
     @classmethod
     def beside(cls, parts: list["DecodeStats"]) -> "DecodeStats":
-        """Consecutive batches' stats as one: counts and times add up; each batch's rows sit beside the
-        earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
+        """Consecutive batches' stats as one (see `add_beside`)."""
         out = cls()
-        steps = max((len(s.accepted_lengths) for s in parts), default=0)
-        out.accepted_lengths = [[] for _ in range(steps)]
         for s in parts:
-            out.num_forwards += s.num_forwards
-            out.num_draft_forwards += s.num_draft_forwards
-            out.num_new_tokens += s.num_new_tokens
-            out.wall_time_s += s.wall_time_s
-            out.draft_time_s += s.draft_time_s
-            for event, n in s.events.items():
-                out.count(event, n)
-            width = len(s.accepted_lengths[0]) if s.accepted_lengths else 0
-            for i, step in enumerate(out.accepted_lengths):
-                step += s.accepted_lengths[i] if i < len(s.accepted_lengths) else [0] * width
+            out.add_beside(s)
         return out
+
+    def add_beside(self, other: "DecodeStats") -> None:
+        """Add a later batch's stats to these: counts and times add up; its rows sit beside the
+        earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
+        self.num_forwards += other.num_forwards
+        self.num_draft_forwards += other.num_draft_forwards
+        self.num_new_tokens += other.num_new_tokens
+        self.wall_time_s += other.wall_time_s
+        self.draft_time_s += other.draft_time_s
+        for event, n in other.events.items():
+            self.count(event, n)
+        mine, theirs = self.accepted_lengths, other.accepted_lengths
+        width = [len(mine[0]) if mine else 0, len(theirs[0]) if theirs else 0]
+        self.accepted_lengths = [(mine[i] if i < len(mine) else [0] * width[0]) +
+                                 (theirs[i] if i < len(theirs) else [0] * width[1])
+                                 for i in range(max(len(mine), len(theirs)))]
 
     def summary(self) -> str:
         return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "

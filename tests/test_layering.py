@@ -1,5 +1,5 @@
 """docs/DESIGN.md section 1: imports run kernels -> suite -> {text, vision, document, speech} -> apps,
-without cycles between the project's modules and without private names taken from another module."""
+with no exemptions, without cycles between the project's modules and without private names taken from another module."""
 import ast
 import subprocess
 import sys
@@ -20,10 +20,6 @@ ALLOWED = {
 }
 
 
-# entry points that exercise the whole stack on purpose (not imported by any package)
-ENTRY_POINTS = {"kernels/check.py": {"suite", "text", "vision", "speech"},
-                "vision/process_video.py": {"document", "speech"}}   # video: the document, grounding and speech readers
-
 
 def imported_packages(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -40,8 +36,7 @@ def imported_packages(path: Path) -> set[str]:
 def test_imports_run_one_way(package):
     bad = []
     for path in (ROOT / package).rglob("*.py"):
-        exempt = ENTRY_POINTS.get(str(path.relative_to(ROOT)), set())
-        wrong = imported_packages(path) - ALLOWED[package] - {package} - exempt
+        wrong = imported_packages(path) - ALLOWED[package] - {package}
         bad += [f"{path.relative_to(ROOT)} imports {w}" for w in sorted(wrong)]
     assert not bad, "wrong-way imports:\n" + "\n".join(bad)
 

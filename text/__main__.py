@@ -37,7 +37,7 @@ with --.
 
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
-    from suite.batch import add_batch_arguments
+    from suite.runtime.jobs import add_batch_arguments
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
     names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
@@ -73,18 +73,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-VLM_DECODER = "ar"      # a vision-language family runs no auto (suite.vlm.VLMChat.decoders)
+VLM_DECODER = "ar"      # a vision-language family runs no auto (text.vlm_chat.VLMChat.decoders)
 
 
 def model_vlm(model) -> str | None:
-    """--model's vision-language family (suite.vlm), None for a causal LM or the embedded model."""
+    """--model's vision-language family (suite.models.vlm), None for a causal LM or the embedded model."""
     from text.generator import vlm_family
     return vlm_family(model) if model is not None else None
 
 
 def check_image(args) -> None:
     """--image goes with a vision-language folder and one prompt, and such a folder needs it."""
-    from suite.vlm import FAMILIES
+    from suite.models.vlm import FAMILIES
     family = model_vlm(args.model)
     if args.image is None and family:
         raise ValueError(f"{args.model} holds a vision-language model ({family}): pass --image PATH, the image "
@@ -110,15 +110,15 @@ def read_image(path: str):
 
 
 def describe_registered(names) -> str:
-    from suite.options import describe_decoders
+    from suite.runtime.options import describe_decoders
     from suite.registry import REGISTRY
     return describe_decoders([n for n in names if n in REGISTRY])
 
 
 def decoder_options(decoder: str, items: list[str]) -> dict:
-    """--option items typed and checked once (suite.options); a bad one is a ValueError."""
+    """--option items typed and checked once (suite.runtime.options); a bad one is a ValueError."""
     from suite import parse_option
-    from suite.options import parse_options
+    from suite.runtime.options import parse_options
     from suite.registry import REGISTRY
     if decoder in REGISTRY:
         return parse_options(decoder, items)
@@ -140,7 +140,7 @@ def read_prompts(source: str) -> list[str]:
 
 
 class TextWorker:
-    """The batch worker (suite.batch): loads the model once, decodes one prompt per call into the
+    """The batch worker (suite.runtime.jobs): loads the model once, decodes one prompt per call into the
     JSON record of --output."""
 
     def __init__(self, model=None, decoder=None, compare=False, threads=None, **kwargs):
@@ -237,7 +237,7 @@ def run_one(args, kwargs, image=None) -> int:
 
 
 def answer_image(gen, args, kwargs, image):
-    """A vision-language folder's answer about --image (suite.vlm.VLMChat, printed whole): the
+    """A vision-language folder's answer about --image (text.vlm_chat.VLMChat, printed whole): the
     result, its finish reason, and ar's result for --compare (else None)."""
     family = gen.vlm.family
     if args.decoder not in gen.decoders:
@@ -272,17 +272,17 @@ def summarise(args, res, reason: str, ar=None) -> int:
     record = {"token_ids": token_ids(res), "finish_reason": reason}
     if ar is not None:
         record["compare"] = compared(res, ar)
-    from suite.options import guarantee_note
+    from suite.runtime.options import guarantee_note
     note = "; ".join(filter(None, (res.stats.summary(), guarantee_note(args.decoder), explain(record, args.max_new_tokens))))
     print(note, file=sys.stderr)
     return 0
 
 
 def run_many(args, prompts: list[str], kwargs) -> int:
-    """--input (or --engine ray): one suite.batch job; records in prompt order, to --output
+    """--input (or --engine ray): one suite.runtime.jobs job; records in prompt order, to --output
     (assembled from per-prompt parts, so an interrupted job resumes) or to stdout."""
-    from suite.batch import BatchJob, Item, engine_from_args, run_batch
-    from suite.storage import write_json, write_text
+    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_batch
+    from suite.runtime.storage import write_json, write_text
 
     engine = engine_from_args(args, threads=args.threads)
     records: dict[str, dict] = {}
@@ -321,7 +321,7 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     where = f" -> {args.output}" if args.output else ""
-    from suite.options import guarantee_note
+    from suite.runtime.options import guarantee_note
     print(f"{len(done)} prompts{where}: {total_stats(done).summary()}; {guarantee_note(args.decoder)}", file=sys.stderr)
     if args.compare and done:
         ar_s = sum(r["compare"]["ar_wall_time_s"] for r in done)

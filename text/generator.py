@@ -1,4 +1,4 @@
-"""`text.load()` and `TextGenerator`: prompts in, text out, over `suite.generate` and the `suite.decode_steps` loop."""
+"""`text.load()` and `TextGenerator`: prompts in, text out, through `suite.prepare` and the `suite.decode_steps` loop."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,6 @@ from typing import Iterator
 import torch
 
 import suite
-from suite.api import prepare
 
 from .model import load_embedded, quiet_transformers
 
@@ -33,8 +32,10 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
          dtype: torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
     (config, weights and tokenizer). Never downloads."""
-    if path is not None and vlm_family(path):          # an image-text-to-text family: suite.vlm.VLMChat
-        from suite.vlm import VLMChat, load_vlm
+    if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
+        from suite.models.vlm import load_vlm
+
+        from .vlm_chat import VLMChat
         with quiet_transformers():
             return VLMChat(load_vlm(path, device=device), name=str(path))
     if path is None:
@@ -49,10 +50,10 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
 
 
 def vlm_family(path) -> str | None:
-    """The image-text-to-text family (suite.vlm.FAMILIES) of a model folder, else None (a causal LM,
+    """The image-text-to-text family (suite.models.vlm.FAMILIES) of a model folder, else None (a causal LM,
     or no readable config.json: the loader names what is wrong)."""
-    from suite.storage import read_json
-    from suite.vlm import FAMILIES
+    from suite.runtime.storage import read_json
+    from suite.models.vlm import FAMILIES
     family = read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
     return family if family in FAMILIES else None
 
@@ -116,28 +117,29 @@ class TextGenerator:
 
     # -- prompts -> token ids ------------------------------------------------------------------
 
+    def rows(self, prompts: str | list[str], chat: bool = False) -> list[list[int]]:
+        """The token ids of each prompt, unpadded: a request's rows for `suite.prepare`, which
+        checks them (no tokens, longer than the model's context). ValueError on a bad prompt."""
+        texts, special = self._texts(prompts, chat)
+        return self.tokenizer(texts, add_special_tokens=special)["input_ids"]
+
     def encode(self, prompts: str | list[str], chat: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids, attention_mask), both (B, P), left-padded. Raises ValueError on an empty
-        prompt or one that does not fit the model's context."""
-        rows = self._as_list(prompts)
-        if chat:
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError(f"the tokenizer of {self.name} has no chat template: drop chat=True (--chat)")
-            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                                        add_generation_prompt=True, tokenize=False) for p in rows]
-            enc = self.tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-        else:
-            enc = self.tokenizer(rows, padding=True, return_tensors="pt")
-        lengths = enc["attention_mask"].sum(1).tolist()
-        limit = self.max_length
-        for i, n in enumerate(lengths):
-            where = "the prompt" if isinstance(prompts, str) else f"prompt {i}"
-            if n == 0:
-                raise ValueError(f"{where} gives no tokens: pass some text")
-            if limit is not None and n >= limit:
-                raise ValueError(f"{where} is {n} tokens, the model's context is {limit}: shorten it "
-                                 f"to at most {limit - 1} tokens")
+        """(input_ids, attention_mask), both (B, P), left-padded, as transformers' generate takes
+        them. ValueError on a bad prompt."""
+        texts, special = self._texts(prompts, chat)
+        enc = self.tokenizer(texts, add_special_tokens=special, padding=True, return_tensors="pt")
         return enc["input_ids"], enc["attention_mask"]
+
+    def _texts(self, prompts, chat: bool) -> tuple[list[str], bool]:
+        """(the text of each prompt, whether the tokenizer adds its special tokens): with chat, each
+        prompt as a user turn through the chat template (which holds the special tokens itself)."""
+        rows = self._as_list(prompts)
+        if not chat:
+            return rows, True
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"the tokenizer of {self.name} has no chat template: drop chat=True (--chat)")
+        return [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                   tokenize=False) for p in rows], False
 
     @staticmethod
     def _as_list(prompts) -> list[str]:
@@ -169,11 +171,10 @@ class TextGenerator:
     def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, **decoder_options) -> TextResult:
-        """Decode one prompt (text is a str) or a batch (text is a list, ragged rows left-padded)."""
-        dec = self._decoder(decoder, max_new_tokens, decoder_options)
-        input_ids, attention_mask = self.encode(prompt, chat)
-        out = suite.generate(self.model, input_ids, attention_mask, decoder=dec, max_new_tokens=max_new_tokens,
-                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        """Decode one prompt (text is a str) or a batch (text is a list; ragged rows, each advancing
+        by its own accepted length)."""
+        out = suite.decode(*self._prepare(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed,
+                                          chat, decoder_options))
         texts = [self.decode(ids) for ids in out.new_tokens]
         reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
         if isinstance(prompt, str):
@@ -188,30 +189,30 @@ class TextGenerator:
         object's `.text`, `.token_ids` and `.stats` hold the whole result."""
         if not isinstance(prompt, str):
             raise ValueError("stream takes one prompt (a str); use generate for a list")
-        dec = self._decoder(decoder, max_new_tokens, decoder_options)
-        input_ids, attention_mask = self.encode(prompt, chat)
         # what suite.stream does, keeping hold of the state so the stream can report its stats
-        adapter, dec, state = prepare(self.model, input_ids, attention_mask, dec, max_new_tokens=max_new_tokens,
-                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        adapter, dec, state = self._prepare(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed,
+                                            chat, decoder_options)
         return TextStream(self, suite.decode_steps(adapter, dec, state), state.stats)
 
-    def _decoder(self, decoder, max_new_tokens, options):
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    def _prepare(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options):
+        """(adapter, decoder, state) of a request: the prompts' rows, built once, and the request
+        through `suite.prepare`, which checks everything but the prompt text."""
         if isinstance(decoder, str):
-            return self.decoder(decoder, **options)
-        if options:
-            raise ValueError("decoder options go into the decoder object when you pass one; drop "
-                             + ", ".join(options))
-        return decoder
-
+            options = self._options(decoder, options)
+        return suite.prepare(self.model, self.rows(prompt, chat), decoder=decoder, max_new_tokens=max_new_tokens,
+                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **options)
 
     def decoder(self, name: str, **options):
         """The decoder `name` with `options`; eagle and auto get this model's draft head unless
         draft_head= is given. ValueError for unknown names or options."""
+        return suite.make_decoder(name, **self._options(name, options))
+
+    def _options(self, name: str, options: dict) -> dict:
+        """`options` for the decoder `name`: eagle and auto get this model's draft head unless
+        draft_head= is given."""
         if name in ("eagle", "auto") and "draft_head" not in options:
-            options = {**options, "draft_head": self.draft_head()}
-        return suite.make_decoder(name, **options)
+            return {**options, "draft_head": self.draft_head()}
+        return options
 
     def draft_head(self):
         """The EAGLE draft head of this model (loaded once), or where its weights should be when

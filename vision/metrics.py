@@ -12,8 +12,8 @@ import os
 import numpy as np
 import torch
 
-from suite.storage import atomic_folder, read_json, write_json
-from suite.training import Budget, log, optimizer_step
+from suite.runtime.storage import atomic_folder, read_json, write_json
+from suite.runtime.training import Budget, log, optimizer_step
 
 from .data import CLASSES, make_split, to_tensor
 

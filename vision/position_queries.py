@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from suite.storage import atomic_folder, read_json, write_json
-from suite.training import Budget, log, optimizer_step, previous_metrics, set_learning_rate, training_device, \
+from suite.runtime.storage import atomic_folder, read_json, write_json
+from suite.runtime.training import Budget, log, optimizer_step, previous_metrics, set_learning_rate, training_device, \
     warmup_cosine
 
 from . import data as vdata

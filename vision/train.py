@@ -15,8 +15,8 @@ import sys
 
 import torch
 
-from suite.storage import atomic_folder, write_json
-from suite.training import Budget, exit_status, log, optimizer_step, previous_metrics, set_learning_rate, \
+from suite.runtime.storage import atomic_folder, write_json
+from suite.runtime.training import Budget, exit_status, log, optimizer_step, previous_metrics, set_learning_rate, \
     training_device, warmup_cosine
 
 from . import data as vdata

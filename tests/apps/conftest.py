@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.storage import atomic_path
+from suite.runtime.storage import atomic_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("PARASUITE_CHROMIUM", "/usr/bin/chromium")

@@ -13,7 +13,7 @@ def video_pipe(require_tab):
 
 def library(video_pipe, label: str, motion: str, frames: int, decoder: str):
     from apps.video import default_options, sampling_defaults
-    from suite.options import parse_options
+    from suite.runtime.options import parse_options
     shown = sampling_defaults(video_pipe)            # what the sliders start at
     return video_pipe([label], motion=motion, num_frames=frames, decoder=decoder, seed=0,
                       guidance_scale=shown["guidance_scale"], temperature=shown["temperature"],

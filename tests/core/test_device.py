@@ -189,7 +189,7 @@ class _OwnCacheOnly(torch.nn.Module):
 def test_a_model_without_a_static_cache_falls_back_to_the_dynamic_one():
     from tinymodels import tiny_model
     from suite.cache import KVCache
-    from suite.static_cache import StaticHFCausalLM, StaticKVCache
+    from suite.models.static_cache import StaticHFCausalLM, StaticKVCache
     model = tiny_model("llama")
     assert StaticHFCausalLM(model, 64, compiled_widths=()).static
     adapter = StaticHFCausalLM(_OwnCacheOnly(model), 64, compiled_widths=(1,))

@@ -1,18 +1,18 @@
 """Every greedy decoder equals `ar` token for token, and `ar` equals transformers' generate (fp32),
-on tiny random models of four architectures (also with suite.linear_forms swapped in), for batch 1
+on tiny random models of four architectures (also with suite.models.linear_forms swapped in), for batch 1
 and a ragged (left-padded) batch of 3."""
 import pytest
 import torch
 from tinymodels import ARCHS, tiny_model
 
 import suite
-from suite.linear_forms import swap_linears
+from suite.models.linear_forms import swap_linears
 
 NEW = 24
 PROMPTS = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11],
                         [0, 0, 0, 20, 21, 22, 20, 21, 23, 24],
                         [0, 30, 31, 32, 33, 34, 35, 30, 31, 36]])
-# every matmul form of suite.linear_forms at some width (one extra weight layout per mix)
+# every matmul form of suite.models.linear_forms at some width (one extra weight layout per mix)
 MIXES = {"transposed": {1: "linear", 2: "wxt", 4: "xwt", 8: "wxt", 16: "xwt", 32: "wxt"},
          "packed": {1: "wxt", 2: "onednn", 4: "linear", 8: "onednn", 16: "wxt", 32: "onednn"}}
 MASK = (torch.arange(10)[None] >= torch.tensor([[0], [3], [1]])).long()
@@ -22,7 +22,7 @@ MASK = (torch.arange(10)[None] >= torch.tensor([[0], [3], [1]])).long()
                 ids=lambda p: p[0] + ("" if p[1] is None else f"-{p[1]}-forms"))
 def arch_model(request):
     """Each architecture as built, and with its linear layers swapped to per-width matmul forms
-    (suite.linear_forms, a fixed mix of every form so each one is exercised)."""
+    (suite.models.linear_forms, a fixed mix of every form so each one is exercised)."""
     arch, forms = request.param
     model = tiny_model(arch)
     if forms is not None:

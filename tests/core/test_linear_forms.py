@@ -1,4 +1,4 @@
-"""suite.linear_forms: every matmul form computes nn.Linear's product, the swap keeps the model's
+"""suite.models.linear_forms: every matmul form computes nn.Linear's product, the swap keeps the model's
 parameters, and greedy decoding over a swapped model equals transformers' generate over it."""
 import pytest
 import torch
@@ -6,7 +6,7 @@ from tinymodels import tiny_model
 from torch import nn
 
 import suite
-from suite.linear_forms import (FORMS, FormLinear, describe, measure_forms, pick_forms, swap_linears,
+from suite.models.linear_forms import (FORMS, FormLinear, describe, measure_forms, pick_forms, swap_linears,
                                 unswap_linears)
 
 MIXES = {"transposed": {1: "linear", 2: "wxt", 4: "xwt", 8: "wxt", 16: "xwt", 32: "wxt"},

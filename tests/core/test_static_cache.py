@@ -6,7 +6,7 @@ from tinymodels import tiny_model
 
 import suite
 from suite.guidance import ClassifierFreeGuidance
-from suite.static_cache import StaticHFCausalLM, StaticKVCache
+from suite.models.static_cache import StaticHFCausalLM, StaticKVCache
 
 DECODERS = [("ar", {}), ("jacobi", {}), ("sjd", {}), ("mc_sjd", {}), ("lookahead", {}), ("ngram", {}),
             ("speculative", {"draft": "self:1"})]

@@ -134,7 +134,7 @@ def test_prefix_only_fills_just_the_confident_run_after_the_head(model):
     for prefix_only, ahead in ((False, True), (True, False)):
         dec = BlockDiffusion(block_size=4, threshold=0.5, prefix_only=prefix_only, mask_token_id=MASK_ID)
         _, dec, state = suite.prepare(m, torch.tensor([[10]]), decoder=dec, max_new_tokens=12)
-        filled = [any(state.scratch["filled"]) for _ in suite.decode_steps(m, dec, state)]
+        filled = [any(row.filled for row in state.rows) for _ in suite.decode_steps(m, dec, state)]
         assert any(filled) == ahead
         assert state.new_tokens(0) == list(range(11, 23))
 

@@ -1,11 +1,11 @@
-"""`python -m kernels.check --smoke`: every registered decoder on a tiny model of its modality on a
+"""`python -m apps.check --smoke`: every registered decoder on a tiny model of its modality on a
 device, T = 0 against `ar` and T = 1 within budget. Here a few decoders on the CPU; on a GPU all
 of them on CUDA (the same code)."""
 import pytest
 import torch
 
 import suite
-from kernels.check import smoke
+from apps.check import smoke
 
 FEW = ["ar", "jacobi", "lookahead", "zipar", "diagonal", "block_diffusion", "parallel_box", "delay"]
 

@@ -1,5 +1,5 @@
 """`python -m text --model <vision-language folder> --image PATH`: the CLI answers about the image what
-`text.load(folder)` (suite.vlm.VLMChat) answers, with the same summary line and --compare; a wrong
+`text.load(folder)` (text.vlm_chat.VLMChat) answers, with the same summary line and --compare; a wrong
 pairing of folder and --image, or a missing or corrupt image file, exits 2 with one line naming the fix."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""Batch video processing (vision/process_video.py, vision/video/process.py, subtitles.py) on MP4s
+"""Batch video processing (apps/process_video.py, vision/video/process.py, subtitles.py) on MP4s
 rendered here with PyAV: text slides with small changes between frames and a flite voice track,
 moving shapes without audio, and broken files."""
 import json
@@ -115,7 +115,7 @@ def videos(tmp_path_factory):
 def worker():
     import torch
 
-    from vision.process_video import VideoWorker
+    from apps.process_video import VideoWorker
     torch.set_num_threads(1)
     return VideoWorker(fps=FPS, detector="projection", phrase="the red circle", compare_ar=True)
 
@@ -133,7 +133,7 @@ def normal(text):
 # ---- temporal drafts: exact, fewer forwards -----------------------------------------------------
 
 def test_temporal_ocr_equals_frame_by_frame_ar_with_4x_fewer_forwards(slides):
-    from suite.metrics import cer
+    from suite.runtime.metrics import cer
     _, report = slides
     ocr = report["ocr"]
     assert ocr["decoder"] == "ngram_prior" and len(report["frames"]) == len(SLIDES) * PER_SLIDE
@@ -159,7 +159,7 @@ def test_grounding_drafted_by_the_last_box_equals_ar(worker, videos):
 
 
 def test_static_frames_cost_one_forward_each(worker):
-    from vision.process_video import TextReader, detect_lines
+    from apps.process_video import TextReader, detect_lines
     crops = detect_lines(slide_frames()[0], "projection")
     reader = TextReader(worker.ocr, True, 32)
     rows = [reader(crops) for _ in range(3)]
@@ -170,7 +170,7 @@ def test_static_frames_cost_one_forward_each(worker):
 def test_aligned_prior_drafts_past_a_changed_digit(worker):
     """ngram_prior's aligned fallback: after "12" became "14" the prior's " percent" still drafts."""
     import suite
-    from vision.process_video import detect_lines, reading_pieces
+    from apps.process_video import detect_lines, reading_pieces
     before = [crop for _, crop in detect_lines(slide_frames()[0], "projection")]
     after = [crop for _, crop in detect_lines(slide_frames()[PER_SLIDE], "projection")]
     (pieces, owner), (prior_pieces, _) = reading_pieces(worker.ocr, after), reading_pieces(worker.ocr, before)
@@ -206,7 +206,7 @@ def srt_seconds(stamp):
 
 def test_speech_subtitles_at_the_asr_usual_cer(slides, worker):
     from speech.data import synthesize
-    from suite.metrics import cer
+    from suite.runtime.metrics import cer
     out, report = slides
     assert report["subtitles"] == "speech"
     blocks = SRT_BLOCK.findall(out["srt"])
@@ -258,7 +258,7 @@ def test_bad_videos_are_clear_errors(tmp_path, videos):
 
 
 def test_batch_goes_on_past_bad_files_and_resumes(tmp_path, videos, capsys):
-    from vision.process_video import main
+    from apps.process_video import main
     src, out = tmp_path / "in", tmp_path / "out"
     (src / "sub").mkdir(parents=True)
     (src / "shapes.mp4").write_bytes((videos / "shapes.mp4").read_bytes())
@@ -289,7 +289,7 @@ def test_batch_goes_on_past_bad_files_and_resumes(tmp_path, videos, capsys):
 
 
 def test_cli_refuses_bad_arguments(tmp_path, capsys):
-    from vision.process_video import main
+    from apps.process_video import main
     assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2

@@ -95,7 +95,7 @@ def test_video_zipar_samples_a_cell_only_once_its_window_above_exists(video):
                                         max_new_tokens=n, temperature=1.0, seed=1)
     when = {}
     for step in suite.decode_steps(adapter, dec, state):
-        for cell, tok in enumerate(state.scratch["canvas"][0].tokens):
+        for cell, tok in enumerate(state.rows[0].canvas.tokens):
             if tok >= 0:
                 when.setdefault(cell, step.index)
     h, w, rad = lay.height, lay.width, lay.radius

@@ -126,7 +126,7 @@ def test_save_writes_mp4_and_gif_that_read_back(pipe, tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(WEIGHTS, "video", "prior")), reason="no trained video prior")
 def test_shipped_video_weights_load_and_carry_their_metrics():
-    from suite.storage import read_json
+    from suite.runtime.storage import read_json
     from vision.video.pipeline import load_video_pipeline
     pipe = load_video_pipeline()
     assert pipe.max_frames == vdata.FRAMES and pipe.motions == list(vdata.MOTIONS)

@@ -26,7 +26,7 @@ def test_generate_refuses_a_prompt_of_only_spaces(no_model, tmp_path, capsys):
 
 
 def test_process_video_refuses_a_phrase_of_only_spaces(tmp_path, capsys):
-    from vision.process_video import main
+    from apps.process_video import main
     assert main([str(tmp_path / "clip.mp4"), "--out", str(tmp_path / "out"), "--phrase", "  "]) == 2
     assert capsys.readouterr().err.startswith("error: --phrase is empty: say what to find in every frame")
     assert not (tmp_path / "out").exists()

@@ -51,7 +51,7 @@ def test_zipar_queries_see_exactly_the_generated_tokens(prior):
     adapter, dec, state = suite.api.prepare(prior, p, decoder=ZipAR(window=1), max_new_tokens=h * w)
     canvas_before = None
     for step in suite.decode_steps(adapter, dec, state):
-        canvas = state.scratch["canvas"][0].tokens
+        canvas = state.rows[0].canvas.tokens
         before = canvas_before or [-1] * (h * w)
         for cell in [i for i in range(h * w) if canvas[i] >= 0 and before[i] < 0]:
             seen = [i for i in range(cell) if before[i] >= 0]
@@ -238,7 +238,7 @@ def test_a_cell_is_decoded_only_once_window_cells_above_it_exist(decoder):
     before = [[-1] * (h * w) for _ in range(2)]
     for _ in suite.decode_steps(adapter, dec, state):
         for b in range(2):
-            now = state.scratch["canvas"][b].tokens
+            now = state.rows[b].canvas.tokens
             for cell in (i for i in range(h * w) if now[i] >= 0 and before[b][i] < 0):
                 r, c = divmod(cell, w)
                 above = sum(t >= 0 for t in before[b][(r - 1) * w:r * w]) if r else w

@@ -79,7 +79,7 @@ def test_lpd_cells_match_the_training_layout(qprior, scale):
     assert state.stats.num_forwards == 5
     for b, label in enumerate(labels):
         codes = torch.tensor(state.new_tokens(b))
-        order, logits = replay_logits(qprior, qprior.class_token(label), state.scratch["lpd"][b].groups, codes, scale)
+        order, logits = replay_logits(qprior, qprior.class_token(label), state.rows[b].plan.groups, codes, scale)
         assert torch.equal(logits.argmax(-1), codes[order]), f"row {b}"
     assert len({tuple(state.new_tokens(b)) for b in range(3)}) > 1
 

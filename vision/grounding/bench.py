@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from suite.storage import write_json
+from suite.runtime.storage import write_json
 
 DECODERS = ("ar", "parallel_box", "hybrid", "locus")
 

@@ -26,7 +26,7 @@ pass are lossy as in `parallel_box`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -46,6 +46,12 @@ def fallback_reasons(events: dict[str, int]) -> dict[str, int]:
     return {k[len(FALLBACK):]: v for k, v in events.items() if k.startswith(FALLBACK)}
 
 
+@dataclass
+class HybridRow:
+    ar_left: int = 0                                    # slots of the current block still to decode AR
+    verify: list[int] = field(default_factory=list)    # drafts of those slots still to verify (failed parallel slots)
+
+
 @dataclass(frozen=True)
 class HybridBox:
     confidence_floor: float = 0.5
@@ -63,20 +69,18 @@ class HybridBox:
             raise ValueError("hybrid needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
         if self.confidence_floor < 0 or self.coord_tolerance < 0:
             raise ValueError("confidence_floor and coord_tolerance must be >= 0")
-        state.scratch["ar_left"] = [0] * state.batch       # slots of the current block still to decode AR
-        state.scratch["verify"] = [[] for _ in range(state.batch)]   # failed parallel slots to verify
+        state.rows = [HybridRow() for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
         """Per row: the queued drafts as a causal chain, plus the next block's B-1 MASKs when the
         chain ends the block; else B-1 MASKs (a parallel step)."""
-        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
         B = self.layout.block_size
         chains, noisy = [], []
-        for b in range(state.batch):
+        for b, r in enumerate(state.rows):
             room = state.room(b) - 1 if not state.done[b] else 0
-            chain = verify[b][:max(0, room)]                 # done rows have no room: no chain
-            verify[b] = chain
-            if state.done[b] or (chain and len(chain) < ar_left[b]) or (not chain and ar_left[b] > 0):
+            chain = r.verify[:max(0, room)]                  # done rows have no room: no chain
+            r.verify = chain
+            if state.done[b] or (chain and len(chain) < r.ar_left) or (not chain and r.ar_left > 0):
                 n = 0                                 # done, a chain inside the block, or a plain AR step
             else:                                     # the chain (if any) ends the block: next block's MASKs
                 n = max(0, min(B - 1, room - len(chain)))
@@ -86,24 +90,23 @@ class HybridBox:
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed, kept = [], []
-        ar_left, verify = state.scratch["ar_left"], state.scratch["verify"]
-        for b in range(state.batch):
+        for b, r in enumerate(state.rows):
             kept.append(0)
             if state.done[b]:
                 committed.append([])
                 continue
             row = row_logits(draft, logits, b)                          # (1 + chain + noisy, V)
-            if verify[b]:
-                chain = verify[b]
+            if r.verify:
+                chain = r.verify
                 out, kept[b], whole = self._verify(state, b, row)
-                if whole and ar_left[b] == 0 and draft.meta.num_noisy[b] > 0:
+                if whole and r.ar_left == 0 and draft.meta.num_noisy[b] > 0:
                     # the block is complete and the next one was scored in the same forward
                     kept[b] = len(chain)
                     out = out + self._parallel(state, b, row[len(chain):])
                 committed.append(out)
                 continue
-            if ar_left[b] > 0:                                          # re-decoding slot by slot
-                ar_left[b] -= 1
+            if r.ar_left > 0:                                           # re-decoding slot by slot
+                r.ar_left -= 1
                 committed.append([int(draw(row[0], state.params, state.generator))])
                 continue
             committed.append(self._parallel(state, b, row))
@@ -126,8 +129,8 @@ class HybridBox:
             return tokens
         state.stats.count("box_fallbacks")
         state.stats.count(FALLBACK + problem)
-        state.scratch["verify"][b] = tokens[1:]
-        state.scratch["ar_left"][b] = self.layout.block_size - 1
+        state.rows[b].verify = tokens[1:]
+        state.rows[b].ar_left = self.layout.block_size - 1
         return tokens[:1]
 
     def _verify(self, state: DecodeState, b: int, row: torch.Tensor) -> tuple[list[int], int, bool]:
@@ -135,7 +138,8 @@ class HybridBox:
         prefix of the queued drafts and AR's token at the first disagreement; the slots after it
         are queued again with new drafts. No bonus token after a fully accepted chain (the next
         block's head comes from the MASK-carrying forward, `accept`)."""
-        chain = state.scratch["verify"][b]
+        r = state.rows[b]
+        chain = r.verify
         argmax = row[:len(chain) + 1].argmax(-1).tolist()               # slot i predicts chain[i]
         if state.params.greedy:       # the speculative rule with one-hot p: keep what AR's argmax agrees with
             k = next((i for i, (c, a) in enumerate(zip(chain, argmax)) if c != a), len(chain))
@@ -149,8 +153,8 @@ class HybridBox:
         # the drafts after a disagreement become AR's own guesses from this forward (slot j's
         # argmax given chain[:j]: one wrong value in the context rarely changes the later ones;
         # Jacobi-style), a better draft than the parallel slots'; they are verified like any draft
-        state.scratch["verify"][b] = [] if whole else argmax[v.num_accepted + 1:len(chain)]
-        state.scratch["ar_left"][b] = max(0, state.scratch["ar_left"][b] - len(out))
+        r.verify = [] if whole else argmax[v.num_accepted + 1:len(chain)]
+        r.ar_left = max(0, r.ar_left - len(out))
         # the last committed token must stay uncached (the next forward predicts from its slot):
         # a fully accepted chain gives up the K/V of its last slot, to be recomputed next forward
         return out, v.num_accepted if not whole else v.num_accepted - 1, whole

@@ -58,6 +58,12 @@ class BoxTree:
 
 
 @dataclass
+class LocusRow:
+    tree: BoxTree = field(default_factory=BoxTree)   # the drafts of the rest of the current box
+    fresh: bool = False                              # those drafts come straight from MASK slots
+
+
+@dataclass
 class TreeSlots:
     """Where a row's tree sits in its draft. Node i (slot pending + i) holds a value for box slot
     depth[i]; nodes 0..n-1 are the main chain; children[i] (children[-1]: the root's) lists the
@@ -187,8 +193,7 @@ class Locus:
         if min(counts.values()) < 0 or not 0 <= self.min_alternative <= 1:
             raise ValueError(f"{', '.join(counts)} must be >= 0 and min_alternative in [0, 1], got "
                              f"{counts}, min_alternative={self.min_alternative}")
-        state.scratch["trees"] = [BoxTree() for _ in range(state.batch)]
-        state.scratch["fresh"] = [False] * state.batch                 # drafts straight from MASK slots
+        state.rows = [LocusRow() for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
         """Per row: its pending tokens, its drafts as a tree, the next box's B-1 MASK slots (fewer
@@ -198,7 +203,7 @@ class Locus:
             if state.done[b]:
                 rows.append([]), positions.append([]), masks.append(None), slots.append(None)
                 continue
-            tree, room = state.scratch["trees"][b], state.room(b) - 1
+            tree, room = state.rows[b].tree, state.room(b) - 1
             tree.cut(max(0, room))
             pending = state.pending(b)
             num_noisy = max(0, min(self.layout.block_size - 1, room - len(tree.main)))
@@ -227,7 +232,8 @@ class Locus:
                 where: TreeSlots) -> tuple[list[int], list[int]]:
         """Walk row b's tree (num_slots draft slots): (tokens to commit, draft slots whose K/V
         stays); sets its next drafts. logits[s - first] is what slot s predicts."""
-        tree, fresh = state.scratch["trees"][b], state.scratch["fresh"]
+        row = state.rows[b]
+        tree = row.tree
         n, node, path, out = len(tree.main), -1, [], []
         for j in range(n):
             p = logits_to_probs(logits[(where.slot(node) if j else where.pending - 1) - first], state.params)
@@ -235,9 +241,9 @@ class Locus:
             token, ok = accept_multi_draft(p, [where.values[c] for c in below], state.generator)
             out.append(token)
             if not ok:                        # AR's own token; the later slots guessed again (Jacobi)
-                if fresh[b]:
+                if row.fresh:
                     state.stats.count("box_fallbacks")     # a box whose parallel draft needed correcting
-                fresh[b] = False
+                row.fresh = False
                 guess = [where.slot(c) - first for c in where.descent(below[0])[:n - 1 - j]]
                 tree.main, tree.alts, tree.probs = self._guesses(logits, guess)
                 return out, [where.slot(c) for c in path]
@@ -248,10 +254,10 @@ class Locus:
         p = logits_to_probs(logits[(where.slot(node) if n else where.pending - 1) - first], state.params)
         head, _ = accept_multi_draft(p, [], state.generator)
         out.append(head)
-        fresh[b] = head not in state.eos_token_ids and num_slots > where.noisy
+        row.fresh = head not in state.eos_token_ids and num_slots > where.noisy
         tree.main, tree.alts, tree.probs = self._guesses(
-            logits, list(range(where.noisy - first, num_slots - first)) if fresh[b] else [])
-        if fresh[b]:
+            logits, list(range(where.noisy - first, num_slots - first)) if row.fresh else [])
+        if row.fresh:
             state.stats.count("box_blocks")
         return out, [where.slot(c) for c in path]
 

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from suite import AdapterConfig
-from suite.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
-from suite.storage import read_json
+from suite.models.encoder_decoder import CrossAttentionAdapter, load_tied, save_tied
+from suite.runtime.storage import read_json
 
 PAD, BOS, EOS, MASK, SEP, AABB, OBB, OBJ, NONE, END, UNK = range(11)
 SPECIALS = ("<pad>", "<s>", "</s>", "<mask>", "<sep>", "<aabb>", "<obb>", "<obj>", "<none>", "</obj>", "<unk>")

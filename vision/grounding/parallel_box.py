@@ -96,12 +96,10 @@ def block_problem(tokens: list[int], conf: list[float] | None, layout: BoxLayout
 
 
 def box_proposal(state: DecodeState, layout: BoxLayout) -> Draft:
-    """Pending tokens, then B-1 MASK slots per row; rows re-decoding a block slot by slot
-    (scratch "ar_left" > 0) get no MASK slots (a plain causal step)."""
-    ar_left = state.scratch.setdefault("ar_left", [0] * state.batch)
+    """Pending tokens, then B-1 MASK slots per live row (fewer where the row's room ends first)."""
     noisy = []
     for b in range(state.batch):
-        n = 0 if state.done[b] or ar_left[b] > 0 else max(0, min(layout.block_size - 1, state.room(b) - 1))
+        n = 0 if state.done[b] else max(0, min(layout.block_size - 1, state.room(b) - 1))
         noisy.append([layout.mask_token_id] * n)
     return block_draft(state, [[] for _ in range(state.batch)], noisy)
 
@@ -137,7 +135,6 @@ class ParallelBox:
     def start(self, state: DecodeState) -> None:
         if self.layout is None:
             raise ValueError("parallel_box needs a box layout: bind it to a grounding adapter (decoder.bind(adapter))")
-        state.scratch["ar_left"] = [0] * state.batch
 
     def propose(self, state: DecodeState) -> Draft:
         return box_proposal(state, self.layout)

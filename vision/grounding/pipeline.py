@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import suite
-from suite.storage import read_json
+from suite.runtime.storage import read_json
 
 from .data import MAX_BOXES
 from .grammar import BoxGrammar
@@ -35,20 +35,28 @@ DECODERS = tuple(suite.list_decoders("grounding", chain=("ar",)))   # the box de
 
 
 @dataclass
-class GroundingStats:
+class GroundingStats(suite.DecodeStats):
+    """The batches' DecodeStats side by side (num_forwards: batched decoder forwards; row_forwards:
+    each query's own decode steps, summed), with wall_time_s end to end (letterbox, MobileNetV2,
+    decoding)."""
     num_queries: int = 0
     num_boxes: int = 0
-    num_forwards: int = 0          # batched decoder forwards (one serves every query of a batch)
-    row_forwards: int = 0          # decoder forwards summed over queries (each query's own steps)
     encoder_forwards: int = 0      # MobileNetV2 passes (one per batch of images)
-    blocks: int = 0                # box blocks scored in parallel (parallel_box, hybrid)
-    fallbacks: int = 0             # of those, blocks re-decoded slot by slot (hybrid)
-    wall_time_s: float = 0.0       # end to end: letterbox, MobileNetV2, decoding
     decode_time_s: float = 0.0     # the decode loop only
 
     @property
+    def blocks(self) -> int:
+        """Box blocks scored in parallel (parallel_box, hybrid)."""
+        return self.events.get("box_blocks", 0)
+
+    @property
+    def fallbacks(self) -> int:
+        """Of those, blocks re-decoded slot by slot (hybrid)."""
+        return self.events.get("box_fallbacks", 0)
+
+    @property
     def decode_boxes_per_second(self) -> float:
-        return self.num_boxes / self.decode_time_s if self.decode_time_s > 0 else 0.0
+        return self.per_second(self.num_boxes, self.decode_time_s)
 
     @property
     def forwards_per_box(self) -> float:
@@ -56,11 +64,11 @@ class GroundingStats:
 
     @property
     def boxes_per_second(self) -> float:
-        return self.num_boxes / self.wall_time_s if self.wall_time_s > 0 else 0.0
+        return self.per_second(self.num_boxes)
 
     def add(self, other: "GroundingStats") -> None:
-        for f in ("num_queries", "num_boxes", "num_forwards", "row_forwards", "encoder_forwards", "blocks",
-                  "fallbacks", "wall_time_s", "decode_time_s"):
+        self.add_beside(other)
+        for f in ("num_queries", "num_boxes", "encoder_forwards", "decode_time_s"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     def summary(self) -> str:
@@ -219,11 +227,10 @@ class GroundingPipeline:
         out = []
         for b, toks in enumerate(res.new_tokens):
             out.append(self._result(toks, scores[b], boxed[b][1:], task, queries[b]))
-        stats = GroundingStats(num_queries=len(prompts), num_boxes=sum(len(r.boxes) for r in out),
-                               num_forwards=res.stats.num_forwards, encoder_forwards=1,
-                               row_forwards=sum(1 for step in res.stats.accepted_lengths for n in step if n > 0),
-                               blocks=res.stats.events.get("box_blocks", 0), fallbacks=res.stats.events.get("box_fallbacks", 0),
-                               wall_time_s=wall, decode_time_s=res.stats.wall_time_s)
+        stats = GroundingStats(num_queries=len(prompts), num_boxes=sum(len(r.boxes) for r in out), encoder_forwards=1,
+                               decode_time_s=res.stats.wall_time_s)
+        stats.add_beside(res.stats)
+        stats.wall_time_s = wall
         for r in out:                      # every result carries its batch's totals
             r.stats = stats
         return out

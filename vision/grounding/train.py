@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suite.storage import atomic_path, cache_dir, write_bytes
-from suite.training import Budget, exit_status, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
+from suite.runtime.storage import atomic_path, cache_dir, write_bytes
+from suite.runtime.training import Budget, exit_status, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
 from . import data
 from .model import (COORD0, GRID, GRID_CELLS, IMAGE_SIZE, MASK, PAD, SEP, TASKS, GroundingModel, QueryTokenizer,

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from suite.storage import write_json
-from suite.training import exit_status
+from suite.runtime.storage import write_json
+from suite.runtime.training import exit_status
 
 DEFAULT_DECODERS = {
     "ar": {},

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from suite.storage import atomic_path
+from suite.runtime.storage import atomic_path
 
 FORMATS = {".mp4": ("libx264", "yuv420p"), ".gif": ("gif", "rgb8")}
 

@@ -13,8 +13,8 @@ import os
 import numpy as np
 import torch
 
-from suite.storage import atomic_folder, read_json, write_json
-from suite.training import Budget, log, optimizer_step, set_learning_rate, warmup_cosine
+from suite.runtime.storage import atomic_folder, read_json, write_json
+from suite.runtime.training import Budget, log, optimizer_step, set_learning_rate, warmup_cosine
 
 from ..data import to_tensor
 from ..metrics import augment

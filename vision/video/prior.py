@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from suite import AdapterConfig, HFCausalLM, KVCache
-from suite.storage import read_json
+from suite.runtime.storage import read_json
 
 from ..prior import SHARD_INDEX
 

@@ -1,4 +1,4 @@
-"""Reading existing videos for batch processing (`python -m vision.process_video`): frames sampled
+"""Reading existing videos for batch processing (`python -m apps.process_video`): frames sampled
 at a chosen rate and the audio track, through PyAV, and the temporal drafts that carry one frame's
 reading to the next.
 
@@ -7,7 +7,7 @@ next: its text lines (matched by position) draft each line's OCR, its box answer
 grounding answer. The drafts are verified by the reader's own model (the `ngram_prior` decoder),
 so with greedy decoding the result equals frame-by-frame `ar` exactly; only the forward count
 changes. This module holds the video side (what a frame is, which line drafts which); the readers
-themselves are the document, grounding and speech pipelines, composed by vision/process_video.py.
+themselves are the document, grounding and speech pipelines, composed by apps/process_video.py.
 """
 from __future__ import annotations
 

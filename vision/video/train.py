@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from suite.storage import atomic_folder, atomic_path, cache_dir, write_json
-from suite.training import cpu_budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
+from suite.runtime.storage import atomic_folder, atomic_path, cache_dir, write_json
+from suite.runtime.training import cpu_budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
 from . import data as vdata
 from .codes import VISION_WEIGHTS, encode_clips

@@ -24,7 +24,7 @@ entropy_bounded) are the other laws.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -146,6 +146,12 @@ def repeats(last: int, s: int, filled: dict[int, int], slots: OpenSlots, keep: t
     return held
 
 
+@dataclass
+class BlockRow:
+    """What the block-diffusion loop keeps per row."""
+    filled: dict[int, int] = field(default_factory=dict)   # position -> token filled ahead of the committed prefix
+
+
 class BlockCommit:
     """The block-diffusion loop shared by every commit rule: propose the B-1 noisy slots after the
     last committed token (MASK, or a value filled earlier), fill the open slots the rule picks
@@ -159,6 +165,7 @@ class BlockCommit:
     as the head (exact). Trades: a forward per held slot, against most of the errors on the OCR lines."""
 
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+    row_type: ClassVar[type] = BlockRow     # the per-row state `start` makes (a rule that keeps more extends it)
 
     def bind(self, adapter):
         return with_mask_token(self, adapter)
@@ -166,10 +173,10 @@ class BlockCommit:
     def start(self, state: DecodeState) -> None:
         check_blocks(self)
         self.setup(state)
-        state.scratch["filled"] = [{} for _ in range(state.batch)]   # position -> token, per row
+        state.rows = [self.row_type() for _ in range(state.batch)]
 
     def setup(self, state: DecodeState) -> None:
-        """Validate the rule's options and set up any per-row state it keeps (default: none)."""
+        """Validate the rule's options (a rule's own per-row state goes in its `row_type`)."""
 
     def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
         """(K,) bool: which open slots to fill. Slot 0 (the head) is filled whatever this says."""
@@ -183,7 +190,7 @@ class BlockCommit:
                 continue
             s = len(state.tokens[b]) - 1
             n = max(0, min(self.block_size - 1, state.room(b) - 1))
-            filled = state.scratch["filled"][b]
+            filled = state.rows[b].filled
             noisy.append([filled.get(s + j, self.mask_token_id) for j in range(1, n + 1)])
         return block_draft(state, [[] for _ in range(state.batch)], noisy)
 
@@ -198,7 +205,7 @@ class BlockCommit:
 
     def _accept_row(self, state: DecodeState, b: int, logits: torch.Tensor) -> list[int]:
         s = len(state.tokens[b]) - 1
-        filled = state.scratch["filled"][b]
+        filled = state.rows[b].filled
         tokens, conf = choose(logits, state)          # slot i predicts position s + 1 + i
         open_ = [i for i in range(tokens.shape[0]) if i == 0 or s + 1 + i not in filled]
         slots = OpenSlots(logits[open_], tokens[open_], conf[open_], [s + 1 + i for i in open_])

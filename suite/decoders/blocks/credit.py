@@ -16,13 +16,13 @@ threshold would have refined away). alpha = 0 is `block_diffusion` with the same
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
 from ...loop import DecodeState
-from .block_diffusion import BlockCommit, OpenSlots
+from .block_diffusion import BlockCommit, BlockRow, OpenSlots
 
 
 def add_credit(credits: dict[int, float], probs: torch.Tensor, decay: float, power: float) -> None:
@@ -42,6 +42,11 @@ def fused_confidence(logits: torch.Tensor, credits: dict[int, float], token: int
     return float(torch.softmax(fused, -1)[token])
 
 
+@dataclass
+class CreditRow(BlockRow):
+    credit: dict[int, dict[int, float]] = field(default_factory=dict)   # position -> {value: credit}
+
+
 @dataclass(frozen=True)
 class CreditDecoding(BlockCommit):
     block_size: int = 8
@@ -54,15 +59,15 @@ class CreditDecoding(BlockCommit):
     hold_repeats: bool = False         # never fill a slot with the token right before it (BlockCommit)
 
     name: ClassVar[str] = "credit"
+    row_type: ClassVar[type] = CreditRow
 
     def setup(self, state: DecodeState) -> None:
         if self.threshold < 0 or self.alpha < 0 or self.power < 0 or not 0 <= self.decay <= 1:
             raise ValueError("threshold, alpha and power must be >= 0 and decay in [0, 1], got "
                              f"{self.threshold}, {self.alpha}, {self.power}, {self.decay}")
-        state.scratch["credit"] = [{} for _ in range(state.batch)]    # position -> {value: credit}
 
     def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
-        trace = state.scratch["credit"][b]
+        trace = state.rows[b].credit
         for q in [q for q in trace if q <= slots.positions[0]]:        # committed (the head's and before)
             del trace[q]
         probs = torch.softmax(slots.logits.float(), -1)

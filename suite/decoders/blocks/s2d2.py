@@ -18,7 +18,7 @@ forward); with no draft the forward is one AR step plus the noisy block.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 
@@ -26,6 +26,11 @@ from ...acceptance import accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
 from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, with_mask_token
+
+
+@dataclass
+class S2D2Row:
+    drafts: list[tuple[int, float]] = field(default_factory=list)   # (token, confidence) from the last noisy block
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class S2D2:
 
     def start(self, state: DecodeState) -> None:
         check_blocks(self)
-        state.scratch["drafts"] = [[] for _ in range(state.batch)]   # (token, confidence) per row
+        state.rows = [S2D2Row() for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
         chains, noisy = [], []
@@ -52,7 +57,7 @@ class S2D2:
                 continue
             room = state.room(b)
             chain = []
-            for tok, conf in state.scratch["drafts"][b][:max(0, room - 1)]:
+            for tok, conf in state.rows[b].drafts[:max(0, room - 1)]:
                 if conf < self.route_threshold:
                     break
                 chain.append(tok)
@@ -80,5 +85,5 @@ class S2D2:
                 # noisy slot j (position head+j) predicts position head+j+1; the bonus fills head
                 tokens, conf = choose(rows[k + 1:], state)
                 drafts = list(zip(tokens.tolist(), conf.tolist()))
-            state.scratch["drafts"][b] = drafts
+            state.rows[b].drafts = drafts
         return Acceptance(committed, keep_clean(draft, accepted))

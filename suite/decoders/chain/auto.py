@@ -9,19 +9,55 @@ candidate's own propose/accept on the shared cache, so every step is lossless gi
 (greedy: equal to `ar`; sampling: in distribution), and so is the whole request: the choice only
 reads the past. Every step also asks for the target's hidden states when eagle is a candidate,
 so eagle's head keeps up with the context whichever decoder ran. `stats.events["auto:<name>"]`
-counts the steps each candidate ran.
+counts the steps each candidate ran. Each candidate keeps its own rows and batch-wide state
+(`AutoRow.candidates`, `AutoShared.shared`) and sees them as `state.rows` / `state.shared` while
+it runs.
 """
 from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ...cost import batch_progress
 from ...loop import Acceptance, DecodeState, Draft
 
 _WARNED: set[str] = set()
+
+
+@dataclass
+class AutoRow:
+    candidates: dict[str, Any] = field(default_factory=dict)   # candidate name -> its own Row for this row
+                                                                # (None: the candidate keeps no row state)
+
+
+@dataclass
+class AutoShared:
+    usable: list                          # the candidates this request can run (bound decoders)
+    rate: dict[str, float | None]         # candidate name -> running tokens/s (None: not measured yet)
+    shared: dict[str, Any]                # candidate name -> its own batch-wide state (its state.shared)
+    step: int = 0                         # measured steps so far
+    current: Any = None                   # the candidate running the step in flight
+    t0: float = 0.0                       # when that step began
+    prefill: bool = False                 # that step is the prefill (not counted)
+
+
+@contextmanager
+def as_candidate(state: DecodeState, dec):
+    """Within: state.rows / state.shared are candidate `dec`'s own (what its start made); auto's are
+    restored after, with whatever the candidate left in them kept as its own."""
+    rows, shared = state.rows, state.shared
+    state.rows = [row.candidates[dec.name] for row in rows]
+    state.shared = shared.shared[dec.name]
+    try:
+        yield
+    finally:
+        for row, own in zip(rows, state.rows):
+            row.candidates[dec.name] = own
+        shared.shared[dec.name] = state.shared
+        state.rows, state.shared = rows, shared
 
 
 @dataclass(frozen=True)
@@ -36,7 +72,7 @@ class Auto:
     requires: ClassVar[frozenset] = frozenset()
 
     def bind(self, target) -> "Auto":
-        from ...adapters import as_adapter
+        from ...models.adapters import as_adapter
         from ...registry import make_decoder
         adapter = as_adapter(target)
         bound = []
@@ -61,52 +97,61 @@ class Auto:
             raise ValueError("auto is not bound to a model: pass it through suite.generate / suite.prepare")
         greedy_only = {"jacobi"}
         usable = [d for d in self.decoders if state.params.greedy or d.name not in greedy_only]
+        rows = [AutoRow() for _ in range(state.batch)]
+        shared = AutoShared(usable, {d.name: None for d in usable}, {})
         for d in usable:
+            state.rows, state.shared = [], None
             d.start(state)
-        state.scratch["auto"] = {"usable": usable, "rate": {d.name: None for d in usable}, "step": 0,
-                                 "current": None, "t0": 0.0}
+            own = state.rows or [None] * state.batch
+            for row, mine in zip(rows, own):
+                row.candidates[d.name] = mine
+            shared.shared[d.name] = state.shared
+        state.rows, state.shared = rows, shared
 
-    def _choose(self, a) -> Any:
-        usable, step = a["usable"], a["step"]
+    def _choose(self, a: AutoShared) -> Any:
+        usable, step = a.usable, a.step
         if step < self.probe * len(usable):
             return usable[(step // self.probe) % len(usable)]
-        ranked = sorted(usable, key=lambda d: -(a["rate"][d.name] or 0.0))
+        ranked = sorted(usable, key=lambda d: -(a.rate[d.name] or 0.0))
         if len(ranked) > 1 and step % self.recheck == 0:
             return ranked[1]
         return ranked[0]
 
     def propose(self, state: DecodeState) -> Draft:
-        a = state.scratch["auto"]
-        a["t0"] = time.perf_counter()
+        a: AutoShared = state.shared
+        a.t0 = time.perf_counter()
         # the prefill (whole prompts pending) is no sample of a decoder's speed: it is not counted
-        a["prefill"] = any(len(state.pending(b)) > 1 for b in range(state.batch) if not state.done[b])
+        a.prefill = any(len(state.pending(b)) > 1 for b in range(state.batch) if not state.done[b])
         dec = self._choose(a)
-        draft = dec.propose(state)
+        with as_candidate(state, dec):
+            draft = dec.propose(state)
         eagle = self._eagle(a)
         if eagle is not None:
             draft.want_hidden = True
-        a["current"] = dec
+        a.current = dec
         return draft
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        a = state.scratch["auto"]
-        dec = a["current"]
-        acc = dec.accept(state, draft, logits)
+        a: AutoShared = state.shared
+        dec = a.current
+        with as_candidate(state, dec):
+            acc = dec.accept(state, draft, logits)
         eagle = self._eagle(a)
         if eagle is not None and dec is not eagle:
-            eagle.observe(state, draft, acc.keep)
+            with as_candidate(state, eagle):
+                eagle.observe(state, draft, acc.keep)
         state.stats.count(f"auto:{dec.name}")
-        if a["prefill"]:
+        if a.prefill:
             return acc
-        rate = batch_progress(acc.committed) / max(time.perf_counter() - a["t0"], 1e-9)   # the slowest row's pace
-        old = a["rate"][dec.name]
-        a["rate"][dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
-        a["step"] += 1
+        rate = batch_progress(acc.committed) / max(time.perf_counter() - a.t0, 1e-9)   # the slowest row's pace
+        old = a.rate[dec.name]
+        a.rate[dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
+        a.step += 1
         return acc
 
     @staticmethod
-    def _eagle(a):
-        return next((d for d in a["usable"] if d.name == "eagle"), None)
+    def _eagle(a: AutoShared):
+        return next((d for d in a.usable if d.name == "eagle"), None)
 
 
 def _say_once(message: str) -> None:

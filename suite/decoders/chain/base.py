@@ -8,8 +8,16 @@ import torch
 import kernels
 
 from ...acceptance import Verdict
+from ...cost import AcceptanceRates
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
+
+
+@dataclass
+class ChainRow:
+    """What every chain decoder keeps per row: its acceptance rates by draft depth, which
+    suite.cost.chain_sizes makes on first use and `record` updates (None while sizes are fixed)."""
+    rates: AcceptanceRates | None = None
 
 
 @dataclass

@@ -35,6 +35,12 @@ from .base import (chain_acceptance, chain_draft, chain_logits, chain_probs, gre
                    speculative_chain_verdicts)
 
 
+@dataclass
+class CTCSpeculativeRow:
+    draft: list[int]          # the CTC hypothesis + EOS (realigned after a rejection with `realign`)
+    rejected: bool = False    # a draft token was rejected: the row continues autoregressively
+
+
 @dataclass(frozen=True)
 class CTCSpeculative:
     max_entropy: float = 0.65    # nats (mean over frames); 0 disables the gate
@@ -53,37 +59,36 @@ class CTCSpeculative:
         eos = min(state.eos_token_ids) if state.eos_token_ids else None
         drafts = [list(row.tokens) + ([eos] if eos is not None else []) for row in ctc]
         gated = [self.max_entropy > 0 and float(row.frame_entropy.mean()) < self.max_entropy for row in ctc]
-        state.scratch["draft"] = drafts
-        state.scratch["rejected"] = [False] * state.batch
+        state.rows = [CTCSpeculativeRow(d) for d in drafts]
         return Acceptance([d if g else [] for d, g in zip(drafts, gated)],
                           torch.zeros(state.batch, 0, dtype=torch.bool, device=state.cache.valid.device))
 
     def propose(self, state: DecodeState) -> Draft:
         guesses = []
-        for b in range(state.batch):
-            if state.done[b] or state.scratch["rejected"][b]:
+        for b, row in enumerate(state.rows):
+            if state.done[b] or row.rejected:
                 guesses.append([])
                 continue
             done_so_far = len(state.new_tokens(b))
-            n = room_for_guesses(state, b, len(state.scratch["draft"][b]) - done_so_far)
-            guesses.append(state.scratch["draft"][b][done_so_far:done_so_far + n])
+            n = room_for_guesses(state, b, len(row.draft) - done_so_far)
+            guesses.append(row.draft[done_so_far:done_so_far + n])
         return chain_draft(state, guesses)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed, accepted = [], []
         for b, verdict in enumerate(self._verdicts(state, draft, logits)):
-            guess = draft.meta.guesses[b]
+            guess, row = draft.meta.guesses[b], state.rows[b]
             if verdict is None:
                 committed.append([]), accepted.append(0)
                 continue
             n, nxt = verdict.num_accepted, verdict.next_token
             if n < len(guess) and self.realign:
-                full = state.scratch["draft"][b]
+                full = row.draft
                 pos = len(state.new_tokens(b)) + n      # index of the rejected hypothesis token
                 rest = full[pos + 2:] if pos + 1 < len(full) and full[pos + 1] == nxt else full[pos + 1:]
-                state.scratch["draft"][b] = state.new_tokens(b) + guess[:n] + [nxt] + rest
+                row.draft = state.new_tokens(b) + guess[:n] + [nxt] + rest
             elif n < len(guess) or not guess:
-                state.scratch["rejected"][b] = True     # continue autoregressively from here
+                row.rejected = True     # continue autoregressively from here
             committed.append(guess[:n] + [nxt])
             accepted.append(n)
         return chain_acceptance(draft, committed, accepted)

@@ -29,9 +29,9 @@ from typing import Any, ClassVar
 import torch
 
 from ...acceptance import accept_multi_draft
-from ...adapters import HFCausalLM
+from ...models.adapters import HFCausalLM
 from ...cost import best_size, bind_cost
-from ...linear_forms import swap_linears
+from ...models.linear_forms import swap_linears
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
 from .base import chain_draft, room_for_guesses
@@ -49,6 +49,24 @@ class Tree:
     tokens: list[int] = None
     parents: list[int] = None
     predicted: float = 0.0      # the draft's own expected accepted length (sum of path probabilities)
+
+
+@dataclass
+class EagleRow:
+    fed: int = 0                               # pairs (f_j, x_{j+1}) in the head cache: j < fed
+    features: torch.Tensor | None = None       # (n, D) target features of positions fed.. not fed yet
+
+
+@dataclass
+class EagleShared:
+    """The head's KV cache, batched over rows (slot j of row b is real where valid[b, j]), and the
+    calibration of path scores and the head's cost, which the whole request shares."""
+    k: torch.Tensor                            # (B, Hk, S, d)
+    v: torch.Tensor                            # (B, Hk, S, d)
+    valid: torch.Tensor                        # (B, S) bool
+    accepted: float = 1.0                      # tokens accepted / predicted: the calibration ratio
+    predicted: float = 1.0
+    head_s: float | None = None                # seconds of one head forward (running mean)
 
 
 @dataclass(frozen=True)
@@ -87,47 +105,41 @@ class Eagle:
                              "suite.generate / suite.prepare (which call bind)")
         h = self.draft_head
         dev = h.fc.weight.device
-        state.scratch["eagle"] = {
-            "k": torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
-            "v": torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
-            "valid": torch.zeros(state.batch, 0, dtype=torch.bool, device=dev),
-            "fed": [0] * state.batch,              # pairs (f_j, x_{j+1}) in the head cache: j < fed
-            "features": [None] * state.batch,      # (n, D) target features of positions fed.. not fed yet
-            "ratio": [1.0, 1.0],                   # accepted, predicted (calibration of path scores)
-            "head_s": None,                        # seconds of one head forward (running mean)
-        }
+        state.rows = [EagleRow() for _ in range(state.batch)]
+        state.shared = EagleShared(k=torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
+                                   v=torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
+                                   valid=torch.zeros(state.batch, 0, dtype=torch.bool, device=dev))
 
     # -- propose -------------------------------------------------------------------------------------
 
     def propose(self, state: DecodeState) -> Draft:
-        s = state.scratch["eagle"]
-        if all(f is None for f in s["features"]):   # the prefill: no target features yet
+        if all(row.features is None for row in state.rows):   # the prefill: no target features yet
             draft = chain_draft(state, [[] for _ in range(state.batch)])
             draft.meta = [Tree(len(state.pending(b)) if not state.done[b] else 0, [], []) for b in range(state.batch)]
             draft.want_hidden = True
             return draft
         with torch.no_grad():
             t0 = time.perf_counter()
-            root = self._catch_up(state, s)                                          # (B, D)
+            root = self._catch_up(state)                                             # (B, D)
             rows = [b for b in range(state.batch) if not state.done[b] and room_for_guesses(state, b, 1)]
-            trees, forwards = self._grow(state, s, root, rows)
+            trees, forwards = self._grow(state, root, rows)
             spent = time.perf_counter() - t0
-            s["head_s"] = _mean(s["head_s"], spent / (1 + forwards))
+            state.shared.head_s = _mean(state.shared.head_s, spent / (1 + forwards))
             state.stats.draft_time_s += spent
         return self._tree_draft(state, trees)
 
-    def _catch_up(self, state, s) -> torch.Tensor:
+    def _catch_up(self, state) -> torch.Tensor:
         """Feed every known pair to the head (appending its K/V); the output at each row's last pair."""
-        h = self.draft_head
+        h, s = self.draft_head, state.shared
         feats, toks, pos, lengths = [], [], [], []
-        for b in range(state.batch):
-            f = s["features"][b]
+        for b, row in enumerate(state.rows):
+            f = row.features
             n = 0 if f is None else f.shape[0]
-            fed = s["fed"][b]
+            fed = row.fed
             feats.append(f), toks.append(state.tokens[b][fed + 1:fed + 1 + n]), pos.append(list(range(fed, fed + n)))
             lengths.append(n)
-            s["fed"][b] = fed + n
-            s["features"][b] = None
+            row.fed = fed + n
+            row.features = None
         m = max(lengths)
         dev = h.fc.weight.device
         if m == 0:
@@ -139,30 +151,27 @@ class Eagle:
         tokens = torch.tensor([t + [0] * (m - len(t)) for t in toks], device=dev)
         positions = torch.tensor([p + [0] * (m - len(p)) for p in pos], device=dev)
         real = torch.arange(m, device=dev)[None] < torch.tensor(lengths, device=dev)[:, None]   # (B, M)
-        x = h.fuse(feature, tokens)
-        q, k, v = h.project(x, positions)
         own = torch.ones(m, m, dtype=torch.bool, device=dev).tril()[None] & real[:, None, :]
         own |= torch.eye(m, dtype=torch.bool, device=dev)[None]          # padding sees itself (no empty rows)
-        mask = torch.cat([s["valid"][:, None, :].expand(-1, m, -1), own], 2)[:, None]
-        out = h.finish(x, h.attend(q, torch.cat([s["k"], k], 2), torch.cat([s["v"], v], 2), mask))
-        s["k"], s["v"] = torch.cat([s["k"], k], 2), torch.cat([s["v"], v], 2)
-        s["valid"] = torch.cat([s["valid"], real], 1)
+        mask = torch.cat([s.valid[:, None, :].expand(-1, m, -1), own], 2)[:, None]
+        out, s.k, s.v = h.step(feature, tokens, positions, mask, past=(s.k, s.v), return_kv=True)
+        s.valid = torch.cat([s.valid, real], 1)
         last = (torch.tensor(lengths, device=dev) - 1).clamp(min=0)
         return out[torch.arange(state.batch, device=dev), last]
 
-    def _grow(self, state, s, root: torch.Tensor, rows: list[int]) -> tuple[dict[int, Tree], int]:
+    def _grow(self, state, root: torch.Tensor, rows: list[int]) -> tuple[dict[int, Tree], int]:
         """EAGLE-2's dynamic tree for each row in `rows`, cut to the size the cost model picks;
         also returns the number of head forwards it ran."""
         if not rows or self.max_nodes == 0:
             return {}, 0
-        h, k = self.draft_head, self.top_k
+        h, k, s = self.draft_head, self.top_k, state.shared
         dev = root.device
         idx = torch.tensor(rows, device=dev)
         r = len(rows)
         caps = torch.tensor([room_for_guesses(state, b, self.depth) for b in rows], device=dev)
-        ctx_k, ctx_v, ctx_valid = s["k"][idx], s["v"][idx], s["valid"][idx]
+        keys, values, ctx_valid = s.k[idx], s.v[idx], s.valid[idx]    # the context's, then the tree's so far
         root_pos = torch.tensor([len(state.tokens[b]) - 1 for b in rows], device=dev)
-        calib = s["ratio"][0] / s["ratio"][1]
+        calib = s.accepted / s.predicted
         # depth 1: the root's top-k children; every node: token, parent node id (-1 root), depth, log-prob
         score, pick = torch.log_softmax(h.logits(root[idx]).float(), -1).topk(k, -1)    # (R, k)
         tok, par, dep = [h.vocab_ids[pick]], [torch.full_like(pick, -1)], [torch.ones_like(pick)]
@@ -170,16 +179,15 @@ class Eagle:
         frontier = torch.arange(k, device=dev)[None].expand(r, -1)     # node ids expanded next (R, k)
         feat = root[idx][:, None].expand(-1, k, -1)                    # their parents' outputs (R, k, D)
         vis = torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)   # ancestry among expanded
-        tree_k, tree_v, forwards = [], [], 0
+        forwards = 0
         for d in range(1, min(self.depth, int(caps.max()))):
             best = float(torch.cat(scores, 1).gather(1, frontier).max()) if d > 1 else float(score.max())
-            if s["head_s"] is not None and self.cost is not None and math.exp(best) * calib * self.cost(1) < s["head_s"]:
+            if s.head_s is not None and self.cost is not None and math.exp(best) * calib * self.cost(1) < s.head_s:
                 break                              # no frontier node is likely enough to pay for a head forward
-            x = h.fuse(feat, torch.cat(tok, 1).gather(1, frontier))
-            q, kk, vv = h.project(x, (root_pos + d - 1)[:, None].expand(-1, k))
-            tree_k.append(kk), tree_v.append(vv)
             mask = torch.cat([ctx_valid[:, None, :].expand(-1, k, -1), vis], 2)[:, None]
-            out = h.finish(x, h.attend(q, torch.cat([ctx_k] + tree_k, 2), torch.cat([ctx_v] + tree_v, 2), mask))
+            out, keys, values = h.step(feat, torch.cat(tok, 1).gather(1, frontier),
+                                       (root_pos + d - 1)[:, None].expand(-1, k), mask, past=(keys, values),
+                                       return_kv=True)
             forwards += 1
             c_score, c_pick = torch.log_softmax(h.logits(out).float(), -1).topk(k, -1)       # (R, k, k)
             c_score = (torch.cat(scores, 1).gather(1, frontier)[..., None] + c_score).flatten(1)
@@ -251,7 +259,7 @@ class Eagle:
     # -- accept ----------------------------------------------------------------------------------------
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        s = state.scratch["eagle"]
+        s = state.shared
         keep = torch.zeros_like(draft.valid)
         committed = []
         greedy = state.params.greedy
@@ -267,22 +275,20 @@ class Eagle:
             slots = list(range(t.num_pending)) + [t.num_pending + i for i in path]
             keep[b, slots] = True
             if t.tokens:
-                s["ratio"][0] += len(path)
-                s["ratio"][1] += t.predicted
+                s.accepted += len(path)
+                s.predicted += t.predicted
         self.observe(state, draft, keep)
         return Acceptance(committed, keep)
 
     def observe(self, state: DecodeState, draft: Draft, keep: torch.Tensor) -> None:
         """Record the target's features of the slots a step keeps (any decoder's step, as `auto`
         runs them): the head feeds on them at its next catch-up."""
-        s = state.scratch["eagle"]
-        for b in range(state.batch):
+        for b, row in enumerate(state.rows):
             slots = keep[b].nonzero().flatten()
             if state.done[b] or not len(slots):
                 continue
             new = draft.hidden[b, slots.to(draft.hidden.device)]
-            old = s["features"][b]
-            s["features"][b] = new if old is None else torch.cat([old, new])
+            row.features = new if row.features is None else torch.cat([row.features, new])
 
     @staticmethod
     def _walk(state, t: Tree, logits, targets, offset: int):

@@ -7,8 +7,9 @@ decoder layer predicts f_{t+1}. Draft logits come from the target's own LM head 
 K most frequent tokens of the training text (`vocab_ids`), so a draft step costs a few percent of a
 target forward. The target's embeddings and LM head are borrowed at `bind_target`, never stored.
 
-The parts (`fuse`, `project`, `attend`, `finish`, `logits`) are public so the decoder can run the
-layer over a KV cache with a tree mask and training can run EAGLE-3's multi-step unroll.
+`step` is the layer's one pass (fuse, project, attend over a past K/V and the new slots under a mask,
+finish): the decoder runs it over its KV cache with a tree mask, training runs EAGLE-3's multi-step
+unroll with it. `logits` maps its output to draft logits.
 Shapes: B batch, N new slots, S cached slots, D hidden, H heads, Hk KV heads, d head size, K draft vocab.
 """
 from __future__ import annotations
@@ -102,7 +103,7 @@ class EagleHead(nn.Module):
         self.lm_rows = w.detach()[self.vocab_ids.to(w.device)].to(self.fc.weight.dtype).contiguous()
         return self
 
-    # -- the layer, in parts -----------------------------------------------------------------------
+    # -- the layer: its parts, and `step`, which runs them ----------------------------------------
 
     def fuse(self, feature: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """(B, N, D) features f_t and (B, N) next tokens x_{t+1} -> (B, N, D) the layer's input."""
@@ -137,18 +138,33 @@ class EagleHead(nn.Module):
         """(..., D) -> (..., K) draft logits over the reduced vocabulary."""
         return feature @ self.lm_rows.T
 
-    def forward(self, feature, tokens, positions):
-        """Causal teacher-forced pass over whole sequences (training's first step) -> (f̂, k, v)."""
+    def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None = None, past: tuple[torch.Tensor, torch.Tensor] | None = None,
+             return_kv: bool = False):
+        """One pass of the layer over N new slots: the pairs (f_t, x_{t+1}) (features (B, N, D), tokens
+        (B, N)) at positions (B, N) attend to the past keys and values (k, v each (B, Hk, S, d); None:
+        S = 0) followed by their own, under mask (B or 1, 1, N, S + N) bool (None: plain causal, every
+        new slot sees the whole past and the new slots up to itself).
+        -> f̂ (B, N, D) the predicted next features; with return_kv, (f̂, k, v) where k, v are
+        (B, Hk, S + N, d): the past's then the new slots' (the cache after this step)."""
         x = self.fuse(feature, tokens)
         q, k, v = self.project(x, positions)
-        n = x.shape[1]
-        causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()[None, None]
-        return self.finish(x, self.attend(q, k, v, causal)), k, v
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        if mask is None:
+            n, s = x.shape[1], k.shape[2] - x.shape[1]
+            mask = torch.ones(n, s + n, dtype=torch.bool, device=x.device).tril(s)[None, None]
+        out = self.finish(x, self.attend(q, k, v, mask))
+        return (out, k, v) if return_kv else out
+
+    def forward(self, feature, tokens, positions):
+        """Causal teacher-forced pass over whole sequences (training's first step) -> (f̂, k, v)."""
+        return self.step(feature, tokens, positions, return_kv=True)
 
     # -- files ---------------------------------------------------------------------------------------
 
     def save(self, folder, extra_config: dict | None = None, dtype=torch.float16) -> None:
-        from ...storage import save_weights
+        from ...runtime.storage import save_weights
         state = {k: (v.to(dtype) if v.is_floating_point() else v.to(torch.int32))
                  for k, v in self.state_dict().items()}
         save_weights(folder, state, {**self.config, **(extra_config or {})})

@@ -6,14 +6,14 @@ first mismatch become the next guesses. Greedy only (use `sjd` for sampling); ex
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
-from .base import chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
+from .base import ChainRow, chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
 
 
 INIT_SCHEMES = ("prompt", "repeat", "left", "frame")
@@ -44,12 +44,17 @@ def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: in
 
 def frame_period(model) -> int:
     """Tokens per frame of a video adapter: H*W of its config.extra["video_grid"] (T, H, W)."""
-    from ...adapters import as_adapter
+    from ...models.adapters import as_adapter
     grid = as_adapter(model).config.extra.get("video_grid")
     if grid is None:
         raise ValueError("init='frame' drafts from the previous video frame: pass period=H*W, or an adapter "
                          "whose config.extra has 'video_grid': (T, H, W)")
     return int(grid[1]) * int(grid[2])
+
+
+@dataclass
+class JacobiRow(ChainRow):
+    guesses: list[int] = field(default_factory=list)   # the next window's guesses (the last forward's outputs)
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,13 @@ class Jacobi:
             raise ValueError(f"window must be >= 1, got {self.window}")
         if self.init not in INIT_SCHEMES:
             raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
-        state.scratch["guesses"] = [[] for _ in range(state.batch)]
+        state.rows = [JacobiRow() for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
-        guesses = state.scratch["guesses"]
-        for b in range(state.batch):
+        for b, row in enumerate(state.rows):
             n = room_for_guesses(state, b, self.window)
-            guesses[b] = guesses[b][:n] + init_guesses(state, b, n - len(guesses[b][:n]), self.init)
+            row.guesses = row.guesses[:n] + init_guesses(state, b, n - len(row.guesses[:n]), self.init)
+        guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
 
@@ -95,6 +100,6 @@ def jacobi_accept(state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed.append([] if v is None else guess[:v.num_accepted] + [v.next_token])
         accepted.append(0 if v is None else v.num_accepted)
         if v is not None:
-            state.scratch["guesses"][b] = targets[b][v.num_accepted + 1:]
+            state.rows[b].guesses = targets[b][v.num_accepted + 1:]
     record(state, [len(g) for g in draft.meta.guesses], accepted)
     return chain_acceptance(draft, committed, accepted)

@@ -46,6 +46,12 @@ class RowLayout:
     candidate_slots: list[list[int]] = field(default_factory=list)
 
 
+@dataclass
+class LookaheadMeta:
+    rows: list[RowLayout]    # each row's slots in the draft
+    mode: str                # the step's drafting mode (one of Lookahead.MODES)
+
+
 class NgramPool:
     """key token -> up to `size` continuations (most recent last)."""
 
@@ -65,6 +71,21 @@ class NgramPool:
 
     def get(self, key: int) -> list[tuple[int, ...]]:
         return list(reversed(self.pool.get(key, [])))
+
+
+@dataclass
+class LookaheadRow:
+    trajectories: list[list[int]]   # the Jacobi window: level - 1 trajectories of `window` tokens
+    pool: NgramPool                 # n-grams seen (prompt, generated text, trajectories)
+    pooled_upto: int                # tokens of the row's text already added to the pool
+
+
+@dataclass
+class LookaheadShared:
+    """Committed tokens per row per step of each drafting mode, as the slowest row progresses
+    (hopeful priors; a plain step is taken to commit 1)."""
+    full: RunningMean = field(default_factory=lambda: RunningMean(2.0))     # window + candidates
+    verify: RunningMean = field(default_factory=lambda: RunningMean(2.0))   # candidates only
 
 
 @dataclass(frozen=True)
@@ -87,16 +108,12 @@ class Lookahead:
     def start(self, state: DecodeState) -> None:
         if self.window < 1 or self.level < 2 or self.guesses < 0:
             raise ValueError("lookahead needs window >= 1, level >= 2, guesses >= 0")
-        state.scratch["trajectories"] = [
-            [init_guesses(state, b, self.window, "prompt") for _ in range(self.level - 1)]
-            for b in range(state.batch)]
-        pools = [NgramPool(self.guesses) for _ in range(state.batch)]
-        for b, pool in enumerate(pools):
-            pool.add_text(state.tokens[b], self.level)
-        state.scratch["pools"] = pools
-        state.scratch["pooled_upto"] = list(state.prompt_lengths)
-        # committed tokens per row per step of each drafting mode (hopeful priors)
-        state.scratch["mode_gain"] = {"full": RunningMean(2.0), "verify": RunningMean(2.0)}
+        state.rows = [LookaheadRow([init_guesses(state, b, self.window, "prompt") for _ in range(self.level - 1)],
+                                   NgramPool(self.guesses), state.prompt_lengths[b])
+                      for b in range(state.batch)]
+        for b, row in enumerate(state.rows):
+            row.pool.add_text(state.tokens[b], self.level)
+        state.shared = LookaheadShared()
 
     def _mode(self, state: DecodeState) -> str:
         """The step's mode with the best expected tokens per second under the cost curve."""
@@ -108,18 +125,17 @@ class Lookahead:
         rows = len(active)
         width = max(len(self._candidates(state, b)) * (self.level - 1) for b in active)
         slots = {"full": (self.level - 1) * self.window + width, "verify": width, "plain": 0}
-        gain = state.scratch["mode_gain"]
-        rate = {m: (gain[m].value if m in gain else 1.0) / self.cost.step(rows, 1 + slots[m]) for m in self.MODES
+        gain = {"full": state.shared.full.value, "verify": state.shared.verify.value, "plain": 1.0}
+        rate = {m: gain[m] / self.cost.step(rows, 1 + slots[m]) for m in self.MODES
                 if m == "plain" or slots[m] > 0}
         return max(rate, key=rate.get)
 
     def _candidates(self, state: DecodeState, b: int):
-        return state.scratch["pools"][b].get(state.tokens[b][-1])[:self.guesses]
+        return state.rows[b].pool.get(state.tokens[b][-1])[:self.guesses]
 
     def propose(self, state: DecodeState) -> Draft:
         rows, positions, masks, layouts = [], [], [], []
         mode = self._mode(state)
-        state.scratch["mode"] = mode
         for b in range(state.batch):
             if state.done[b]:
                 rows.append([]), positions.append([]), masks.append(None), layouts.append(RowLayout())
@@ -127,8 +143,8 @@ class Lookahead:
             tok, pos, mask, layout = self._row(state, b, mode)
             rows.append(tok), positions.append(pos), masks.append(mask), layouts.append(layout)
         active = [lay.num_pending - 1 for lay in layouts if lay.num_pending > 0]
-        return Draft.from_rows(rows, positions, masks, meta=layouts, logits_from=min(active, default=0),
-                               device=state.device)
+        return Draft.from_rows(rows, positions, masks, meta=LookaheadMeta(layouts, mode),
+                               logits_from=min(active, default=0), device=state.device)
 
     def _row(self, state: DecodeState, b: int, mode: str = "full"):
         pending = state.pending(b)
@@ -140,7 +156,7 @@ class Lookahead:
         room = state.room(b) - 1 if mode != "plain" else 0
         base = list(range(len(pending)))
         if room > 0 and mode == "full":
-            traj = state.scratch["trajectories"][b]
+            traj = state.rows[b].trajectories
             for lvl, row in enumerate(traj):
                 slots = []
                 for i, t in enumerate(row):
@@ -161,6 +177,8 @@ class Lookahead:
                     tokens.append(t), positions.append(last + 1 + d)
                 layout.candidates.append(cand), layout.candidate_slots.append(slots)
         n = len(tokens)
+        if n == len(pending):                            # pending tokens only: plain causal
+            return tokens, positions, None, layout
         visible = [[False] * n for _ in range(n)]        # built on the host, sent to the device once
         for i, seen in enumerate(parents):
             for j in seen:
@@ -172,7 +190,7 @@ class Lookahead:
         keep = torch.zeros_like(draft.valid)
         committed = []
         for b in range(state.batch):
-            layout: RowLayout = draft.meta[b]
+            layout: RowLayout = draft.meta.rows[b]
             if state.done[b]:
                 committed.append([])
                 continue
@@ -183,8 +201,8 @@ class Lookahead:
             keep[b, path] = True
             self._update_trajectories(state, b, layout, row_logits)
         self._grow_pools(state, committed)
-        mode, least = state.scratch.get("mode", "full"), min((len(c) for c in committed if c), default=None)
-        for m, gain in state.scratch["mode_gain"].items():     # per row, as the slowest row progresses
+        mode, least = draft.meta.mode, min((len(c) for c in committed if c), default=None)
+        for m, gain in (("full", state.shared.full), ("verify", state.shared.verify)):
             gain.add(least if m == mode else None)
         return Acceptance(committed, keep)
 
@@ -211,17 +229,17 @@ class Lookahead:
     def _update_trajectories(self, state: DecodeState, b: int, layout: RowLayout, logits: torch.Tensor) -> None:
         if not layout.window_slots:
             return
-        traj = state.scratch["trajectories"][b]
+        row = state.rows[b]
+        traj = row.trajectories
         newest = logits[layout.window_slots[-1]].argmax(-1).tolist()
-        pool = state.scratch["pools"][b]
         for i in range(len(newest)):
             gram = [traj[lvl][i] for lvl in range(len(traj))] + [newest[i]]
-            pool.add(gram[0], tuple(gram[1:]))
-        state.scratch["trajectories"][b] = traj[1:] + [newest]
+            row.pool.add(gram[0], tuple(gram[1:]))
+        row.trajectories = traj[1:] + [newest]
 
     def _grow_pools(self, state: DecodeState, committed: list[list[int]]) -> None:
-        for b, new in enumerate(committed):
+        for b, (new, row) in enumerate(zip(committed, state.rows)):
             tokens = state.tokens[b] + new
-            start = max(0, state.scratch["pooled_upto"][b] - self.level + 1)
-            state.scratch["pools"][b].add_text(tokens, self.level, start)
-            state.scratch["pooled_upto"][b] = len(tokens)
+            start = max(0, row.pooled_upto - self.level + 1)
+            row.pool.add_text(tokens, self.level, start)
+            row.pooled_upto = len(tokens)

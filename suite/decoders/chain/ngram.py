@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
-from .base import accept_point_masses, chain_draft, room_for_guesses
+from .base import ChainRow, accept_point_masses, chain_draft, room_for_guesses
 
 
 class NgramTable:
@@ -49,6 +49,12 @@ class NgramTable:
         return 0, 0
 
 
+@dataclass
+class NgramRow(ChainRow):
+    table: NgramTable | None = None
+    streak: int = 1              # draft length multiplier (`adaptive`)
+
+
 @dataclass(frozen=True)
 class Ngram:
     max_ngram: int = 4
@@ -66,16 +72,14 @@ class Ngram:
     def start(self, state: DecodeState) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
-        state.scratch["tables"] = [NgramTable(self.max_ngram, self.min_ngram) for _ in range(state.batch)]
-        state.scratch["streak"] = [1] * state.batch   # draft length multiplier
+        state.rows = [NgramRow(table=NgramTable(self.max_ngram, self.min_ngram)) for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
         guesses = []
-        for b in range(state.batch):
-            table = state.scratch["tables"][b]
-            table.update(state.tokens[b])
-            start, n = table.lookup(state.tokens[b])
-            want = round(self.num_draft * n / self.max_ngram) * state.scratch["streak"][b]
+        for b, row in enumerate(state.rows):
+            row.table.update(state.tokens[b])
+            start, n = row.table.lookup(state.tokens[b])
+            want = round(self.num_draft * n / self.max_ngram) * row.streak
             length = room_for_guesses(state, b, min(want, 2 * self.num_draft))
             guesses.append(state.tokens[b][start:start + length] if n else [])
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
@@ -87,5 +91,5 @@ class Ngram:
         for b, v in enumerate(verdicts):
             guess = draft.meta.guesses[b]
             if self.adaptive and v is not None and guess:
-                state.scratch["streak"][b] = 2 if v.num_accepted == len(guess) else 1
+                state.rows[b].streak = 2 if v.num_accepted == len(guess) else 1
         return acceptance

@@ -32,6 +32,12 @@ def prior_index(prior: list[int], sizes: range) -> dict[tuple, int]:
     return index
 
 
+@dataclass
+class NgramPriorRow:
+    prior: list[int]                 # the row's prior text (empty: it decodes as `ar`)
+    index: dict[tuple, int]          # `prior_index` of it: n-gram -> where its continuation starts
+
+
 @dataclass(frozen=True)
 class NgramPrior:
     max_ngram: int = 3
@@ -48,7 +54,7 @@ class NgramPrior:
         priors = [[] for _ in range(state.batch)] if state.inputs.prior_tokens is None else \
             state.inputs.rows("prior_tokens", state.batch, self.name, "one token list per row")
         sizes = range(self.max_ngram, self.min_ngram - 1, -1)
-        state.scratch["prior_tables"] = [(list(p), prior_index(list(p), sizes)) for p in priors]
+        state.rows = [NgramPriorRow(list(p), prior_index(list(p), sizes)) for p in priors]
 
     def lookup(self, tokens: list[int], prior: list[int], index: dict, length: int) -> list[int]:
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
@@ -60,10 +66,9 @@ class NgramPrior:
 
     def propose(self, state: DecodeState) -> Draft:
         guesses = []
-        for b in range(state.batch):
-            prior, index = state.scratch["prior_tables"][b]
+        for b, row in enumerate(state.rows):
             n = room_for_guesses(state, b, self.num_draft)
-            guesses.append(self.lookup(state.tokens[b], prior, index, n) if n and not state.done[b] else [])
+            guesses.append(self.lookup(state.tokens[b], row.prior, row.index, n) if n and not state.done[b] else [])
         return chain_draft(state, guesses)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:

@@ -20,7 +20,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import sample
 from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
                    speculative_chain_verdicts)
-from .jacobi import INIT_SCHEMES, frame_period, init_guesses, jacobi_accept
+from .jacobi import INIT_SCHEMES, JacobiRow, frame_period, init_guesses, jacobi_accept
 
 
 def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tensor:
@@ -38,31 +38,21 @@ def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tens
     return out
 
 
+def carried_q(rows: list["SJDRow"], guesses: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(B, G, V) q of the padded guesses (B, G): each row's carried distributions (`SJDRow.q`)
+    where it has them, else point masses."""
+    point = torch.nn.functional.one_hot(guesses.clamp(min=0), vocab).float()
+    for b, row in enumerate(rows):
+        n = 0 if row.q is None else min(len(row.q), guesses.shape[1])
+        if n:
+            point[b, :n] = row.q[:n]
+    return point
+
+
 @dataclass
-class CarriedQ:
-    """The draft distributions SJD carries between steps: row b's first counts[b] guesses were
-    drawn from p[b, offsets[b] + i] (the targets of the step before, (B, G'+1, V)); the rest of
-    its guesses are point masses."""
-
-    p: torch.Tensor | None
-    offsets: list[int]
-    counts: list[int]
-
-    @staticmethod
-    def none(batch: int) -> "CarriedQ":
-        return CarriedQ(None, [0] * batch, [0] * batch)
-
-    def distributions(self, guesses: torch.Tensor, vocab: int) -> torch.Tensor:
-        """(B, G, V) q of the padded guesses (B, G): carried rows where there are, else point masses."""
-        point = torch.nn.functional.one_hot(guesses.clamp(min=0), vocab).float()
-        if self.p is None or not any(self.counts) or not guesses.shape[1]:
-            return point
-        device = guesses.device
-        slot = torch.arange(guesses.shape[1], device=device)[None]
-        index = (torch.tensor(self.offsets, device=device)[:, None] + slot).clamp(max=self.p.shape[1] - 1)
-        carried = self.p.gather(1, index[..., None].expand(-1, -1, vocab))
-        has = slot < torch.tensor(self.counts, device=device)[:, None]
-        return torch.where(has[..., None], carried, point)
+class SJDRow(JacobiRow):
+    q: torch.Tensor | None = None   # (n, V): what the first n guesses were drawn from (rows of the last
+                                    # forward's targets); later guesses are point masses (None: all are)
 
 
 @dataclass(frozen=True)
@@ -87,16 +77,16 @@ class SJD:
             raise ValueError(f"window must be >= 1, got {self.window}")
         if self.init not in INIT_SCHEMES:
             raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}, got {self.init!r}")
-        state.scratch["guesses"] = [[] for _ in range(state.batch)]
-        state.scratch["q"] = CarriedQ.none(state.batch)
+        state.rows = [SJDRow() for _ in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
-        guesses, carried = state.scratch["guesses"], state.scratch["q"]
-        for b in range(state.batch):
+        for b, row in enumerate(state.rows):
             n = room_for_guesses(state, b, self.window)
-            kept = guesses[b][:n]
-            carried.counts[b] = min(carried.counts[b], len(kept))   # fresh guesses are point masses
-            guesses[b] = kept + init_guesses(state, b, n - len(kept), self.init, self.period)
+            kept = row.guesses[:n]
+            if row.q is not None:
+                row.q = row.q[:len(kept)]   # fresh guesses are point masses
+            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period)
+        guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
 
@@ -114,22 +104,22 @@ class SJD:
         guesses = draft.meta.guesses
         p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
         padded, lengths = padded_guesses(draft)
-        q = state.scratch["q"].distributions(padded, p.shape[-1])
+        q = carried_q(state.rows, padded, p.shape[-1])
         verdicts = speculative_chain_verdicts(state, draft, p, q, (padded, lengths))
         redrawn = self.redraw(padded.clamp(min=0), q, p, lengths, state)
-        committed, accepted, offsets, counts = [], [], [], []
-        for b, v in enumerate(verdicts):
+        committed, accepted = [], []
+        for b, (v, row) in enumerate(zip(verdicts, state.rows)):
             k = 0 if v is None else v.num_accepted
             committed.append([] if v is None else guesses[b][:k] + [v.next_token])
             accepted.append(k)
+            row.q = None
             if v is not None:      # the positions after the committed token, drawn from their targets
-                state.scratch["guesses"][b] = redrawn[b][k + 1:len(guesses[b]) + 1]
-            offsets.append(k + 1)
-            counts.append(0 if v is None else len(guesses[b]) - k)
-        state.scratch["q"] = CarriedQ(p, offsets, counts)
+                row.guesses = redrawn[b][k + 1:len(guesses[b]) + 1]
+                row.q = p[b, k + 1:len(guesses[b]) + 1]
         record(state, [len(g) for g in guesses], accepted)
         return chain_acceptance(draft, committed, accepted)
 
     def _accept_greedy(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        state.scratch["q"] = CarriedQ.none(state.batch)     # the argmax guesses are point masses
+        for row in state.rows:
+            row.q = None      # the argmax guesses are point masses
         return jacobi_accept(state, draft, logits)

@@ -9,17 +9,34 @@ prefix (min(1, p/q)) and resamples the residual. Lossless; greedy equals `ar` to
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
 
-from ...adapters import HFCausalLM, as_adapter, layer_truncated_draft
+from ...models.adapters import HFCausalLM, as_adapter, layer_truncated_draft
 from ...cost import bind_cost, chain_sizes, record
-from ...loop import Acceptance, DecodeState, Draft
+from ...loop import Acceptance, DecodeState, Draft, forward_mask
 from ...sampling import logits_to_probs, sample
-from .base import (chain_acceptance, chain_draft, chain_probs, padded_draft_q, room_for_guesses,
-                     speculative_chain_verdicts)
+from .base import (ChainMeta, ChainRow, chain_acceptance, chain_draft, chain_probs, padded_draft_q,
+                   room_for_guesses, speculative_chain_verdicts)
+
+
+@dataclass
+class SpeculativeRow(ChainRow):
+    draft_cached: int = 0        # the row's tokens in the draft model's cache
+
+
+@dataclass
+class SpeculativeShared:
+    drafter: Any                 # the draft model's adapter
+    cache: Any                   # its KV cache, batched over rows
+    draft_s: float | None = None   # seconds per draft token (running mean; None: not yet measured)
+
+
+@dataclass
+class SpeculativeMeta(ChainMeta):
+    q: list[list[torch.Tensor]] = field(default_factory=list)   # per row, the (V,) q each draft token came from
 
 
 @dataclass(frozen=True)
@@ -50,16 +67,18 @@ class Speculative:
         if self.num_draft < 1:
             raise ValueError(f"num_draft must be >= 1, got {self.num_draft}")
         drafter = as_adapter(self.draft_model)
-        state.scratch["drafter"] = drafter
-        state.scratch["draft_cache"] = drafter.new_cache(state.batch)
-        state.scratch["draft_cached"] = [0] * state.batch
+        state.rows = [SpeculativeRow() for _ in range(state.batch)]
+        state.shared = SpeculativeShared(drafter, drafter.new_cache(state.batch))
 
     def propose(self, state: DecodeState) -> Draft:
-        drafter, cache = state.scratch["drafter"], state.scratch["draft_cache"]
-        cached = state.scratch["draft_cached"]
+        shared = state.shared
+        drafter, cache = shared.drafter, shared.cache
+        cached = [row.draft_cached for row in state.rows]
         want = [0 if state.done[b] else room_for_guesses(state, b, self.num_draft) for b in range(state.batch)]
         if self.cost is not None:   # each draft token costs one draft forward (measured as we go)
-            per_token = state.scratch.setdefault("draft_s", 0.5 * self.cost(1))
+            if shared.draft_s is None:
+                shared.draft_s = 0.5 * self.cost(1)
+            per_token = shared.draft_s
             want = chain_sizes(state, self.cost, want, draft_seconds=lambda n: n * per_token)
         t0 = time.perf_counter()
         feed = [state.tokens[b][cached[b]:] if want[b] else [] for b in range(state.batch)]
@@ -71,8 +90,8 @@ class Speculative:
             d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first,
                                 device=cache.valid.device)
             with torch.no_grad():
-                logits = drafter(d.tokens, d.positions, cache, cache.attention_mask(d.mask), logits_from=first)
-            cache.append(d.positions, d.valid)
+                logits = drafter(d.tokens, d.positions, cache, forward_mask(drafter, cache, d), logits_from=first)
+            cache.append(d.positions, d.valid, dense=d.causal)
             state.stats.num_draft_forwards += 1
             for b, r in enumerate(rows):
                 if r:
@@ -83,15 +102,16 @@ class Speculative:
         if max(want, default=0):
             spent = time.perf_counter() - t0
             state.stats.draft_time_s += spent
-            state.scratch["draft_s"] = 0.8 * state.scratch.get("draft_s", spent) + 0.2 * spent / max(want)
-        state.scratch["q"] = qs
-        return chain_draft(state, drafts)
+            shared.draft_s = 0.8 * (spent if shared.draft_s is None else shared.draft_s) + 0.2 * spent / max(want)
+        draft = chain_draft(state, drafts)
+        draft.meta = SpeculativeMeta(draft.meta.num_pending, draft.meta.guesses, qs)
+        return draft
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         guesses = draft.meta.guesses
         p = chain_probs(state, draft, logits)                                    # (B, G+1, V)
         q = padded_draft_q(p, [torch.stack(qb) if qb and guesses[b] else None
-                               for b, qb in enumerate(state.scratch["q"])])
+                               for b, qb in enumerate(draft.meta.q)])
         verdicts = speculative_chain_verdicts(state, draft, p, q)
         committed = [[] if v is None else g[:v.num_accepted] + [v.next_token] for v, g in zip(verdicts, guesses)]
         accepted = [0 if v is None else v.num_accepted for v in verdicts]
@@ -102,8 +122,9 @@ class Speculative:
     @staticmethod
     def _rollback_draft(state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Keep the draft cache's K/V up to the last accepted draft token; drop the rest."""
-        cache, cached = state.scratch["draft_cache"], state.scratch["draft_cached"]
+        cache = state.shared.cache
         after = [state.num_cached[b] + draft.meta.num_pending[b] + accepted[b] for b in range(state.batch)]
         cache.discard(cache.positions >= torch.tensor(after, device=cache.valid.device)[:, None])
-        cached[:] = cache.lengths().tolist()
+        for row, n in zip(state.rows, cache.lengths().tolist()):
+            row.draft_cached = n
         cache.compact()

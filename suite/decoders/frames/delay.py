@@ -29,6 +29,11 @@ from ...sampling import logits_to_probs, sample
 from .base import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_ends
 
 
+@dataclass
+class DelayRow:
+    num_frames: int | None = None     # T of the row once known (codebook 0 ended, or fixed_frames)
+
+
 @dataclass(frozen=True)
 class Delay(FrameDecoder):
     fixed_frames: int | None = None   # T known in advance for a model without an EOS (MusicGen: its
@@ -46,12 +51,12 @@ class Delay(FrameDecoder):
                                         or any(d < 0 for d in self.delays)):
             raise ValueError(f"delays must give one lag >= 0 per codebook ({self.codebooks}), codebook 0's being 0; "
                              f"got {self.delays}")
-        state.scratch["num_frames"] = [self.fixed_frames] * state.batch   # T of each row once known
+        state.rows = [DelayRow(self.fixed_frames) for _ in range(state.batch)]
 
     @staticmethod
     def num_frames(state: DecodeState, b: int) -> int | None:
         """Row b's frame count T once its codebook 0 has ended (None before)."""
-        return state.scratch["num_frames"][b]
+        return state.rows[b].num_frames
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed = state.per_live_row(lambda b: self._step(state, b, last_frame_logits(draft, logits, b)))
@@ -60,9 +65,10 @@ class Delay(FrameDecoder):
     def _step(self, state: DecodeState, b: int, logits) -> list[tuple]:
         """Sample the delayed column of step s = columns committed so far; end the row after the flush."""
         step = len(state.new_tokens(b))
-        num_frames = state.scratch["num_frames"][b]
+        row = state.rows[b]
+        num_frames = row.num_frames
         if num_frames is None and step == self.max_frames:      # the cap: codebook 0 says EOS now
-            num_frames = state.scratch["num_frames"][b] = step
+            num_frames = row.num_frames = step
         lags = lags_of(self.delays, self.codebooks)
         probs = logits_to_probs(only_head0_ends(logits, self.eos), state.params)   # (K, V)
         drawn = sample(probs, state.generator).tolist()          # one draw per codebook
@@ -71,7 +77,7 @@ class Delay(FrameDecoder):
             forced = delay_column(step, lags[k], num_frames, self.bos, self.eos, self.pad)
             column.append(drawn[k] if forced is None else forced)
         if num_frames is None and column[0] == self.eos:
-            num_frames = state.scratch["num_frames"][b] = step
+            num_frames = row.num_frames = step
         out = [tuple(column)]
         if num_frames is not None and step >= num_frames + max(lags) - 1:
             out.append((self.eos,) * self.codebooks)             # the end marker: the row is done

@@ -134,6 +134,13 @@ class LPDPlan:
 
 
 @dataclass
+class LPDRow:
+    """What lpd keeps per batch row."""
+    canvas: RasterCanvas       # the grid being filled
+    plan: LPDPlan              # its groups and how far they are sampled
+
+
+@dataclass
 class LPDMeta:
     num_real: list[int]          # per batch row: real slots (prompt or previous group) first
     queries: list[list[int]]     # per batch row: cells queried this step, in slot order
@@ -151,7 +158,7 @@ class LPD:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, model) -> "LPD":
-        from ...adapters import as_adapter
+        from ...models.adapters import as_adapter
         grid = self.grid if self.grid is not None else grid_of(model)
         offset = self.query_offset
         if offset is None:
@@ -171,15 +178,14 @@ class LPD:
             raise ValueError(f"lpd generates whole {h}x{w} grids: max_new_tokens must be {h * w}, "
                              f"got {state.max_new_tokens}")
         sizes = group_sizes(h * w, self.steps)
-        state.scratch["canvas"] = [RasterCanvas.empty(h, w, state.prompt_lengths[b]) for b in range(state.batch)]
-        state.scratch["lpd"] = [LPDPlan(lpd_order(h, w, sizes, state.generator, self.repulsion,
-                                                  self.proximity_threshold)) for _ in range(state.batch)]
+        state.rows = [LPDRow(RasterCanvas.empty(h, w, state.prompt_lengths[b]),
+                             LPDPlan(lpd_order(h, w, sizes, state.generator, self.repulsion, self.proximity_threshold)))
+                      for b in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
         rows, positions, masks, num_real, queries = [], [], [], [], []
         for b in range(state.batch):
-            plan: LPDPlan = state.scratch["lpd"][b]
-            canvas: RasterCanvas = state.scratch["canvas"][b]
+            plan, canvas = state.rows[b].plan, state.rows[b].canvas
             if state.done[b]:
                 for x in (rows, positions, queries):
                     x.append([])
@@ -210,8 +216,7 @@ class LPD:
         keep = torch.zeros_like(draft.valid)
 
         def fill_group(b: int) -> list[int]:
-            plan: LPDPlan = state.scratch["lpd"][b]
-            canvas: RasterCanvas = state.scratch["canvas"][b]
+            plan, canvas = state.rows[b].plan, state.rows[b].canvas
             n_real, cells = meta.num_real[b], meta.queries[b]
             keep[b, :n_real] = True                            # real tokens stay; queries go
             for c in plan.to_feed:

@@ -30,7 +30,7 @@ from .zipar import RasterCanvas, ZipAR
 
 def video_grid_of(model) -> tuple[tuple[int, int], int | None]:
     """((H, W), radius) of a video adapter's frames; a clear error for models without them."""
-    from ...adapters import as_adapter
+    from ...models.adapters import as_adapter
     extra = as_adapter(model).config.extra
     grid = extra.get("video_grid")
     if grid is None or len(grid) != 3:
@@ -67,8 +67,8 @@ class VideoZipAR(ZipAR):
             raise ValueError(f"{self.name} generates whole {h}x{w} frames: max_new_tokens must be a multiple of "
                              f"{h * w}, got {state.max_new_tokens}")
         frames = state.max_new_tokens // (h * w)
-        state.scratch["canvas"] = [RasterCanvas.empty(frames * h, w, state.prompt_lengths[b]) for b in range(state.batch)]
-        state.scratch["row_guesses"] = [{} for _ in range(state.batch)]
+        state.rows = [self.row_type(RasterCanvas.empty(frames * h, w, state.prompt_lengths[b]))
+                      for b in range(state.batch)]
 
     def active_rows(self, canvas: RasterCanvas) -> list[int]:
         h, w = self.grid

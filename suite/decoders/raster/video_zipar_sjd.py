@@ -61,7 +61,7 @@ class VideoZipARSJD(VideoZipAR):
         h, w = self.grid
         c = canvas.row_len[row]
         n = max(0, min(self.draft_len, self.reach(canvas, row) - c))     # guess i's slot predicts cell c+i+1
-        store = state.scratch["row_guesses"][b]
+        store = state.rows[b].row_guesses
         guesses, q = store.get(row, ([], []))
         guesses, q = guesses[:n], q[:n]
         for i in range(len(guesses), n):
@@ -83,7 +83,7 @@ class VideoZipARSJD(VideoZipAR):
         return next((t for t in (back, left, above) if t >= 0), None)
 
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
-        store = state.scratch["row_guesses"][b]
+        store = state.rows[b].row_guesses
         guesses, q = store.get(chain.row, ([], []))
         v = accept_speculative(torch.tensor(guesses, dtype=torch.long, device=p.device),
                                draft_q(guesses, q, p.shape[-1], p.device),

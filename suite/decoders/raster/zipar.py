@@ -22,7 +22,7 @@ from `ar` (window = W makes it exactly `ar`). The grid (H, W) comes from the ada
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -37,12 +37,12 @@ REAL, PLACEHOLDER = -1, -2     # slot kinds; a kind >= 0 is a draft guess of tha
 def canvas_tokens(state: DecodeState) -> list[list[int]]:
     """Each row's grid in raster order (-1 where not decided yet), for decoders that fill the grid
     out of order (zipar, zipar_sjd, lpd)."""
-    return [list(c.tokens) for c in state.scratch["canvas"]]
+    return [list(row.canvas.tokens) for row in state.rows]
 
 
 def grid_of(model) -> tuple[int, int]:
     """(H, W) from an adapter's config.extra; a clear error for models without one."""
-    from ...adapters import as_adapter
+    from ...models.adapters import as_adapter
     grid = as_adapter(model).config.extra.get("grid")
     if grid is None or len(grid) != 2:
         raise ValueError("this decoder generates image grids: pass an adapter whose config.extra has "
@@ -94,6 +94,15 @@ def active_rows(canvas: RasterCanvas, window: int) -> list[int]:
 
 
 @dataclass
+class ZipARRow:
+    """What zipar (and the raster decoders built on it) keeps per batch row."""
+    canvas: RasterCanvas       # the grid being filled
+    # image row -> (guesses, the q each came from, None for a copied guess): an adaptive row's
+    # first-token draft, or the next guesses of zipar_sjd / video_zipar_sjd
+    row_guesses: dict[int, tuple[list[int], list]] = field(default_factory=dict)
+
+
+@dataclass
 class RowChain:
     """One active image row in one forward: the slot that predicts its next cell, then guesses."""
 
@@ -137,6 +146,7 @@ class ZipAR:
 
     name: ClassVar[str] = "zipar"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+    row_type: ClassVar[type] = ZipARRow    # the per-row state `start` makes (subclasses extend it)
 
     def bind(self, model) -> "ZipAR":
         return self if self.grid is not None else dataclasses.replace(self, grid=grid_of(model))
@@ -154,8 +164,7 @@ class ZipAR:
         if state.max_new_tokens != h * w:
             raise ValueError(f"{self.name} generates whole {h}x{w} grids: max_new_tokens must be {h * w}, "
                              f"got {state.max_new_tokens}")
-        state.scratch["canvas"] = [RasterCanvas.empty(h, w, state.prompt_lengths[b]) for b in range(state.batch)]
-        state.scratch["row_guesses"] = [{} for _ in range(state.batch)]   # row -> (guesses, q) (subclasses)
+        state.rows = [self.row_type(RasterCanvas.empty(h, w, state.prompt_lengths[b])) for b in range(state.batch)]
 
     def pending(self, canvas: RasterCanvas, row: int) -> bool:
         """Adaptive window: an active row that has not started and may still wait."""
@@ -193,7 +202,7 @@ class ZipAR:
         image row a placeholder if its predicting cell is no input this step, then its guesses."""
         if state.done[b]:
             return [], [], [], 0
-        canvas: RasterCanvas = state.scratch["canvas"][b]
+        canvas = state.rows[b].canvas
         prompt = state.tokens[b][:state.prompt_lengths[b]]
         slots = [(t, i, REAL) for i, t in enumerate(prompt)] if state.num_cached[b] == 0 else []
         n_prompt = len(slots)
@@ -209,7 +218,7 @@ class ZipAR:
                 index[source] = len(slots) - 1
             pending = self.pending(canvas, r)
             if pending:
-                guesses = state.scratch["row_guesses"][b].get(r, ([], []))[0]
+                guesses = state.rows[b].row_guesses.get(r, ([], []))[0]
             else:
                 guesses = self.guesses_for(state, b, canvas, r)
             guess_slots = list(range(len(slots), len(slots) + len(guesses)))
@@ -233,7 +242,7 @@ class ZipAR:
         """A pending row: check last step's first-token draft against p[0] (the prediction with
         more of the row above); accepted, the row starts with it and samples its second token
         from p[1]; otherwise (or with no draft yet) a new draft is drawn from p[0]."""
-        store = state.scratch["row_guesses"][b]
+        store = state.rows[b].row_guesses
         if chain.guesses:
             (x,), (q,) = store.pop(chain.row)
             verdict = accept_speculative(torch.tensor([x], device=p.device), q[None], p, state.generator)
@@ -247,7 +256,7 @@ class ZipAR:
         keep = torch.zeros_like(draft.valid)
 
         def fill_rows(b: int) -> list[int]:
-            canvas: RasterCanvas = state.scratch["canvas"][b]
+            canvas = state.rows[b].canvas
             keep[b, :meta.num_prompt[b] + len(meta.kept[b])] = True
             for cell in meta.kept[b]:
                 canvas.cached[cell] = True

@@ -20,7 +20,7 @@ Lossy like `zipar` (rows overlap); inside a row the verification is exact, so wi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -30,7 +30,12 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import sample
 from ..chain.mc_sjd import coupled_redraws
 from ..chain.sjd import draft_q
-from .zipar import RasterCanvas, RowChain, ZipAR
+from .zipar import RasterCanvas, RowChain, ZipAR, ZipARRow
+
+
+@dataclass
+class ZipARSJDRow(ZipARRow):
+    fed_upto: dict[int, int] = field(default_factory=dict)   # this forward: image row -> last column fed and kept
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class ZipARSJD(ZipAR):
     cross_rows: bool = True    # guesses may stand on the row above's guesses of the same forward
 
     name: ClassVar[str] = "zipar_sjd"
+    row_type: ClassVar[type] = ZipARSJDRow
 
     def start(self, state: DecodeState) -> None:
         if self.draft_len < 0:
@@ -53,7 +59,7 @@ class ZipARSJD(ZipAR):
         return self.grid[1] - min(self.window, self.grid[1]) if self.cross_rows else None
 
     def guesses_for(self, state: DecodeState, b: int, canvas: RasterCanvas, row: int) -> list[int]:
-        store = state.scratch["row_guesses"][b]
+        store = state.rows[b].row_guesses
         room = canvas.width - canvas.row_len[row] - 1          # the bonus token stays inside the row
         if row > 0 and canvas.row_len[row - 1] < canvas.width:  # ZipAR's lag: cell c needs c + window cells above
             above = canvas.row_len[row - 1]                     # the row above was proposed just before this one
@@ -72,20 +78,21 @@ class ZipARSJD(ZipAR):
         return list(guesses)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        state.scratch["fed_upto"] = [{} for _ in range(state.batch)]   # this forward: row -> last column fed and kept
+        for row in state.rows:
+            row.fed_upto = {}
         return super().accept(state, draft, logits)
 
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
-        store = state.scratch["row_guesses"][b]
+        store = state.rows[b].row_guesses
         guesses, q = store.get(chain.row, ([], []))
-        width = state.scratch["canvas"][b].width
+        width = state.rows[b].canvas.width
         column = chain.cell - chain.row * width
         valid = self._valid_slots(state, b, chain.row, column, len(guesses) + 1, width)
         v = accept_speculative(torch.tensor(guesses[:valid - 1], dtype=torch.long, device=p.device),
                                draft_q(guesses[:valid - 1], q[:valid - 1], p.shape[-1], p.device), p[:valid],
                                state.generator)
         k = v.num_accepted
-        state.scratch["fed_upto"][b][chain.row] = column + k - 1
+        state.rows[b].fed_upto[chain.row] = column + k - 1
         later = p[k + 1:]                               # new targets of the cells after the committed token
         store[chain.row] = (self._redraw(guesses[k + 1:], q[k + 1:], later, state), list(later))
         return guesses[:k] + [v.next_token], k
@@ -94,7 +101,7 @@ class ZipARSJD(ZipAR):
         """How many of a row's slots (its source, then its guesses) saw only accepted guesses of the
         row above: slot i sits in column `column` - 1 + i and saw the row above up to column
         `column` - 1 + i + window. The row above was accepted just before (or was complete)."""
-        upto = state.scratch["fed_upto"][b].get(row - 1)
+        upto = state.rows[b].fed_upto.get(row - 1)
         if upto is None:
             return slots
         return min(slots, max(1, upto - min(self.window, width) - column + 2))

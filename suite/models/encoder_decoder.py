@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from .cache import KVCache
-from .storage import load_weights, save_weights
+from ..cache import KVCache
+from ..runtime.storage import load_weights, save_weights
 
 TIED_HEAD = "decoder.lm_head.weight"      # tied to the decoder's input embedding: never saved
 
@@ -28,7 +28,7 @@ class CrossAttentionAdapter:
 
     supports_custom_mask = True
     supports_rollback = True
-    takes_plain_mask = True        # attention_mask=None on a cache without holes: the decoder's own causal mask
+    takes_plain_mask = True        # attention_mask=None (suite.loop.plain_causal): the decoder's own causal mask
     bind_hint = "adapter.for_images(pixels)"
     encoder_states: torch.Tensor | None = None
 
@@ -41,8 +41,6 @@ class CrossAttentionAdapter:
         return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        if attention_mask is None and getattr(cache, "holes", True):
-            attention_mask = causal_mask(cache, tokens)
         out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
                                  attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
                                  use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)

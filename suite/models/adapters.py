@@ -3,6 +3,9 @@
 `logits = model(tokens, positions, cache, attention_mask)` with tokens/positions (B, N),
 cache a `KVCache`, attention_mask (B, 1, N, S+N) bool (True = attend) -> logits (B, N - logits_from, V)
 (slots before `logits_from` need no logits: a long prefill skips most of the LM head).
+attention_mask None means plain causal (every cached slot, then causal among the N new ones): an
+adapter with `takes_plain_mask` hands None on to its model as it is, and only gets it when
+`suite.loop.plain_causal` says so (a cache without holes); an adapter never inspects a mask's values.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .cache import KVCache
+from ..cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,12 @@ class HFCausalLM:
     supports_rollback = True
     supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
     supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
-    takes_plain_mask = True         # attention_mask=None: every cached slot + a causal draft (the loop's fast path)
+    takes_plain_mask = True         # attention_mask=None: the model's own causal mask (about 2x faster SDPA on
+                                    # a CPU); suite.loop.plain_causal decides when a forward may pass it
 
     def __init__(self, model, eos_token_id=None, pad_token_id=None, linear_forms: bool = False):
         """linear_forms=True swaps the model's nn.Linear layers (in place) for the per-width matmul
-        forms measured fastest on this CPU (suite.linear_forms); config.extra["linear_forms"]
+        forms measured fastest on this CPU (suite.models.linear_forms); config.extra["linear_forms"]
         records the model's choice either way ({} when not swapped)."""
         from .linear_forms import describe, swap_linears
         self.model = model.eval()
@@ -81,26 +85,11 @@ class HFCausalLM:
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         dev = self.device
-        if attention_mask is None and not getattr(cache, "holes", True):
-            mask = None                   # the model's own causal mask is the one asked for
-        else:
-            if attention_mask is None:
-                n = tokens.shape[1]
-                causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril()
-                attention_mask = cache.attention_mask(causal.expand(tokens.shape[0], n, n))
-            mask = None if _is_plain_causal(attention_mask) else attention_mask.to(dev)
+        mask = None if attention_mask is None else attention_mask.to(dev)   # None: the model's own causal mask
         out = self.model(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
                          attention_mask=mask, use_cache=True, logits_to_keep=tokens.shape[1] - logits_from,
                          output_hidden_states=output_hidden)
         return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits
-
-
-def _is_plain_causal(mask: torch.Tensor) -> bool:
-    """True when the mask is what the model builds itself (every cached slot, causal draft): then
-    passing None lets attention take its fastest path (about 2x faster SDPA on a CPU)."""
-    n, total = mask.shape[-2], mask.shape[-1]
-    return bool(mask[..., :total - n].all()) and torch.equal(
-        mask[..., total - n:], torch.ones(n, n, dtype=torch.bool, device=mask.device).tril().expand_as(mask[..., total - n:]))
 
 
 def as_adapter(model) -> ModelAdapter:

@@ -186,7 +186,7 @@ def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
 def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
                  refresh: bool = False) -> dict[int, str]:
     """The per-width forms for a layer of this shape on this machine, measured once and cached."""
-    from .storage import cache_dir, read_json, write_json
+    from ..runtime.storage import cache_dir, read_json, write_json
     shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
     key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, one row linear".encode()).hexdigest()[:16]
     if not refresh and key in _MEMORY:

@@ -1,4 +1,4 @@
-"""Workers for tests/test_batch.py, importable by Ray actors (tests/ is on their PYTHONPATH)."""
+"""Workers for tests/test_jobs.py, importable by Ray actors (tests/ is on their PYTHONPATH)."""
 import os
 
 

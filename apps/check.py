@@ -1,4 +1,4 @@
-"""`python -m kernels.check [--out REPORT.md]`: the GPU check, within minutes on one GPU.
+"""`python -m apps.check [--out REPORT.md]`: the GPU check, within minutes on one GPU.
 
 1. the GPU-marked tests (Triton kernels vs references, on CUDA tensors), and the decoder smoke:
    every registered decoder on a tiny random model of its modality on CUDA (`--smoke` below);
@@ -10,7 +10,7 @@
 Writes a markdown report (stdout too). Exits 2 without a CUDA GPU, unless `--device cpu`, which
 runs part 2 alone on the CPU. `--overhead`: the loop's own time per step of every text decoder, as
 a fraction of its forwards (tiny 2-layer Llama and SmolLM2, CPU); `--cost-curve`: SmolLM2's
-cost(N)/cost(1) with plain linear layers and with suite.linear_forms (CPU).
+cost(N)/cost(1) with plain linear layers and with suite.models.linear_forms (CPU).
 `--smoke`: every registered decoder on a tiny random model of its modality, on `--device`
 (cuda by default; cpu runs it here): at T = 0 the exact ones equal `ar` token for token, at T = 1
 every one runs within its budget.
@@ -76,7 +76,7 @@ def latency_models(device: str):
 
 def latency_table(device: str, max_new: int) -> list[str]:
     from suite import HFCausalLM
-    from suite.static_cache import StaticHFCausalLM
+    from suite.models.static_cache import StaticHFCausalLM
     mode = "reduce-overhead" if device == "cuda" else None
     rows = []
     for label, model, ids, mask in latency_models(device):
@@ -206,7 +206,7 @@ def smoke_case(name: str, device: str) -> tuple[object, list, int, dict, object]
         table = frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)
         adapter = FrameTTSAdapter(tts.to(device), output).for_request([len(prompt) - 1], [table])
         return adapter, [prompt], 6, {}, None
-    raise ValueError(f"no smoke model for modality {modality!r} of decoder {name!r}: add one to kernels.check.smoke_case")
+    raise ValueError(f"no smoke model for modality {modality!r} of decoder {name!r}: add one to apps.check.smoke_case")
 
 
 def smoke(device: str, names=None) -> tuple[list[str], int]:
@@ -292,12 +292,12 @@ def overhead_table(max_new: int) -> list[str]:
 
 def cost_curve_table(rounds: int = 4, context: int = 700, widths=(1, 2, 4, 8, 16)) -> list[str]:
     """SmolLM2's forward cost(N)/cost(1) after `context` cached tokens, with plain nn.Linear /
-    "sdpa" and with suite.linear_forms swapped in, measured in alternation (the fastest of
+    "sdpa" and with suite.models.linear_forms swapped in, measured in alternation (the fastest of
     `rounds` rounds per width; CPU time of the process under one thread)."""
     import text.model
     from suite import HFCausalLM
     from suite.cost import measure_curve
-    from suite.linear_forms import swap_linears, unswap_linears
+    from suite.models.linear_forms import swap_linears, unswap_linears
     model, _ = text.model.load_embedded(progress=False)
     clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
     runs = {"plain": [], "swapped": []}
@@ -322,7 +322,7 @@ def _emit(report: str, out: Path | None, status: int = 0) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernels.check", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m apps.check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=None, help="also write the report here")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -333,7 +333,7 @@ def main(argv=None) -> int:
                    help="only the loop-overhead table (on the CPU): each text decoder's own step time as a "
                         "fraction of its forwards")
     p.add_argument("--cost-curve", action="store_true",
-                   help="only SmolLM2's cost(N)/cost(1) on the CPU, plain vs suite.linear_forms")
+                   help="only SmolLM2's cost(N)/cost(1) on the CPU, plain vs suite.models.linear_forms")
     p.add_argument("--smoke", action="store_true",
                    help="only the decoder smoke test on --device: every registered decoder on a tiny model, "
                         "T = 0 against ar and T = 1 within budget (exit 1 on a failure)")

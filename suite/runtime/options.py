@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from .registry import DECODERS, parse_option
+from ..registry import DECODERS, parse_option
 
 
 def ui_options(name: str, overrides: dict | None = None) -> dict[str, object]:
@@ -70,7 +70,7 @@ def typed_option(key: str, raw: str, default):
 
 def describe_decoders(names) -> str:
     """One line per decoder for a CLI's --help: name, guarantee (from the registry), what it does."""
-    from .registry import decoder_entry
+    from ..registry import decoder_entry
     width = max(map(len, names), default=0)
     lines = []
     for name in names:
@@ -92,7 +92,7 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
     """What a CLI's summary line says about its decoder: the registry's guarantee (`kind` for a reader
     outside the registry, e.g. a CTC head; else "") and, for a lossy one, its measured quality cost
     (`costs`, see quality_costs)."""
-    from .registry import REGISTRY
+    from ..registry import REGISTRY
     if name not in REGISTRY and kind is None:
         return ""
     if name == "ar":

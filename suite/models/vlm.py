@@ -1,7 +1,7 @@
 """Vision-language models of transformers (image-text-to-text) as suite ModelAdapters, through
 their public forward, from a local folder saved with `save_pretrained` (processor included).
 
-    vlm = suite.vlm.load_vlm("/models/paligemma")              # offline, local folder
+    vlm = suite.models.vlm.load_vlm("/models/paligemma")              # offline, local folder
     res = vlm.generate(image, "detect cat", decoder="lookahead", max_new_tokens=64)
     res.texts, res.tokens, res.stats
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .adapters import AdapterConfig
-from .cache import KVCache
+from ..cache import KVCache
 from .encoder_decoder import causal_mask
 
 # model_type -> (transformers class, path of its text decoder's layers for layer-truncated drafts)
@@ -380,8 +380,8 @@ class VLM:
                  top_k=None, top_p=None, seed=None, batch=None, **options) -> VLMResult:
         """Decode the answers to `prompts` about `images` with any chain decoder; speculative
         takes draft='self:N' (the first N text layers) or draft_model= (a VLM of the family)."""
-        from .api import prepare
-        from .loop import decode
+        from ..api import prepare
+        from ..loop import decode
         batch = batch if batch is not None else self.inputs(images, prompts)
         adapter = self.adapter(batch, max_new_tokens)
         options = self._draft(adapter, batch, max_new_tokens, options)
@@ -453,40 +453,8 @@ def load_vlm(folder, device: str | None = None, generation: dict | None = None) 
 
 def vlm_family(folder) -> str | None:
     """The model_type of a folder's config.json, or None when it has none."""
-    from .storage import read_json
+    from ..runtime.storage import read_json
     path = os.path.join(str(folder), "config.json")
     if not os.path.isfile(path):
         raise ValueError(f"{folder} has no config.json: pass a model folder saved with save_pretrained")
     return read_json(path).get("model_type")
-
-
-@dataclass
-class ChatResult:
-    text: str
-    tokens: list[int]
-    stats: object
-
-
-class VLMChat:
-    """Vision-language chat over a loaded VLM (what `text.load(folder)` returns for an
-    image-text-to-text folder): `chat.generate("What is here?", image=img, decoder="ngram")`."""
-
-    def __init__(self, vlm: VLM, name: str = ""):
-        self.vlm, self.name = vlm, name or vlm.folder
-        self.decoders = tuple(n for n in ("ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative")
-                              if vlm.family != "kosmos-2" or n != "lookahead")
-
-    def prompt(self, text: str) -> str:
-        """Qwen2-VL (a chat model): its chat template over one image turn; the other families take
-        the text as their prompt (PaliGemma, Florence-2 tasks, Kosmos-2, GOT-OCR2)."""
-        if self.vlm.family == "qwen2_vl":
-            turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-            return self.vlm.processor.apply_chat_template(turn, add_generation_prompt=True)
-        return text
-
-    def generate(self, prompt: str, image=None, decoder="ar", max_new_tokens: int = 128, **options) -> ChatResult:
-        if image is None:
-            raise ValueError(f"{self.vlm.family} is a vision-language model: pass image= (a PIL image) with the prompt")
-        res = self.vlm.generate([image], [self.prompt(prompt)], decoder=decoder, max_new_tokens=max_new_tokens, **options)
-        text = self.vlm.tokenizer.decode(res.tokens[0], skip_special_tokens=True)
-        return ChatResult(text, res.tokens[0], res.stats)

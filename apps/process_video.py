@@ -1,10 +1,10 @@
 """Batch video processing: on-screen text, a grounded phrase and the speech of each video, to JSON and SRT.
 
-    python -m vision.process_video talks/ --out processed/
-    python -m vision.process_video clip.mp4 --out processed/ --phrase "the red circle" --fps 2
-    python -m vision.process_video clip.mp4 --out processed/ --compare-ar     # also frame-by-frame ar: forwards, identical?
-    python -m vision.process_video clips/ --out processed/ --drafts none      # frame-by-frame ar only (the baseline)
-    python -m vision.process_video clips/ --out processed/ --engine ray --workers 2
+    python -m apps.process_video talks/ --out processed/
+    python -m apps.process_video clip.mp4 --out processed/ --phrase "the red circle" --fps 2
+    python -m apps.process_video clip.mp4 --out processed/ --compare-ar     # also frame-by-frame ar: forwards, identical?
+    python -m apps.process_video clips/ --out processed/ --drafts none      # frame-by-frame ar only (the baseline)
+    python -m apps.process_video clips/ --out processed/ --engine ray --workers 2
 
 Each video (a file, or every video of a folder, searched recursively) is read with PyAV: frames
 sampled at --fps and its audio track. Every frame's text lines go through the document reader;
@@ -142,7 +142,7 @@ def _versus_ar(summary: dict, rows: list[dict], ar_rows: list[dict], keys: tuple
 
 
 class VideoWorker:
-    """The batch worker (suite.batch): loads the readers once, processes one video per call into
+    """The batch worker (suite.runtime.jobs): loads the readers once, processes one video per call into
     the texts of its SRT and JSON. Frames are decoded and read one at a time."""
 
     def __init__(self, fps=1.0, max_frames=None, ocr=True, detector="auto", drafts="temporal", phrase=None,
@@ -282,7 +282,7 @@ def outputs_of(base: Path) -> tuple[Path, Path]:
 
 def write_outputs(item, result: dict) -> None:
     """The SRT, then the JSON (it marks the video done); if the JSON fails, the SRT goes too."""
-    from suite.storage import write_text
+    from suite.runtime.storage import write_text
     srt, js = item.outputs
     srt.parent.mkdir(parents=True, exist_ok=True)
     write_text(srt, result["srt"])
@@ -307,8 +307,8 @@ def result_line(key: str, result: dict) -> str:
 
 
 def parse(argv):
-    from suite.batch import add_batch_arguments
-    ap = argparse.ArgumentParser(prog="python -m vision.process_video", description=__doc__.split("\n\n")[0],
+    from suite.runtime.jobs import add_batch_arguments
+    ap = argparse.ArgumentParser(prog="python -m apps.process_video", description=__doc__.split("\n\n")[0],
                                  epilog="examples:\n" + __doc__.split("\n\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="video files, or folders searched recursively for videos")
@@ -342,7 +342,7 @@ def parse(argv):
 
 
 def build_job(args, pairs: list[tuple[Path, Path]]):
-    from suite.batch import BatchJob, Item
+    from suite.runtime.jobs import BatchJob, Item
     items = [Item(str(src), {"src": str(src)}, outputs_of(base)) for src, base in pairs]
     worker_args = {"fps": args.fps, "max_frames": args.max_frames, "ocr": not args.no_ocr, "detector": args.detector,
                    "drafts": args.drafts, "phrase": args.phrase, "asr": args.asr, "asr_decoder": args.asr_decoder,
@@ -380,7 +380,7 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from suite.batch import engine_from_args, run_cli
+    from suite.runtime.jobs import engine_from_args, run_cli
     args = parse(argv)
     try:
         check_args(args)

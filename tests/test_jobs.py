@@ -1,4 +1,4 @@
-"""suite.batch: both engines give the same outputs, faults and resume (Ray Data on a local cluster:
+"""suite.runtime.jobs: both engines give the same outputs, faults and resume (Ray Data on a local cluster:
 one session fixture; the 2-node test runs ray.cluster_utils.Cluster in a subprocess)."""
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.batch import BatchError, BatchJob, Engine, Item, connect, run_batch
+from suite.runtime.jobs import BatchError, BatchJob, Engine, Item, connect, run_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -46,13 +46,13 @@ def cluster():
 
 
 def squares(tmp_path, n=8, **worker_args):
-    from batchworkers import Square
+    from jobworkers import Square
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     items = [Item(f"in{i}", {"x": i}, (out / f"{i}.txt",)) for i in range(n)]
 
     def write(item, result):
-        from suite.storage import write_text
+        from suite.runtime.storage import write_text
         assert not item.outputs[0].exists(), f"{item.key} written twice"
         write_text(item.outputs[0], str(result["y"]))
     return BatchJob("squares", items, Square, worker_args, write, fields=("y",), manifest=out / "manifest.jsonl",
@@ -191,8 +191,8 @@ import sys
 from ray.cluster_utils import Cluster
 import ray
 sys.path.insert(0, {here!r})
-from suite.batch import BatchJob, Engine, Item, run_batch
-from batchworkers import Square
+from suite.runtime.jobs import BatchJob, Engine, Item, run_batch
+from jobworkers import Square
 cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
 cluster.add_node(num_cpus=2)
 ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False,
@@ -312,7 +312,7 @@ def test_generate_video_ray_engine_writes_the_local_engines_clips(cluster, video
 
 def test_process_video_ray_engine_writes_the_local_engines_json_and_srt(cluster, tmp_path, capsys):
     pytest.importorskip("av")
-    from vision.process_video import main
+    from apps.process_video import main
     material = _test_module("video_process_tests", "vision/test_process_video.py")
     src = tmp_path / "in"
     src.mkdir()

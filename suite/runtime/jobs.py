@@ -6,7 +6,7 @@ worker gets, the files that exist once it is done), a worker class and `write`. 
 the only part that runs remotely: `Worker(**worker_args)` loads the model once (per actor), and
 `worker(payload)` maps one input to one result dict (its keys: the job's `fields`, the row schema).
 `write(item, result)` runs here, on the driver, and writes that input's outputs atomically
-(suite.storage), so both engines write the same files from the same results.
+(suite.runtime.storage), so both engines write the same files from the same results.
 
 `run_batch` lists what is pending (resume: a manifest row done with the same settings whose outputs
 exist, or the job's own `is_done`), runs the workers, keeps one progress bar over inputs, appends

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .adapters import HFCausalLM
-from .cache import KVCache
+from ..cache import KVCache
 
 
 class StaticKVCache(KVCache):

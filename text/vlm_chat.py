@@ -1,0 +1,39 @@
+"""Vision-language chat: what `text.load(folder)` returns for an image-text-to-text folder, over
+suite.models.vlm's VLM adapters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suite.models.vlm import VLM
+
+
+@dataclass
+class ChatResult:
+    text: str
+    tokens: list[int]
+    stats: object
+
+
+class VLMChat:
+    """Vision-language chat over a loaded VLM (what `text.load(folder)` returns for an
+    image-text-to-text folder): `chat.generate("What is here?", image=img, decoder="ngram")`."""
+
+    def __init__(self, vlm: VLM, name: str = ""):
+        self.vlm, self.name = vlm, name or vlm.folder
+        self.decoders = tuple(n for n in ("ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative")
+                              if vlm.family != "kosmos-2" or n != "lookahead")
+
+    def prompt(self, text: str) -> str:
+        """Qwen2-VL (a chat model): its chat template over one image turn; the other families take
+        the text as their prompt (PaliGemma, Florence-2 tasks, Kosmos-2, GOT-OCR2)."""
+        if self.vlm.family == "qwen2_vl":
+            turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+            return self.vlm.processor.apply_chat_template(turn, add_generation_prompt=True)
+        return text
+
+    def generate(self, prompt: str, image=None, decoder="ar", max_new_tokens: int = 128, **options) -> ChatResult:
+        if image is None:
+            raise ValueError(f"{self.vlm.family} is a vision-language model: pass image= (a PIL image) with the prompt")
+        res = self.vlm.generate([image], [self.prompt(prompt)], decoder=decoder, max_new_tokens=max_new_tokens, **options)
+        text = self.vlm.tokenizer.decode(res.tokens[0], skip_special_tokens=True)
+        return ChatResult(text, res.tokens[0], res.stats)
