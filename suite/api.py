@@ -95,7 +95,11 @@ def _rows(input_ids, attention_mask) -> list[list]:
 
 
 def _sequences(input_ids, new_tokens: list[list[int]], pad: int) -> torch.Tensor:
-    """(B, P + new) on the input's device, as transformers' generate returns it."""
+    """(B, P + new) on the input's device, as transformers' generate returns it (ragged rows given
+    as lists are left-padded with `pad`, as a tokenizer pads them for it)."""
+    if isinstance(input_ids, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in input_ids):
+        width = max(len(r) for r in input_ids)
+        input_ids = [[pad] * (width - len(r)) + list(r) for r in input_ids]
     ids = torch.as_tensor(input_ids)
     if ids.dim() == 1:
         ids = ids[None]

@@ -3,7 +3,7 @@
 bookkeeping in `state.rows` (one of their Row dataclass per row)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -28,3 +28,19 @@ class RequestInputs:
         if len(values) != batch:
             raise ValueError(f"inputs.{field} has {len(values)} rows for a batch of {batch}")
         return values
+
+    def select(self, index: list[int]) -> "RequestInputs":
+        """These inputs for rows `index` only (a running batch's rows leaving)."""
+        return replace(self, **{f.name: tuple(getattr(self, f.name)[b] for b in index)
+                                for f in fields(self) if getattr(self, f.name) is not None})
+
+    def extend(self, other: "RequestInputs", mine: int, theirs: int) -> "RequestInputs":
+        """These inputs (`mine` rows) followed by `other`'s (`theirs` rows); a side without an input
+        contributes None for each of its rows."""
+        joined = {}
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a is not None or b is not None:
+                joined[f.name] = tuple(a or (None,) * mine) + tuple(b or (None,) * theirs)
+        return replace(self, **joined)
+

@@ -111,6 +111,7 @@ class DecodeState:
         self.prompt_lengths = [len(t) for t in self.tokens]
         self.num_cached = [0] * len(self.tokens)
         self.done = [False] * len(self.tokens)
+        self.budgets = [self.max_new_tokens] * len(self.tokens)   # new tokens each row may commit
         if self.generator is None:   # seed None: a fresh random stream per request, on the cache's device
             self.generator = torch.Generator(device=self.cache.valid.device)
             if self.params.seed is None:
@@ -140,7 +141,7 @@ class DecodeState:
 
     def room(self, b: int) -> int:
         """How many more tokens row b may commit (max_new_tokens and the context both bound it)."""
-        left = self.max_new_tokens - len(self.new_tokens(b))
+        left = self.budgets[b] - len(self.new_tokens(b))
         if self.max_length is not None:
             left = min(left, self.max_length - len(self.tokens[b]))
         return max(left, 0)
@@ -166,6 +167,38 @@ class DecodeState:
             out.append(new)
         return out
 
+    # -- rows leave and join (continuous batching: suite.scheduler) ------------------------------------
+
+    PER_ROW = ("tokens", "prompt_lengths", "num_cached", "done", "budgets", "rows")
+
+    def select(self, index: list[int]) -> None:
+        """Keep only rows `index`, in that order, with their cache rows and the decoder's state
+        (each row's own in `rows`; the batch-wide `shared` selects its rows too)."""
+        for name in self.PER_ROW:
+            values = getattr(self, name)
+            setattr(self, name, [values[b] for b in index])
+        self.cache.select(index)
+        if self.shared is not None:
+            self.shared.select(index)
+        self.inputs = self.inputs.select(index)
+
+    def extend(self, other: "DecodeState") -> None:
+        """Append the rows of `other` (a request of the same model, decoder, sampling and stop
+        rules, started: `begin` ran on it) after this state's rows."""
+        self.inputs = self.inputs.extend(other.inputs, self.batch, other.batch)
+        for name in self.PER_ROW:
+            getattr(self, name).extend(getattr(other, name))
+        self.cache.extend(other.cache)
+        if self.shared is not None:
+            self.shared.extend(other.shared)
+
+    @property
+    def regroupable(self) -> bool:
+        """Whether rows may leave and join: the decoder's batch-wide state, if any, selects and
+        extends rows, and so does the cache."""
+        return all(hasattr(x, "select") and hasattr(x, "extend")
+                   for x in (self.cache, self.shared) if x is not None)
+
 
 class Decoder(Protocol):
     """`start` validates the request and fills `state.rows` (one of the decoder's own Row dataclass
@@ -179,38 +212,55 @@ class Decoder(Protocol):
     def accept(self, state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance: ...
 
 
-def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
-    """Yield one Step per target forward until every row is done. wall_time_s counts decoding
-    only, not the time the caller spends between steps."""
+def begin(decoder: Decoder, state: DecodeState) -> Step | None:
+    """Start a request: the decoder validates it and makes its row state; the Step of the tokens
+    it knows before any forward (committed without one), or None."""
     t0 = time.perf_counter()
-    index = 0
     known = decoder.start(state)
     if not state.rows:      # a decoder that keeps no row state still has one (empty) slot per row
         state.rows = [None] * state.batch
+    step = None
     if known is not None:
         committed = state.commit(known, scored=False)
         state.stats.num_new_tokens += sum(len(c) for c in committed)   # not a forward: no accepted length
-        state.stats.wall_time_s += time.perf_counter() - t0
-        yield Step(index, committed, 0, list(state.done), state.stats)
-        t0, index = time.perf_counter(), index + 1
+        step = Step(0, committed, 0, list(state.done), state.stats)
+    state.stats.wall_time_s += time.perf_counter() - t0
+    return step
+
+
+def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step:
+    """One step over the rows not done: propose, score (one forward), accept, commit and discard
+    the rejected K/V."""
+    t0 = time.perf_counter()
+    draft = decoder.propose(state)
+    with torch.no_grad():
+        mask = forward_mask(model, state.cache, draft)
+        if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
+            logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
+                                         logits_from=draft.logits_from, output_hidden=True)
+        else:
+            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
+    slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+    state.stats.num_forwards += 1
+    acc = decoder.accept(state, draft, logits)
+    _drop_rejected(state.cache, draft, acc, slots)
+    committed = state.commit(acc)
+    state.cache.compact()
+    _count(state, committed, t0)
+    return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
+
+
+def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
+    """Yield one Step per target forward until every row is done (a fixed batch: suite.scheduler
+    lets rows leave and join). wall_time_s counts decoding only, not the time the caller spends
+    between steps."""
+    first = begin(decoder, state)
+    index = 0
+    if first is not None:
+        yield first
+        index = 1
     while not all(state.done):
-        draft = decoder.propose(state)
-        with torch.no_grad():
-            mask = forward_mask(model, state.cache, draft)
-            if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
-                logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
-                                             logits_from=draft.logits_from, output_hidden=True)
-            else:
-                logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
-        slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
-        state.stats.num_forwards += 1
-        acc = decoder.accept(state, draft, logits)
-        _drop_rejected(state.cache, draft, acc, slots)
-        committed = state.commit(acc)
-        state.cache.compact()
-        _count(state, committed, t0)
-        yield Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
-        t0 = time.perf_counter()
+        yield advance(model, decoder, state, index)
         index += 1
 
 

@@ -141,7 +141,10 @@ def read_prompts(source: str) -> list[str]:
 
 class TextWorker:
     """The batch worker (suite.runtime.jobs): loads the model once, decodes one prompt per call into the
-    JSON record of --output."""
+    JSON record of --output. Its calls run `concurrency` at a time and share forwards (the model's
+    scheduler: prompts join the running batch and leave it as they finish)."""
+
+    concurrency = 16
 
     def __init__(self, model=None, decoder=None, compare=False, threads=None, **kwargs):
         import text

@@ -1,7 +1,9 @@
-"""`text.load()` and `TextGenerator`: prompts in, text out, through `suite.prepare` and the `suite.decode_steps` loop."""
+"""`text.load()` and `TextGenerator`: prompts in, text out, through the model's `suite.scheduler.Scheduler`
+(`suite.prepare`, then the decode loop's steps, shared with concurrent requests)."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -97,6 +99,8 @@ class TextGenerator:
         self.model = model.eval()
         self.draft_folder = draft_folder    # the EAGLE head's weights for decoder="eagle" / "auto"
         self._head = None
+        self._scheduler = None
+        self._lock = threading.Lock()
         self.tokenizer = tokenizer
         self.name = name or type(model).__name__
         tokenizer.padding_side = "left"
@@ -172,9 +176,10 @@ class TextGenerator:
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, **decoder_options) -> TextResult:
         """Decode one prompt (text is a str) or a batch (text is a list; ragged rows, each advancing
-        by its own accepted length)."""
-        out = suite.decode(*self._prepare(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed,
-                                          chat, decoder_options))
+        by its own accepted length and leaving the batch when it finishes). Concurrent calls share
+        forwards (`scheduler`)."""
+        out = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
+                           decoder_options).result()
         texts = [self.decode(ids) for ids in out.new_tokens]
         reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
         if isinstance(prompt, str):
@@ -186,21 +191,33 @@ class TextGenerator:
                chat: bool = False, **decoder_options) -> "TextStream":
         """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
         `generate`; bad input raises here, before iterating. After iteration the returned
-        object's `.text`, `.token_ids` and `.stats` hold the whole result."""
+        object's `.text`, `.token_ids` and `.stats` hold the whole result; leaving the iteration
+        early cancels the request (its rows leave the batch)."""
         if not isinstance(prompt, str):
             raise ValueError("stream takes one prompt (a str); use generate for a list")
-        # what suite.stream does, keeping hold of the state so the stream can report its stats
-        adapter, dec, state = self._prepare(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed,
-                                            chat, decoder_options)
-        return TextStream(self, suite.decode_steps(adapter, dec, state), state.stats)
+        request = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
+                               decoder_options, stream=True)
+        return TextStream(self, request)
 
-    def _prepare(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options):
-        """(adapter, decoder, state) of a request: the prompts' rows, built once, and the request
-        through `suite.prepare`, which checks everything but the prompt text."""
+    @property
+    def scheduler(self):
+        """This model's suite.scheduler.Scheduler (its stepping thread starts on the first request):
+        every generate and stream call of this generator, from any thread, goes through it."""
+        with self._lock:
+            if self._scheduler is None:
+                from suite.scheduler import Scheduler
+                self._scheduler = Scheduler(self.model, name=f"scheduler {self.name}")
+            return self._scheduler
+
+    def _submit(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options,
+                stream: bool = False):
+        """Queue a request: the prompts' rows, built once, through `suite.prepare` (in
+        Scheduler.submit), which checks everything but the prompt text."""
         if isinstance(decoder, str):
             options = self._options(decoder, options)
-        return suite.prepare(self.model, self.rows(prompt, chat), decoder=decoder, max_new_tokens=max_new_tokens,
-                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **options)
+        return self.scheduler.submit(self.rows(prompt, chat), decoder=decoder, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stream=stream,
+                                     **options)
 
     def decoder(self, name: str, **options):
         """The decoder `name` with `options`; eagle and auto get this model's draft head unless
@@ -231,19 +248,23 @@ class TextStream:
     """Iterator of text chunks; the chunks join to `.text`. Token ids are decoded in full each
     step and only the new suffix is yielded, held back while it ends inside a multi-byte character."""
 
-    def __init__(self, gen: TextGenerator, steps, stats: suite.DecodeStats):
-        self._gen, self._steps = gen, steps
+    def __init__(self, gen: TextGenerator, request):
+        self._gen, self._request = gen, request
         self.token_ids: list[int] = []
         self.text = ""          # what has been yielded so far (all of it once iteration ends)
-        self.stats = stats      # live: updated after every forward
+        self.stats = request.stats   # live: updated after every forward
         self.finish_reason: str | None = None
 
     def __iter__(self) -> Iterator[str]:
-        for step in self._steps:
-            self.token_ids.extend(step.committed[0])
-            chunk = self._advance(final=False)
-            if chunk:
-                yield chunk
+        try:
+            for step in self._request.steps():
+                self.token_ids.extend(step.committed[0])
+                chunk = self._advance(final=False)
+                if chunk:
+                    yield chunk
+        finally:
+            if not self._request.done:      # the reader left early (closed the stream): free the rows
+                self._request.cancel()
         chunk = self._advance(final=True)
         if chunk:
             yield chunk

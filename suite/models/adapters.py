@@ -52,6 +52,7 @@ class HFCausalLM:
     supports_rollback = True
     supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
     supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
+    supports_row_moves = True       # holds nothing per row: rows may leave and join a batch (suite.scheduler)
     takes_plain_mask = True         # attention_mask=None: the model's own causal mask (about 2x faster SDPA on
                                     # a CPU); suite.loop.plain_causal decides when a forward may pass it
 

@@ -6,7 +6,9 @@ worker gets, the files that exist once it is done), a worker class and `write`. 
 the only part that runs remotely: `Worker(**worker_args)` loads the model once (per actor), and
 `worker(payload)` maps one input to one result dict (its keys: the job's `fields`, the row schema).
 `write(item, result)` runs here, on the driver, and writes that input's outputs atomically
-(suite.runtime.storage), so both engines write the same files from the same results.
+(suite.runtime.storage), so both engines write the same files from the same results. A worker
+whose calls share forwards (its model's suite.scheduler.Scheduler) says how many inputs it takes
+at once (`concurrency`): each engine (the local one, every Ray actor) keeps that many in flight.
 
 `run_batch` lists what is pending (resume: a manifest row done with the same settings whose outputs
 exist, or the job's own `is_done`), runs the workers, keeps one progress bar over inputs, appends
@@ -24,6 +26,7 @@ import pickle
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -218,11 +221,26 @@ def _worker_args(job: BatchJob, threads: int | None) -> dict:
     return args
 
 
+def call_all(worker, items: list[Item], fields: tuple[str, ...]) -> Iterator[Outcome]:
+    """`call_worker` over `items`, outcomes as they finish: one at a time, or `worker.concurrency`
+    at once for a worker whose concurrent calls share forwards."""
+    width = getattr(worker, "concurrency", 1)
+    if width <= 1 or len(items) <= 1:
+        yield from (call_worker(worker, item, fields) for item in items)
+        return
+    pool = ThreadPoolExecutor(min(width, len(items)), thread_name_prefix="job")
+    try:
+        futures = [pool.submit(call_worker, worker, item, fields) for item in items]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)      # interrupted: the inputs not started are dropped
+
+
 def run_local(job: BatchJob, items: list[Item], engine: Engine):
     _set_threads(engine.threads)
     worker = job.worker(**_worker_args(job, engine.threads))
-    for item in items:
-        yield call_worker(worker, item, job.fields)
+    yield from call_all(worker, items, job.fields)
 
 
 class RayWorker:
@@ -236,9 +254,10 @@ class RayWorker:
 
     def __call__(self, batch: dict) -> dict:
         out = {"index": [], "status": [], "message": [], "result": [], "seconds": []}
-        for index, key, blob in zip(batch["index"], batch["key"], batch["payload"]):
-            o = call_worker(self.worker, Item(str(key), pickle.loads(blob)), self.fields)
-            out["index"].append(int(index))
+        items = [Item(str(key), pickle.loads(blob)) for key, blob in zip(batch["key"], batch["payload"])]
+        index_of = {id(it): int(i) for it, i in zip(items, batch["index"])}
+        for o in call_all(self.worker, items, self.fields):
+            out["index"].append(index_of[id(o.item)])
             out["status"].append(o.status)
             out["message"].append(o.message)
             out["result"].append(pickle.dumps(o.result))

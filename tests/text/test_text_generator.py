@@ -72,12 +72,22 @@ def test_stream_chunks_join_to_generate_text(tiny):
     assert s.stats.num_new_tokens == len(ref.token_ids) and s.stats.num_forwards == ref.stats.num_forwards
 
 
+class Replay:
+    """A finished request whose steps are given (what TextStream reads of a scheduler's request)."""
+
+    def __init__(self, steps):
+        self._steps, self.stats, self.done = steps, suite.DecodeStats(), True
+
+    def steps(self):
+        return iter(self._steps)
+
+
 def test_stream_waits_for_whole_multibyte_characters(tiny):
     word = "héllo 🙂 wörld"
     ids = tiny.tokenizer(word, add_special_tokens=False).input_ids
     assert len(ids) > len(word.split())  # the emoji spans several byte-level tokens
-    steps = (Step(i, [[t]], 1, [False], suite.DecodeStats()) for i, t in enumerate(ids))
-    stream = TextStream(tiny, steps, suite.DecodeStats())
+    steps = [Step(i, [[t]], 1, [False], suite.DecodeStats()) for i, t in enumerate(ids)]
+    stream = TextStream(tiny, Replay(steps))
     chunks = list(stream)
     assert "".join(chunks) == word
     assert not any("\ufffd" in c for c in chunks)

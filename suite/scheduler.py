@@ -1,0 +1,313 @@
+"""Continuous batching: requests join a running batch between steps and finished rows leave it
+at the step they finish, so concurrent requests share forwards instead of queueing behind each other.
+
+    sched = Scheduler(model)                       # one stepping thread per loaded model
+    req = sched.submit(rows, decoder="ngram", max_new_tokens=64)
+    for step in req.steps():                       # this request's own steps, as they happen
+        ...
+    req.result().new_tokens, req.result().stats    # or: req.cancel()
+
+A request is checked when it is submitted (`suite.prepare`: a bad option or a prompt over the
+context fails that call alone). The stepping thread admits waiting requests first come, first
+served, up to `max_rows` live rows: it starts them (`begin`), prefills them together in one
+forward, then appends their rows to the running batch of the same decoder and settings; each
+step runs one forward per batch, and rows that finish (or whose request is cancelled) leave it
+before the next. Requests with different decoders, options, sampling parameters or stop tokens
+run in batches of their own, stepped in turn on the same thread. A request sampled with a seed
+runs in a batch of its own too (its rows share one random stream), so its tokens never depend on
+other requests; a greedy request's tokens never do. Decoders whose batch-wide state cannot move
+rows (`DecodeState.regroupable`), or adapters that hold per-row inputs (`supports_row_moves`
+False: encoder states, conditioning tables), run each request as a fixed batch.
+
+vLLM's scheduler, SGLang's filter/merge and TGI's filter/concatenate retire and admit rows the
+same way; the rows here carry any decoder's typed state (`DecodeState.rows`).
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .api import prepare
+from .models.adapters import as_adapter
+from .loop import DecodeResult, DecodeState, Step, advance, begin
+from .stats import DecodeStats
+
+_FINISHED = object()     # end of a request's step stream
+
+
+class RequestCancelled(RuntimeError):
+    """The request was cancelled before it finished."""
+
+
+@dataclass(eq=False)
+class Request:
+    """A submitted request's handle: stream its steps, wait for its result, or cancel it."""
+
+    state: DecodeState
+    decoder: object
+    key: object
+    stream: bool = False
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    new_tokens: list[list[int]] = field(default_factory=list)
+    error: BaseException | None = None
+    cancelled: bool = False
+
+    def __post_init__(self):
+        self.batch = self.state.batch
+        self.new_tokens = [[] for _ in range(self.batch)]
+        self._done = threading.Event()
+        self._steps: queue.Queue = queue.Queue()
+        self._row_done = [False] * self.batch
+
+    def steps(self):
+        """Yield this request's Steps (its own rows, in its own order) until it finishes; raises
+        its error, or RequestCancelled."""
+        while True:
+            item = self._steps.get()
+            if item is _FINISHED:
+                break
+            yield item
+        self._raise()
+
+    def result(self, timeout: float | None = None) -> DecodeResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError("the request has not finished")
+        self._raise()
+        return DecodeResult([list(t) for t in self.new_tokens], self.stats)
+
+    def cancel(self) -> None:
+        """Stop the request: its rows leave the batch at the next step (a user who left the page)."""
+        self.cancelled = True
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.cancelled and not all(self._row_done):
+            raise RequestCancelled("the request was cancelled")
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        if self.done:
+            return
+        self.error = error
+        self._steps.put(_FINISHED)
+        self._done.set()
+
+
+@dataclass(eq=False)
+class _Batch:
+    """One running batch: a DecodeState whose row r belongs to owners[r] = (request, its row)."""
+
+    key: object
+    decoder: object
+    state: DecodeState
+    owners: list[tuple[Request, int]]
+    index: int = 0
+
+    @staticmethod
+    def of(request: Request) -> "_Batch":
+        return _Batch(request.key, request.decoder, request.state, [(request, r) for r in range(request.batch)])
+
+
+class Scheduler:
+    """The stepping thread of one model, its queue of requests and its running batches.
+    max_rows caps the live rows over all batches (admission waits below it)."""
+
+    def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler"):
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self.adapter = as_adapter(model)
+        self.max_rows, self.name = max_rows, name
+        self._waiting: deque[Request] = deque()
+        self._batches: list[_Batch] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._solo = itertools.count()          # keys of requests that never share a batch
+
+    # -- the caller's side ------------------------------------------------------------------------
+
+    def submit(self, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
+               temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
+               inputs=None, stream: bool = False, **options) -> Request:
+        """Queue a request (the arguments of `suite.generate`); it is checked here, so a bad one
+        raises in the caller and never reaches the batch. stream=True: `steps()` will be read."""
+        if self._closed:
+            raise RuntimeError("the scheduler is closed")
+        _, dec, state = prepare(self.adapter, input_ids, attention_mask, decoder, max_new_tokens, temperature,
+                                      top_k, top_p, seed, eos_token_id, inputs, **options)
+        request = Request(state, dec, self._key(dec, state), stream)
+        with self._wake:
+            self._waiting.append(request)
+            self._ensure_thread()
+            self._wake.notify()
+        return request
+
+    def generate(self, input_ids, **kwargs) -> DecodeResult:
+        """Submit and wait: the request's result (what `suite.decode` returns for it alone)."""
+        return self.submit(input_ids, **kwargs).result()
+
+    def close(self) -> None:
+        """Stop the thread once the running requests finish; later submits are refused."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    @property
+    def live_rows(self) -> int:
+        return sum(b.state.batch for b in self._batches)
+
+    def _key(self, decoder, state: DecodeState):
+        """Requests with equal keys may share a batch: the same decoder and options, sampling and
+        stop rules; a seeded sampled request (its own random stream) or a decoder that cannot
+        move rows gets a key of its own."""
+        p = state.params
+        moves = getattr(self.adapter, "supports_row_moves", False)    # the adapter keeps nothing per row
+        if (not p.greedy and p.seed is not None) or not state.regroupable or not moves:
+            return ("solo", next(self._solo))
+        try:
+            hash(decoder)
+            dec_key = decoder
+        except TypeError:                       # options that do not hash (tensors): that object only
+            dec_key = id(decoder)
+        return (dec_key, p.temperature, p.top_k, p.top_p, state.eos_token_ids, state.max_length)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+
+    # -- the stepping thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._waiting and not self._batches and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._waiting and not self._batches:
+                    return
+                admitted = self._admit()
+            try:
+                self._join(admitted)
+                for batch in list(self._batches):
+                    self._step(batch)
+                self._retire()
+            except Exception as e:          # noqa: BLE001: a bug here must not leave callers waiting
+                for request in [r for b in self._batches for r, _ in b.owners] + admitted:
+                    request._finish(e)
+                self._batches.clear()
+
+    def _admit(self) -> list[Request]:
+        """Waiting requests, first come first served, while their rows fit under max_rows (a
+        request larger than the cap runs alone once nothing else is live)."""
+        out, live = [], self.live_rows
+        while self._waiting:
+            request = self._waiting[0]
+            if request.cancelled:
+                self._waiting.popleft()._finish()
+                continue
+            if live and live + request.batch > self.max_rows:
+                break
+            out.append(self._waiting.popleft())
+            live += request.batch
+        return out
+
+    def _join(self, admitted: list[Request]) -> None:
+        """Start the admitted requests, prefill those of one key together in one forward, and
+        append their rows to the running batch of that key."""
+        groups: dict[object, _Batch] = {}
+        for request in admitted:
+            try:
+                first = begin(request.decoder, request.state)
+            except Exception as e:          # noqa: BLE001: the request fails alone
+                request._finish(e)
+                continue
+            if first is not None:
+                self._deliver(_Batch.of(request), first, 0.0)
+            group = groups.get(request.key)
+            if group is None:
+                groups[request.key] = _Batch.of(request)
+            else:
+                group.state.extend(request.state)
+                group.owners += [(request, r) for r in range(request.batch)]
+        for key, incoming in groups.items():
+            self._step(incoming)                          # the prefill of every newcomer of this key
+            running = next((b for b in self._batches if b.key == key), None)
+            if running is None:
+                self._batches.append(incoming)
+            else:
+                running.state.extend(incoming.state)
+                running.owners += incoming.owners
+
+    def _step(self, batch: _Batch) -> None:
+        """One forward of `batch`; its steps delivered to their requests. An error fails every
+        request in the batch (they shared the forward) and the batch is dropped."""
+        if all(batch.state.done):
+            return
+        t0 = time.perf_counter()
+        shared = batch.state.stats
+        before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events))
+        try:
+            step = advance(self.adapter, batch.decoder, batch.state, batch.index)
+        except Exception as e:              # noqa: BLE001
+            for request in {r for r, _ in batch.owners}:
+                request._finish(e)
+            batch.state.done = [True] * batch.state.batch
+            return
+        batch.index += 1
+        drafting = DecodeStats(num_draft_forwards=shared.num_draft_forwards - before[0],
+                               draft_time_s=shared.draft_time_s - before[1],
+                               events={k: n - before[2].get(k, 0) for k, n in shared.events.items()
+                                       if n != before[2].get(k, 0)})
+        self._deliver(batch, step, time.perf_counter() - t0, drafting)
+
+    def _deliver(self, batch: _Batch, step: Step, seconds: float, drafting: DecodeStats | None = None) -> None:
+        """Each request's share of a step: its rows' committed tokens, and its stats when one of its
+        rows was in it: the forward, the step's time, and what the step drafted and counted
+        (`drafting`: draft forwards and events serve every row of the forward alike)."""
+        mine: dict[Request, dict[int, list[int]]] = {}
+        for (request, r), new, done in zip(batch.owners, step.committed, step.done):
+            mine.setdefault(request, {})[r] = new
+            request.new_tokens[r].extend(new)
+            request._row_done[r] = request._row_done[r] or done
+        for request, rows in mine.items():
+            committed = [rows.get(r, []) for r in range(request.batch)]
+            stats = request.stats
+            if step.draft_size:
+                stats.num_forwards += 1
+                stats.accepted_lengths.append([len(c) for c in committed])
+            stats.num_new_tokens += sum(len(c) for c in committed)
+            stats.wall_time_s += seconds
+            if drafting is not None:
+                stats.num_draft_forwards += drafting.num_draft_forwards
+                stats.draft_time_s += drafting.draft_time_s
+                for event, n in drafting.events.items():
+                    stats.count(event, n)
+            if request.stream:
+                request._steps.put(Step(len(stats.accepted_lengths), committed, step.draft_size,
+                                        list(request._row_done), stats))
+
+    def _retire(self) -> None:
+        """Rows that are done, or whose request was cancelled or failed, leave their batch; a
+        request whose rows all left finishes; an empty batch goes."""
+        for batch in list(self._batches):
+            keep = [i for i, (request, _) in enumerate(batch.owners)
+                    if not batch.state.done[i] and not request.cancelled and not request.done]
+            if len(keep) == len(batch.owners):
+                continue
+            for request, _ in batch.owners:
+                if all(request._row_done) or request.cancelled or request.done:
+                    request._finish(request.error)
+            if not keep:
+                self._batches.remove(batch)
+            elif batch.state.regroupable:
+                batch.state.select(keep)
+                batch.owners = [batch.owners[i] for i in keep]
+            # else: a fixed batch (one request) carries its finished rows to the end

@@ -1,0 +1,104 @@
+"""suite.scheduler: requests join a running batch and finished rows leave it, and each request's
+output is what it gives decoded alone (greedy: token for token)."""
+import gc
+
+import pytest
+import torch
+from tinymodels import tiny_model
+
+import suite
+from suite.scheduler import RequestCancelled, Scheduler
+
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21], [30, 31, 30, 31, 30, 31, 32], [40, 41]]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return suite.as_adapter(tiny_model("llama"))
+
+
+def alone(model, prompt, decoder="ar", budget=12, **kw):
+    return suite.generate(model, [prompt], decoder=decoder, max_new_tokens=budget, **kw).new_tokens[0]
+
+
+@pytest.mark.parametrize("decoder", ["ar", "jacobi", "ngram", "lookahead", "sjd"])
+def test_requests_joining_mid_flight_get_their_alone_output(llama, decoder):
+    sched = Scheduler(llama, max_rows=8)
+    budgets = [12, 5, 9, 3]
+    first = sched.submit([PROMPTS[0]], decoder=decoder, max_new_tokens=budgets[0], stream=True)
+    steps = first.steps()
+    next(steps)                                   # the first request is running: the others join it
+    later = [sched.submit([p], decoder=decoder, max_new_tokens=b) for p, b in zip(PROMPTS[1:], budgets[1:])]
+    list(steps)
+    outs = [first.result().new_tokens[0]] + [r.result().new_tokens[0] for r in later]
+    assert outs == [alone(llama, p, decoder, b) for p, b in zip(PROMPTS, budgets)]
+    sched.close()
+
+
+def test_a_multi_row_request_and_its_stats(llama):
+    sched = Scheduler(llama)
+    req = sched.submit(PROMPTS[:3], decoder="ngram", max_new_tokens=10)
+    res = req.result()
+    ref = suite.generate(llama, PROMPTS[:3], decoder="ngram", max_new_tokens=10)
+    assert res.new_tokens == ref.new_tokens
+    assert res.stats.num_new_tokens == sum(map(len, res.new_tokens))
+    assert len(res.stats.accepted_lengths) == res.stats.num_forwards
+    sched.close()
+
+
+def test_a_bad_request_fails_alone_and_others_finish(llama):
+    sched = Scheduler(llama)
+    good = sched.submit([PROMPTS[0]], max_new_tokens=6)
+    with pytest.raises(ValueError, match="unknown decoder"):
+        sched.submit([PROMPTS[1]], decoder="nonsense")
+    with pytest.raises(ValueError, match="empty prompt"):
+        sched.submit([[]])
+    assert good.result().new_tokens[0] == alone(llama, PROMPTS[0], budget=6)
+    sched.close()
+
+
+def test_cancel_frees_the_rows(llama):
+    sched = Scheduler(llama)
+    long = sched.submit([PROMPTS[0]], max_new_tokens=40, stream=True)
+    short = sched.submit([PROMPTS[1]], max_new_tokens=8)
+    next(long.steps())
+    long.cancel()
+    with pytest.raises(RequestCancelled):
+        long.result(timeout=30)
+    assert short.result().new_tokens[0] == alone(llama, PROMPTS[1], budget=8)
+    sched.close()
+    assert sched.live_rows == 0
+
+
+def test_seeded_sampling_does_not_depend_on_batch_mates(llama):
+    sched = Scheduler(llama)
+    kw = dict(decoder="sjd", max_new_tokens=10, temperature=1.0, seed=3)
+    mates = [sched.submit([p], decoder="sjd", max_new_tokens=10, temperature=1.0) for p in PROMPTS[1:]]
+    mine = sched.submit([PROMPTS[0]], **kw)
+    assert mine.result().new_tokens[0] == alone(llama, PROMPTS[0], "sjd", 10, temperature=1.0, seed=3)
+    for m in mates:
+        m.result()
+    sched.close()
+
+
+def test_memory_stays_flat_over_many_requests(llama):
+    sched = Scheduler(llama, max_rows=4)
+
+    def burst():
+        reqs = [sched.submit([PROMPTS[i % 4]], decoder="ngram", max_new_tokens=3 + i % 5) for i in range(40)]
+        reqs[3].cancel()
+        for r in reqs:
+            try:
+                r.result()
+            except RequestCancelled:
+                pass
+
+    burst()
+    gc.collect()
+    before = len([o for o in gc.get_objects() if isinstance(o, torch.Tensor)])
+    for _ in range(3):
+        burst()
+    gc.collect()
+    after = len([o for o in gc.get_objects() if isinstance(o, torch.Tensor)])
+    assert sched.live_rows == 0 and after <= before + 5
+    sched.close()
