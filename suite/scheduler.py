@@ -55,6 +55,7 @@ class Request:
     new_tokens: list[list[int]] = field(default_factory=list)
     error: BaseException | None = None
     cancelled: bool = False
+    finished_at: float | None = None      # perf_counter() when it finished
 
     def __post_init__(self):
         self.batch = self.state.batch
@@ -97,6 +98,7 @@ class Request:
         if self.done:
             return
         self.error = error
+        self.finished_at = time.perf_counter()
         self._steps.put(_FINISHED)
         self._done.set()
 
@@ -169,8 +171,7 @@ class Scheduler:
         stop rules; a seeded sampled request (its own random stream) or a decoder that cannot
         move rows gets a key of its own."""
         p = state.params
-        moves = getattr(self.adapter, "supports_row_moves", False)    # the adapter keeps nothing per row
-        if (not p.greedy and p.seed is not None) or not state.regroupable or not moves:
+        if (not p.greedy and p.seed is not None) or not self._movable(state):
             return ("solo", next(self._solo))
         try:
             hash(decoder)
@@ -178,6 +179,11 @@ class Scheduler:
         except TypeError:                       # options that do not hash (tensors): that object only
             dec_key = id(decoder)
         return (dec_key, p.temperature, p.top_k, p.top_p, state.eos_token_ids, state.max_length)
+
+    def _movable(self, state: DecodeState) -> bool:
+        """Whether rows may leave and join `state`: its cache and decoder state move rows
+        (`regroupable`) and the adapter holds nothing per row (`supports_row_moves`)."""
+        return state.regroupable and getattr(self.adapter, "supports_row_moves", False)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -231,6 +237,7 @@ class Scheduler:
                 continue
             if first is not None:
                 self._deliver(_Batch.of(request), first, 0.0)
+            request.state.continuous = self._movable(request.state)
             group = groups.get(request.key)
             if group is None:
                 groups[request.key] = _Batch.of(request)
@@ -307,7 +314,7 @@ class Scheduler:
                     request._finish(request.error)
             if not keep:
                 self._batches.remove(batch)
-            elif batch.state.regroupable:
+            elif batch.state.continuous:
                 batch.state.select(keep)
                 batch.owners = [batch.owners[i] for i in keep]
             # else: a fixed batch (one request) carries its finished rows to the end

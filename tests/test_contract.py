@@ -14,6 +14,7 @@ from tinymodels import tiny_eagle_head, tiny_model, tiny_prior, tiny_tts, tiny_v
 import suite
 from suite import CTCHypothesis, RequestInputs
 from suite.registry import GUARANTEES, MODALITIES, REGISTRY
+from suite.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 DECODER_FOLDERS = [ROOT / "suite" / "decoders", ROOT / "vision" / "grounding"]
@@ -202,3 +203,24 @@ def test_eos_ends_the_row(name):
         assert eos not in row[:-1]
     if REGISTRY[name].guarantee != "lossy":
         assert res.new_tokens == ar_eos.new_tokens
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_scheduler_serves_each_request_as_decoded_alone(name):
+    """Through suite.scheduler, a second request arriving while the first runs (joining its batch
+    where the adapter and decoder move rows) with another budget (its rows leave at other steps):
+    each request's greedy tokens equal the same request decoded alone."""
+    case = case_for(name)
+    options = {} if name == "ar" else case.options
+    budgets = (case.budget, case.budgets[-1] if case.budgets else case.budget)
+    alone = [run(case, name, budget=b, seed=0)[0].new_tokens for b in budgets]   # seeded: lpd draws its order
+    sched = Scheduler(case.adapter, max_rows=8)
+    first = sched.submit(case.rows, decoder=name, max_new_tokens=budgets[0], inputs=case.inputs, stream=True,
+                         seed=0, **options)
+    steps = first.steps()
+    next(steps, None)
+    second = sched.submit(case.rows, decoder=name, max_new_tokens=budgets[1], inputs=case.inputs, seed=0, **options)
+    list(steps)
+    assert [first.result().new_tokens, second.result().new_tokens] == alone
+    sched.close()
+

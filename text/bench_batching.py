@@ -1,0 +1,183 @@
+"""`python -m text.bench_batching`: continuous batching against serial decoding and fixed batches.
+
+The same chat prompts (the EAGLE head's held-out chat prompts), greedy, per decoder, four ways in
+one process: `serial` (one request at a time, what a loop over prompts does), `fixed` (one batch of
+all prompts through `suite.decode`: finished rows ride along until the last ends), `list` (all
+submitted at once to the model's scheduler: finished rows leave) and `poisson` (requests arriving
+at random, exponential gaps at --rate per second, joining the running batch). Reports throughput
+(new tokens per second of the whole run), its ratio to `serial`, per-request latency (p50/p95,
+submit to result), tokens per forward (all new tokens over the model's real forwards) and whether
+every request's tokens equal its serial decode.
+
+    python -m text.bench_batching --prompts 12 --decoders ar ngram jacobi lookahead
+    python -m text.bench_batching --overhead      # the loop's share of a step, tiny model, 8 live rows
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+import time
+
+import torch
+
+import suite
+from suite.runtime.training import exit_status
+from suite.scheduler import Scheduler
+
+DECODERS = ("ar", "ngram", "jacobi", "lookahead")
+
+
+class Timed:
+    """The adapter, counting its forwards and the seconds spent in them."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.seconds = inner, 0, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self.inner(*args, **kwargs)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        return out
+
+
+def chat_prompts(gen, n: int) -> list[list[int]]:
+    from .prompts import CHAT
+    import json
+    from pathlib import Path
+    path = Path(__file__).parent / "weights" / "eagle" / "held_out.json"
+    texts = [p["text"] for p in json.loads(path.read_text()) if p["kind"] == "chat"] if path.exists() else []
+    texts = (texts + list(CHAT))[:n]
+    return gen.rows(texts, chat=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run_serial(adapter, rows, decoder, max_new):
+    sched, out, lat = Scheduler(adapter), [], []
+    t0 = time.perf_counter()
+    for r in rows:
+        t = time.perf_counter()
+        out.append(sched.generate([r], decoder=decoder, max_new_tokens=max_new).new_tokens[0])
+        lat.append(time.perf_counter() - t)
+    wall = time.perf_counter() - t0
+    sched.close()
+    return out, wall, lat
+
+
+def run_fixed(adapter, rows, decoder, max_new):
+    t0 = time.perf_counter()
+    out = suite.generate(adapter, rows, decoder=decoder, max_new_tokens=max_new).new_tokens
+    wall = time.perf_counter() - t0
+    return out, wall, [wall] * len(rows)
+
+
+def run_scheduled(adapter, rows, decoder, max_new, gaps):
+    sched = Scheduler(adapter, max_rows=max(16, len(rows)))
+    reqs, submitted = [None] * len(rows), [0.0] * len(rows)
+    t0 = time.perf_counter()
+
+    def feed():
+        for i, r in enumerate(rows):
+            if gaps[i]:
+                time.sleep(gaps[i])
+            submitted[i] = time.perf_counter()
+            reqs[i] = sched.submit([r], decoder=decoder, max_new_tokens=max_new)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    feeder.join()
+    out, lat = [], []
+    for i, req in enumerate(reqs):
+        out.append(req.result().new_tokens[0])
+    done = time.perf_counter()
+    for i, req in enumerate(reqs):
+        lat.append(req.finished_at - submitted[i])
+    sched.close()
+    return out, done - t0, lat
+
+
+def bench(args) -> None:
+    import text
+    torch.set_num_threads(args.threads)
+    gen = text.load()
+    adapter = Timed(suite.as_adapter(gen.model))
+    rows = chat_prompts(gen, args.prompts)
+    rng = random.Random(0)
+    gaps = [0.0] + [rng.expovariate(args.rate) for _ in rows[1:]]
+    print(f"{len(rows)} chat prompts, {args.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads; "
+          f"poisson: {args.rate}/s", file=sys.stderr)
+    lines = ["| decoder | mode | tok/s | x serial | p50 latency s | p95 latency s | forwards | tok/forward | same as serial |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for decoder in args.decoders:
+        modes = {"serial": lambda: run_serial(adapter, rows, decoder, args.max_new_tokens),
+                 "fixed": lambda: run_fixed(adapter, rows, decoder, args.max_new_tokens),
+                 "list": lambda: run_scheduled(adapter, rows, decoder, args.max_new_tokens, [0.0] * len(rows)),
+                 "poisson": lambda: run_scheduled(adapter, rows, decoder, args.max_new_tokens, gaps)}
+        serial = None
+        for mode, run in modes.items():
+            adapter.calls = 0
+            out, wall, lat = run()
+            tokens = sum(map(len, out))
+            if serial is None:
+                serial = (out, tokens / wall)
+            rate = tokens / wall
+            lines.append(f"| {decoder} | {mode} | {rate:.1f} | {rate / serial[1]:.2f}x | {percentile(lat, 0.5):.2f} | "
+                         f"{percentile(lat, 0.95):.2f} | {adapter.calls} | {tokens / max(adapter.calls, 1):.2f} | "
+                         f"{'yes' if out == serial[0] else 'NO'} |")
+            print(lines[-1], file=sys.stderr)
+    print("\n".join(lines))
+
+
+def overhead(args) -> None:
+    """The scheduler's and loop's time beyond the forwards, with 8 rows live and rows leaving and
+    joining (a tiny Llama: its forward is a few ms, the worst case for per-step bookkeeping)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    adapter = Timed(suite.as_adapter(LlamaForCausalLM(cfg).eval()))
+    rng = random.Random(0)
+    rows = [[rng.randrange(3, 256) for _ in range(rng.randrange(8, 40))] for _ in range(48)]
+    budgets = [rng.randrange(8, 48) for _ in rows]
+    lines = ["| decoder | forward s | total s | overhead vs forward |", "|---|---|---|---|"]
+    for decoder in args.decoders:
+        sched = Scheduler(adapter, max_rows=8)
+        adapter.calls, adapter.seconds = 0, 0.0
+        t0 = time.perf_counter()
+        reqs = [sched.submit([r], decoder=decoder, max_new_tokens=b) for r, b in zip(rows, budgets)]
+        for r in reqs:
+            r.result()
+        total = time.perf_counter() - t0
+        sched.close()
+        lines.append(f"| {decoder} | {adapter.seconds:.2f} | {total:.2f} | {(total - adapter.seconds) / adapter.seconds:.0%} |")
+        print(lines[-1], file=sys.stderr)
+    print("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m text.bench_batching", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", type=int, default=12)
+    p.add_argument("--decoders", nargs="+", default=list(DECODERS), choices=suite.TEXT_DECODERS)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--rate", type=float, default=2.0, help="poisson arrivals per second")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--overhead", action="store_true", help="the loop's share of a step on a tiny model instead")
+    args = p.parse_args(argv)
+    if args.prompts < 1 or args.rate <= 0:
+        p.error("--prompts must be >= 1 and --rate > 0")
+    return exit_status(overhead if args.overhead else bench, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
