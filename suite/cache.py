@@ -5,8 +5,13 @@ shared by the batch. Here each row b tracks which slots hold its live tokens (`v
 and their logical positions (`positions`, (B, S)). Rejected drafts are discarded by marking
 their slots invalid (one visible call, `discard`); `compact` then drops slots no row needs,
 cropping a common tail cheaply or gathering each row's live slots to the front. Validity
-changes only through `append`, `keep_new`, `drop_tail` and `discard`: the cache tracks on the
-host whether it has holes, so a step without rejections needs neither a mask nor a compaction.
+changes only through `append`, `keep_new`, `drop_tail`, `discard`, `select` and `extend`: the cache
+tracks on the host whether it has holes, so a step without rejections needs neither a mask nor a
+compaction.
+
+Rows leave and join a running batch (continuous batching): `select` keeps some rows (and drops the
+slots no remaining row uses), `extend` appends another cache's rows after this one's, padding the
+shorter slot axis with dead slots.
 """
 from __future__ import annotations
 
@@ -115,6 +120,65 @@ class KVCache:
                 g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
                 setattr(layer, name, t.gather(2, g))
 
+    def select(self, index) -> None:
+        """Keep only the logical rows `index` (a list of ints, in that order), in place: validity,
+        positions and every layer's K/V rows (each row's `fanout` stacked copies), the cross-attention
+        K/V too (`encdec`). Then the slots no remaining row uses go (`compact`: the tail crop, the gather
+        past 25% dead slots; no slot at all for zero rows), so a finished long row leaves no wide cache
+        behind. Without holes it stays without holes and costs no host sync; with holes, compaction
+        reads whether some remain (one sync)."""
+        index = list(index)
+        if any(not 0 <= i < self.batch for i in index):
+            raise ValueError(f"select: rows {index} are not all rows of this cache (0 .. {self.batch - 1})")
+        rows = torch.as_tensor(index, dtype=torch.long, device=self.valid.device)
+        copies = torch.cat([rows + f * self.batch for f in range(self.fanout)])   # backend rows, stacked copies
+        self.valid, self.positions = self.valid.index_select(0, rows), self.positions.index_select(0, rows)
+        self._select_backend(copies)
+        encdec = getattr(self, "encdec", None)
+        if encdec is not None:
+            for layer in encdec.cross_attention_cache.layers:
+                _select_layer(layer, copies)
+        if self.batch == 0:
+            self.drop_tail(self.num_slots)
+            self.holes = self._dirty = False
+        elif self.holes:
+            self._dirty = True
+            self.compact()
+
+    def extend(self, other: "KVCache") -> None:
+        """Append `other`'s rows after this cache's (a cache of the same model and fanout, e.g. a new
+        request prefilled alone), in place. The shorter slot axis is padded with dead slots (valid
+        False, zero K/V) at its end, so rows of both sides keep their slots; any padding, or holes on
+        either side, set `holes` (forwards take the masked path until compaction removes them). An
+        empty side (no rows, or no slots: a request not prefilled yet) is fine."""
+        if other.fanout != self.fanout:
+            raise ValueError(f"cannot join a cache of fanout {other.fanout} to one of fanout {self.fanout}: "
+                             "rows of one batch run through one adapter (CFG doubles every row)")
+        if type(other) is not type(self):
+            raise ValueError(f"cannot join a {type(other).__name__} to a {type(self).__name__}: rows of one batch "
+                             "run through one adapter, whose new_cache builds both")
+        if self.batch == 0:                      # nothing of ours survives: no slots, no holes
+            self.drop_tail(self.num_slots)
+            self.holes = self._dirty = False
+        if other.batch == 0:
+            return
+        length = max(self.num_slots, other.num_slots)
+        padded = self.batch > 0 and self.num_slots != other.num_slots
+        self._extend_backend(other, length)
+        _extend_cross(self, other)
+        self.valid = torch.cat([_pad_slots(self.valid, length), _pad_slots(other.valid, length)])
+        self.positions = torch.cat([_pad_slots(self.positions, length), _pad_slots(other.positions, length)])
+        self.holes = self.holes or other.holes or padded
+        self._dirty = self._dirty or other._dirty or padded
+
+    def _select_backend(self, copies: torch.Tensor) -> None:
+        for layer in self.backend.layers:
+            _select_layer(layer, copies)
+
+    def _extend_backend(self, other: "KVCache", length: int) -> None:
+        """Each layer's K/V: this cache's rows, then other's, each zero-padded to `length` slots."""
+        _join_layers(self.backend, other.backend, self.fanout, self.batch, other.batch, length)
+
     def attention_mask(self, draft_mask: torch.Tensor, past_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Cached slots (by validity, AND past_mask (B, N, S) if given) ++ the draft's own
         visibility (B, N, N) -> (B, 1, N, S+N) bool."""
@@ -123,3 +187,93 @@ class KVCache:
         if past_mask is not None:
             past = past & past_mask
         return torch.cat([past, draft_mask], 2)[:, None]
+
+
+def _pad_slots(t: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, S) -> (B, length): new slots are zero (dead, for `valid`)."""
+    return torch.nn.functional.pad(t, (0, length - t.shape[1])) if t.shape[1] < length else t
+
+
+def _kv(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A layer's (keys, values), (B, H, S, D) each, or None when it holds none yet."""
+    if getattr(layer, "is_sliding", False):
+        raise ValueError(f"{type(layer).__name__} keeps a sliding window, not one slot per token: rows cannot "
+                         "be selected or joined in it; use suite's growing cache (the default backend)")
+    k = getattr(layer, "keys", None)
+    return (k, layer.values) if k is not None and k.dim() == 4 else None
+
+
+def _select_layer(layer, copies: torch.Tensor) -> None:
+    if _kv(layer) is None:
+        return
+    if hasattr(layer, "seat"):                  # GrowingLayer: gathers its buffer, keeps spare slots
+        layer.batch_select_indices(copies)
+    else:
+        layer.keys, layer.values = layer.keys.index_select(0, copies), layer.values.index_select(0, copies)
+
+
+def join_rows(a: torch.Tensor | None, b: torch.Tensor | None, fanout: int, rows_a: int, rows_b: int,
+              capacity: int) -> torch.Tensor:
+    """(fanout*rows_a, H, Sa, D) ++ (fanout*rows_b, H, Sb, D) (None: no K/V yet, zeros) ->
+    (fanout*(rows_a+rows_b), H, capacity, D): each stacked copy holds a's rows then b's, every slot
+    past a part's own is zero (dead: masked, and no NaN garbage to leak through a zero weight)."""
+    t = a if a is not None else b
+    out = t.new_zeros(fanout * (rows_a + rows_b), t.shape[1], capacity, t.shape[3])
+    grid = out.view(fanout, rows_a + rows_b, *out.shape[1:])
+    for part, start, rows in ((a, 0, rows_a), (b, rows_a, rows_b)):
+        if part is not None and part.shape[2] and rows:
+            grid[:, start:start + rows, :, :part.shape[2]] = part.reshape(fanout, rows, *part.shape[1:])
+    return out
+
+
+def _join_layers(mine, theirs, fanout: int, rows_a: int, rows_b: int, length: int) -> None:
+    """Every layer of backend `mine` takes its rows then `theirs`' (a layer only one side has yet is
+    created from the backend's layer class), zero-padded to `length` slots."""
+    for i in range(max(len(mine.layers), len(theirs.layers))):
+        a = _kv(mine.layers[i]) if i < len(mine.layers) else None
+        b = _kv(theirs.layers[i]) if i < len(theirs.layers) else None
+        if a is None and b is None:
+            continue
+        if i == len(mine.layers):
+            make = getattr(mine, "layer_class_to_replicate", None)
+            mine.layers.append(make() if make is not None else copy.copy(theirs.layers[i]))
+        layer = mine.layers[i]
+        grows = hasattr(layer, "seat")
+        capacity = layer.capacity(length) if grows else length
+        k, v = (join_rows(a and a[j], b and b[j], fanout, rows_a, rows_b, capacity) for j in (0, 1))
+        if grows:
+            layer.seat(k, v, length)
+        else:
+            layer.keys, layer.values = k, v
+            if hasattr(layer, "is_initialized"):
+                layer.is_initialized, layer.device = True, k.device
+
+
+def _extend_cross(cache: KVCache, other: KVCache) -> None:
+    """An encoder-decoder cache's cross-attention K/V (`cache.encdec`, filled by a request's first
+    forward) joins too: rows of different encoder lengths are zero-padded to the longest, slots the
+    adapter's encoder mask must hide (it pads its encoder states and mask the same way)."""
+    mine, theirs = getattr(cache, "encdec", None), getattr(other, "encdec", None)
+    if mine is None and theirs is None:
+        return
+    if mine is None or theirs is None:
+        raise ValueError("cannot join an encoder-decoder cache and a decoder-only one: rows of one batch "
+                         "run through one adapter")
+    ours = _encoder_length(mine.cross_attention_cache) if cache.batch else 0
+    new = _encoder_length(theirs.cross_attention_cache)
+    if cache.batch and (ours > 0) != (new > 0):
+        raise ValueError("cannot join rows whose cross-attention K/V is computed to rows whose is not yet: "
+                         "run the new rows' first forward (their prefill) in their own cache, then extend")
+    if not new:
+        if not cache.batch:                      # ours had no rows: drop its stale cross K/V
+            mine.cross_attention_cache.reset()
+            mine.is_updated = {i: False for i in mine.is_updated}
+        return
+    _join_layers(mine.cross_attention_cache, theirs.cross_attention_cache, cache.fanout, cache.batch, other.batch,
+                 max(ours, new))
+    mine.is_updated = {i: True for i in range(len(mine.cross_attention_cache.layers))}
+
+
+def _encoder_length(cross) -> int:
+    """Slots of a cross-attention cache (0 before the first forward fills it)."""
+    return max((kv[0].shape[2] for layer in cross.layers if (kv := _kv(layer)) is not None), default=0)

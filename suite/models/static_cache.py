@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .adapters import HFCausalLM
-from ..cache import KVCache
+from ..cache import KVCache, join_rows
 
 
 class StaticKVCache(KVCache):
@@ -37,6 +37,53 @@ class StaticKVCache(KVCache):
                 g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
                 t[:, :, :keep] = t.gather(2, g)
             layer.cumulative_length.fill_(keep)
+
+    def _select_backend(self, copies: torch.Tensor) -> None:
+        """Rows leave: each layer's buffers are gathered into new ones of the new batch (a static
+        buffer's batch is its shape: a compiled step recompiles for it); the fill pointer stays."""
+        for layer in _static_layers(self.backend):
+            if layer.is_initialized:
+                _seat(layer, layer.keys.index_select(0, copies), layer.values.index_select(0, copies))
+
+    def _extend_backend(self, other: KVCache, length: int) -> None:
+        """Rows join: new buffers of the joined batch (this cache's rows, then other's, `capacity`
+        slots each; slots past a side's own are dead), the fill pointer at `length`."""
+        if other.capacity != self.capacity:
+            raise ValueError(f"cannot join a static cache of {other.capacity} slots to one of {self.capacity}: "
+                             "build both requests' caches with the same StaticHFCausalLM")
+        for mine, theirs in zip(_static_layers(self.backend), _static_layers(other.backend)):
+            a = (mine.keys, mine.values) if mine.is_initialized and self.batch else None
+            b = (theirs.keys, theirs.values) if theirs.is_initialized else None
+            if a is None and b is None:
+                if mine.is_initialized:          # no K/V on either side: the first forward allocates anew
+                    mine.keys = mine.values = None
+                    mine.is_initialized = False
+                    mine.cumulative_length = torch.zeros_like(mine.cumulative_length)
+                continue
+            k, v = (join_rows(a and a[j], b and b[j], self.fanout, self.batch, other.batch, self.capacity)
+                    for j in (0, 1))
+            _seat(mine, k, v)
+            mine.cumulative_length.fill_(length)
+
+
+def _static_layers(backend):
+    for layer in backend.layers:
+        if getattr(layer, "is_sliding", False):
+            raise ValueError(f"{type(layer).__name__} keeps a sliding window: rows cannot be selected or joined "
+                             "in it; decode this model with HFCausalLM (the growing cache)")
+    return backend.layers
+
+
+def _seat(layer, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Give a transformers StaticLayer new (B, H, capacity, D) buffers, as its lazy initialisation would."""
+    layer.keys, layer.values = keys, values
+    layer.batch_size, layer.num_heads, _, layer.k_head_dim = keys.shape
+    layer.v_head_dim, layer.device, layer.is_initialized = values.shape[-1], keys.device, True
+    layer.cumulative_length = layer.cumulative_length.to(keys.device)
+    if not torch.compiler.is_compiling():
+        torch._dynamo.mark_static_address(layer.keys)
+        torch._dynamo.mark_static_address(layer.values)
+        torch._dynamo.mark_static_address(layer.cumulative_length)
 
 
 def takes_static_cache(model) -> bool:
