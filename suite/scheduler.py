@@ -49,7 +49,7 @@ class Request:
 
     state: DecodeState
     decoder: object
-    key: object
+    key: object = None          # requests with equal keys share a batch (set once the request started)
     stream: bool = False
     stats: DecodeStats = field(default_factory=DecodeStats)
     new_tokens: list[list[int]] = field(default_factory=list)
@@ -145,7 +145,7 @@ class Scheduler:
             raise RuntimeError("the scheduler is closed")
         _, dec, state = prepare(self.adapter, input_ids, attention_mask, decoder, max_new_tokens, temperature,
                                       top_k, top_p, seed, eos_token_id, inputs, **options)
-        request = Request(state, dec, self._key(dec, state), stream)
+        request = Request(state, dec, stream=stream)
         with self._wake:
             self._waiting.append(request)
             self._ensure_thread()
@@ -237,6 +237,7 @@ class Scheduler:
                 continue
             if first is not None:
                 self._deliver(_Batch.of(request), first, 0.0)
+            request.key = self._key(request.decoder, request.state)       # its decoder state exists now
             request.state.continuous = self._movable(request.state)
             group = groups.get(request.key)
             if group is None:

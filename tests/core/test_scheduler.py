@@ -102,3 +102,27 @@ def test_memory_stays_flat_over_many_requests(llama):
     after = len([o for o in gc.get_objects() if isinstance(o, torch.Tensor)])
     assert sched.live_rows == 0 and after <= before + 5
     sched.close()
+
+
+class Counting:
+    """The adapter, counting its forwards."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+
+@pytest.mark.parametrize("decoder", ["ar", "ngram"])
+def test_concurrent_requests_share_forwards(llama, decoder):
+    counting = Counting(llama)
+    sched = Scheduler(counting)
+    reqs = [sched.submit([p], decoder=decoder, max_new_tokens=10) for p in PROMPTS]
+    own = [r.result().stats.num_forwards for r in reqs]
+    assert counting.calls <= max(own) + len(reqs) < sum(own)   # one batch (a join may prefill in a forward of its own)
+    sched.close()
