@@ -43,6 +43,21 @@ class AutoShared:
     t0: float = 0.0                       # when that step began
     prefill: bool = False                 # that step is the prefill (not counted)
 
+    def select(self, index: list[int]) -> None:
+        """Each candidate's batch-wide state keeps rows `index` (their rows move with AutoRow)."""
+        for own in self.shared.values():
+            if own is not None:
+                own.select(index)
+
+    def extend(self, other: "AutoShared") -> None:
+        """Each candidate's batch-wide state appends `other`'s (the same candidates: requests of
+        one decoder and sampling). The bandit's rates and step count are this batch's: they
+        time this batch's steps, which the newcomers now share (their own measured nothing yet:
+        the prefill is not counted)."""
+        for name, own in self.shared.items():
+            if own is not None:
+                own.extend(other.shared[name])
+
 
 @contextmanager
 def as_candidate(state: DecodeState, dec):

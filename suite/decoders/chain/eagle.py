@@ -68,6 +68,36 @@ class EagleShared:
     predicted: float = 1.0
     head_s: float | None = None                # seconds of one head forward (running mean)
 
+    def select(self, index: list[int]) -> None:
+        """Keep the head cache's rows `index` (each row's `fed` and pending features move with its EagleRow)."""
+        idx = torch.tensor(index, dtype=torch.long, device=self.valid.device)
+        self.k, self.v, self.valid = self.k[idx], self.v[idx], self.valid[idx]
+
+    def extend(self, other: "EagleShared") -> None:
+        """Append `other`'s head-cache rows: the shorter side's slot axis is padded with dead slots
+        (valid False; a slot's place never matters: the head's attention reads positions, and its
+        mask reads `valid`). The calibration counts are pooled (each side starts from the same 1/1
+        prior, counted once); head_s is the head's speed, not a row's: this batch's is kept (the
+        newcomer's if this one has none yet)."""
+        n = max(self.valid.shape[1], other.valid.shape[1])
+        self.k = torch.cat([_pad_slots(self.k, n, 2), _pad_slots(other.k.to(self.k.device), n, 2)])
+        self.v = torch.cat([_pad_slots(self.v, n, 2), _pad_slots(other.v.to(self.v.device), n, 2)])
+        self.valid = torch.cat([_pad_slots(self.valid, n, 1), _pad_slots(other.valid.to(self.valid.device), n, 1)])
+        self.accepted += other.accepted - EagleShared.accepted     # the fields' defaults: the prior
+        self.predicted += other.predicted - EagleShared.predicted
+        if self.head_s is None:
+            self.head_s = other.head_s
+
+
+def _pad_slots(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    """`t` with its slot axis `dim` padded to n with zeros (False: dead slots)."""
+    missing = n - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t, t.new_zeros(shape)], dim)
+
 
 @dataclass(frozen=True)
 class Eagle:

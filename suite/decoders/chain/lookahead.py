@@ -87,6 +87,15 @@ class LookaheadShared:
     full: RunningMean = field(default_factory=lambda: RunningMean(2.0))     # window + candidates
     verify: RunningMean = field(default_factory=lambda: RunningMean(2.0))   # candidates only
 
+    def select(self, index: list[int]) -> None:
+        """Rows leaving change nothing here: the gains are the batch's, not any row's."""
+
+    def extend(self, other: "LookaheadShared") -> None:
+        """Rows joining take this batch's gains: they measure the steps the joined batch will take
+        (its modes at its size), while a newcomer's are its prior and its prefill (which commits one
+        token a row whatever the mode). The gains only choose the drafting mode: outputs never
+        depend on them (greedy equals `ar`; sampling is lossless in every mode)."""
+
 
 @dataclass(frozen=True)
 class Lookahead:

@@ -33,6 +33,18 @@ class SpeculativeShared:
     cache: Any                   # its KV cache, batched over rows
     draft_s: float | None = None   # seconds per draft token (running mean; None: not yet measured)
 
+    def select(self, index: list[int]) -> None:
+        """Keep the draft cache's rows `index` (each row's `draft_cached` moves with its SpeculativeRow)."""
+        self.cache.select(index)
+
+    def extend(self, other: "SpeculativeShared") -> None:
+        """Append `other`'s draft-cache rows (the same draft model: requests of one decoder). draft_s
+        is the draft model's speed, not a row's: this batch's measure is kept (the newcomer's if
+        this one has none yet)."""
+        self.cache.extend(other.cache)
+        if self.draft_s is None:
+            self.draft_s = other.draft_s
+
 
 @dataclass
 class SpeculativeMeta(ChainMeta):
