@@ -7,73 +7,11 @@ import torch
 from tinymodels import tiny_eagle_head, tiny_model
 
 import suite
-from suite.cache import KVCache
 from suite.loop import advance, begin
 from suite.scheduler import Scheduler
 
 PROMPTS_A = [[5, 6, 7, 8, 9, 5, 6, 7], [3, 1, 4, 1, 5, 9, 2]]
 PROMPTS_B = [[20, 21, 22, 20, 21], [40, 41], [30, 31, 30, 31, 30, 31, 32]]
-
-
-# -- a throwaway KVCache.select/extend (only while suite/cache.py has none: the real one replaces it) --
-# select gathers rows of every layer's keys/values (dim 0; CFG's stacked copies alike); extend pads
-# the shorter side's slot axis with dead slots (valid False) and concatenates along dim 0.
-
-def _select(self: KVCache, index: list[int]) -> None:
-    idx = torch.tensor(index, dtype=torch.long, device=self.valid.device)
-    rows = torch.cat([idx + k * self.batch for k in range(self.fanout)])   # copies are stacked
-    self.valid, self.positions = self.valid[idx], self.positions[idx]
-    for layer in self.backend.layers:
-        for name in ("keys", "values"):
-            t = getattr(layer, name)
-            if t is not None and t.numel():
-                setattr(layer, name, t[rows.to(t.device)])
-    self.holes = self._dirty = True
-
-
-def _extend(self: KVCache, other: KVCache) -> None:
-    n = max(self.num_slots, other.num_slots)
-    mine, theirs = self.batch, other.batch
-
-    def pad(t, dim):
-        if t.shape[dim] == n:
-            return t
-        shape = list(t.shape)
-        shape[dim] = n - t.shape[dim]
-        return torch.cat([t, t.new_zeros(shape)], dim)
-
-    def layer_kv(cache, i, name, like):
-        layers = cache.backend.layers
-        t = getattr(layers[i], name, None) if i < len(layers) else None
-        if t is None or t.numel() == 0:       # a cache with no slots yet
-            return like.new_zeros(cache.batch * cache.fanout, like.shape[1], 0, like.shape[3])
-        return t
-
-    for i in range(max(len(self.backend.layers), len(other.backend.layers))):
-        for name in ("keys", "values"):
-            ref = next((getattr(c.backend.layers[i], name) for c in (self, other)
-                        if i < len(c.backend.layers) and getattr(c.backend.layers[i], name, None) is not None
-                        and getattr(c.backend.layers[i], name).numel()), None)
-            if ref is None:                   # neither side has slots in this layer yet
-                continue
-            a, b = pad(layer_kv(self, i, name, ref), 2), pad(layer_kv(other, i, name, ref).to(ref.device), 2)
-            a = a.reshape(self.fanout, mine, *a.shape[1:])
-            b = b.reshape(self.fanout, theirs, *b.shape[1:])
-            if i >= len(self.backend.layers):
-                self.backend.layers.append(type(other.backend.layers[i])())
-                self.backend.layers[i].lazy_initialization(ref, ref)
-            setattr(self.backend.layers[i], name, torch.cat([a, b], 1).flatten(0, 1))
-    self.valid = torch.cat([pad(self.valid, 1), pad(other.valid.to(self.valid.device), 1)])
-    self.positions = torch.cat([pad(self.positions, 1), pad(other.positions.to(self.valid.device), 1)])
-    self.holes = self._dirty = True
-
-
-@pytest.fixture
-def row_moves(monkeypatch):
-    """KVCache.select/extend: the real ones where suite/cache.py has them, else the throwaway above."""
-    if not hasattr(KVCache, "select"):
-        monkeypatch.setattr(KVCache, "select", _select, raising=False)
-        monkeypatch.setattr(KVCache, "extend", _extend, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +65,7 @@ def alone_steps(model, dec, decoder, prompt, budget):
 
 @pytest.mark.parametrize("ahead", [1, 3])
 @pytest.mark.parametrize("decoder", ["lookahead", "speculative", "eagle", "auto"])
-def test_rows_join_and_leave_a_running_batch(llama, options, row_moves, decoder, ahead):
+def test_rows_join_and_leave_a_running_batch(llama, options, decoder, ahead):
     """A runs `ahead` steps, B one (its prefill); B joins A; rows leave as they finish. Every row's
     tokens are its prompt's decoded alone. speculative's and eagle's drafts are deterministic
     (greedy, fixed sizes under PARASUITE_COST=0), so each row also steps as it does alone: the
@@ -178,7 +116,7 @@ def test_rows_join_and_leave_a_running_batch(llama, options, row_moves, decoder,
 
 
 @pytest.mark.parametrize("decoder", ["lookahead", "speculative", "eagle", "auto"])
-def test_the_scheduler_joins_them_mid_flight(llama, options, row_moves, decoder):
+def test_the_scheduler_joins_them_mid_flight(llama, options, decoder):
     """The scheduler's own path: newcomers extended into one state before their prefill (empty
     draft and head caches), then into the running batch."""
     sched = Scheduler(llama, max_rows=8)
