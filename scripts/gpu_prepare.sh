@@ -33,6 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+case $PY in /*) ;; */*) PY="$PWD/$PY" ;; esac                # speech/gpu_bundle.sh runs elsewhere
 LIMIT_MIB=${LIMIT_MIB:-64}
 KINDS=${KINDS:-/work/.library/device/KINDS.md}
 exclude=$(git rev-parse --git-path info/exclude)
@@ -59,7 +60,7 @@ if [ "${FONTS:-1}" = 1 ]; then
     mkdir -p .whl/fonts && cp -r /usr/share/fonts/truetype/. .whl/fonts/
 fi
 if [ "${SPEECH:-1}" = 1 ]; then
-    PYTHON="$PWD/$PY" speech/gpu_bundle.sh .whl/speech
+    PYTHON="$PY" speech/gpu_bundle.sh .whl/speech
     rm -rf .whl/speech/site                                    # installed there, on first use
 else
     rm -rf .whl/speech

@@ -336,15 +336,9 @@ def run_many(args, prompts: list[str], kwargs) -> int:
 
 
 def main(argv=None) -> int:
+    from suite.runtime.jobs import cli_exit
     args = parse_args(argv)
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: finished prompts are kept; run again to resume", file=sys.stderr)
-        return 130
+    return cli_exit(lambda: run(args), "prompts")
 
 
 if __name__ == "__main__":

@@ -258,18 +258,18 @@ def _write_all(args, fill, head: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    from suite.runtime.jobs import cli_exit
     args = build_parser().parse_args(argv)
+    return cli_exit(lambda: report(args), "batches")
+
+
+def report(args) -> int:
+    """Run the job and print its summary line: 0, or 1 when a batch failed."""
     try:
         manifest = run(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except BatchFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted: finished batches are kept; run again to resume", file=sys.stderr)
-        return 130
     from suite.runtime.options import guarantee_note, quality_costs
     print(f"wrote {manifest['num_images']} images and manifest.json to {args.out} "
           f"({manifest['num_forwards']} forwards, {manifest['wall_time_s']:.1f} s); "

@@ -9,12 +9,12 @@ Each writes into a temporary folder and swaps it in only when complete.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import torch
 
+from suite.runtime.options import cli_parser
 from suite.runtime.storage import atomic_folder, write_json
 from suite.runtime.training import Budget, exit_status, log, optimizer_step, previous_metrics, set_learning_rate, \
     training_device, warmup_cosine
@@ -102,8 +102,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["video"]:            # the video prior and motion classifier: vision/video/train.py
         from .video.train import main as video_main
         return video_main(argv[1:])
-    p = argparse.ArgumentParser(prog="python -m vision.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli_parser("python -m vision.train", __doc__)
     p.add_argument("what", choices=["tokenizer", "prior", "classifier", "lpd"])
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)

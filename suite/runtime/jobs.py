@@ -432,17 +432,26 @@ def _compact(job: BatchJob, outcomes: list[Outcome], previous: dict[str, dict], 
     write_text(job.manifest, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows if r))
 
 
-def run_cli(job: BatchJob, engine: Engine | None = None) -> int:
-    """`run_batch` for a CLI's main: the summary line (several inputs), and the exit status: 0 done,
-    1 some inputs failed, 2 a user error (one line, no traceback), 130 interrupted."""
+def cli_exit(run: Callable[[], int], unit: str = "outputs") -> int:
+    """A batch CLI's exit status around `run()` (which returns it): a user error (ValueError,
+    FileNotFoundError) is one line and 2, no traceback; an interruption is 130, saying the
+    finished `unit` are kept."""
     try:
-        summary = run_batch(job, engine)
+        return run()
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: finished outputs are kept; run again to resume", file=sys.stderr)
+        print(f"interrupted: finished {unit} are kept; run again to resume", file=sys.stderr)
         return 130
-    if len(job.items) > 1:
-        print(summary.line(), file=sys.stderr)
-    return summary.exit_code
+
+
+def run_cli(job: BatchJob, engine: Engine | None = None) -> int:
+    """`run_batch` for a CLI's main: the summary line (several inputs), and the exit status: 0 done,
+    1 some inputs failed, 2 a user error (one line, no traceback), 130 interrupted."""
+    def run() -> int:
+        summary = run_batch(job, engine)
+        if len(job.items) > 1:
+            print(summary.line(), file=sys.stderr)
+        return summary.exit_code
+    return cli_exit(run)

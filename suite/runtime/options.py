@@ -106,3 +106,12 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
         words = (f"lossy: {cost['metric']} {cost['value']} against ar's {cost['ar']} on {cost['on']} "
                  f"({cost['table']})")
     return f"{name}: {words}"
+
+
+def cli_parser(prog: str, doc: str | None, example: str | None = None):
+    """An argparse parser for `python -m <prog>`: its module docstring as the description (kept as
+    written), and an example command as the epilog."""
+    import argparse
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   epilog=f"example: {example}" if example else None)
+

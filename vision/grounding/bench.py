@@ -16,12 +16,12 @@ Acc@0.5, F1@0.5, forwards, tokens per forward, wall time, speedup over ar, same-
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import numpy as np
 
+from suite.runtime.options import cli_parser
 from suite.runtime.storage import write_json
 
 DECODERS = ("ar", "parallel_box", "hybrid", "locus")
@@ -239,9 +239,7 @@ def real_text(pipe, decoders, max_crops: int = 16):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vision.bench grounding", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="example: python -m vision.bench grounding --n 300 --obb-n 150 --threads 1")
+    ap = cli_parser("python -m vision.bench grounding", __doc__, "python -m vision.bench grounding --n 300 --obb-n 150 --threads 1")
     ap.add_argument("--n", type=int, default=300, help="held-out axis-aligned queries")
     ap.add_argument("--obb-n", type=int, default=150, help="held-out oriented queries (0: skip)")
     ap.add_argument("--batch", type=int, default=1, help="queries decoded together (1: one query at a time)")

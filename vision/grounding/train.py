@@ -15,7 +15,6 @@ On a GPU (`--device cuda`, recipe in vision/grounding/train_gpu.sh) the batches 
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import random
 import sys
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from suite.runtime.options import cli_parser
 from suite.runtime.storage import atomic_path, cache_dir, write_bytes
 from suite.runtime.training import Budget, exit_status, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
@@ -248,9 +248,7 @@ class Draws(torch.utils.data.IterableDataset):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vision.train grounding", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="example: python -m vision.train grounding --minutes 32 --threads 1")
+    ap = cli_parser("python -m vision.train grounding", __doc__, "python -m vision.train grounding --minutes 32 --threads 1")
     ap.add_argument("--minutes", type=float, default=32.0, help="training-loop time budget (features not included)")
     ap.add_argument("--scenes", type=int, default=3000, help="training scenes (axis-aligned task)")
     ap.add_argument("--obb-scenes", type=int, default=1000, help="training scenes (oriented task)")

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from suite.runtime.storage import write_json
-from suite.runtime.training import exit_status
+from ..bench_options import run_bench
 
 DEFAULT_DECODERS = {
     "ar": {},
@@ -135,17 +135,7 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--frames", type=int, default=None, help="frames per clip (default: the prior's)")
     p.add_argument("--batch", type=int, default=12, help="clips decoded together")
-    p.add_argument("--guidance-scale", type=float, default=None)
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--no-fd", action="store_true", help="skip the Frechet distance")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--weights", default=None)
-    p.add_argument("--json", default=None, help="also write the results here")
-    args = p.parse_args(argv)
-    import torch
-    torch.set_num_threads(args.threads)
-    return exit_status(_main, args)
+    return run_bench(p, argv, _main)
 
 
 def _main(args) -> int:
