@@ -99,6 +99,7 @@ class Request:
             return
         self.error = error
         self.finished_at = time.perf_counter()
+        self.state = None           # its rows and cache are the batch's, not this handle's, to keep
         self._steps.put(_FINISHED)
         self._done.set()
 
