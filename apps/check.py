@@ -18,6 +18,7 @@ every one runs within its budget.
 from __future__ import annotations
 
 import argparse
+import copy
 import subprocess
 import sys
 import time
@@ -291,25 +292,36 @@ def overhead_table(max_new: int) -> list[str]:
 
 
 def cost_curve_table(rounds: int = 4, context: int = 700, widths=(1, 2, 4, 8, 16)) -> list[str]:
-    """SmolLM2's forward cost(N)/cost(1) after `context` cached tokens, with plain nn.Linear /
-    "sdpa" and with suite.models.linear_forms swapped in, measured in alternation (the fastest of
-    `rounds` rounds per width; CPU time of the process under one thread)."""
+    """SmolLM2's forward cost(N)/cost(1) after `context` cached tokens: plain nn.Linear / "sdpa", with
+    suite.models.linear_forms' per-width forms, with q/k/v and gate/up fused too, and the last in
+    bf16 where the CPU runs it natively; measured in alternation (the median of `rounds` rounds per
+    width; CPU time of the process under one thread)."""
+    import statistics
+
     import text.model
     from suite import HFCausalLM
     from suite.cost import measure_curve
-    from suite.models.linear_forms import swap_linears, unswap_linears
+    from suite.models.linear_forms import native_bf16, swap_linears, unswap_linears
     model, _ = text.model.load_embedded(progress=False)
+    unswap_linears(model)
     clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
-    runs = {"plain": [], "swapped": []}
+    setups = {"plain": lambda m: unswap_linears(m), "forms": lambda m: swap_linears(m, fuse=False),
+              "forms + fused": lambda m: swap_linears(m, fuse=True)}
+    models = {label: model for label in setups}
+    if native_bf16():
+        bf16 = copy.deepcopy(model).to(torch.bfloat16)
+        models["bf16, forms + fused"], setups["bf16, forms + fused"] = bf16, setups["forms + fused"]
+    runs = {label: [] for label in setups}
     for _ in range(rounds):
-        for label in runs:
-            (unswap_linears if label == "plain" else swap_linears)(model)
-            runs[label].append(measure_curve(HFCausalLM(model), context=context, widths=widths, repeats=2,
+        for label, setup in setups.items():
+            unswap_linears(models[label])
+            setup(models[label])
+            runs[label].append(measure_curve(HFCausalLM(models[label]), context=context, widths=widths, repeats=2,
                                              clock=clock).seconds)
     rows = []
     for label, found in runs.items():
-        best = [min(r[i] for r in found) for i in range(len(widths))]
-        rows.append(f"| {label} | {1e3 * best[0]:.1f} | " + " | ".join(f"{b / best[0]:.2f}x" for b in best[1:]) + " |")
+        mid = [statistics.median(r[i] for r in found) for i in range(len(widths))]
+        rows.append(f"| {label} | {1e3 * mid[0]:.1f} | " + " | ".join(f"{b / mid[0]:.2f}x" for b in mid[1:]) + " |")
     return [f"| linear layers | cost(1) ms | " + " | ".join(f"cost({w})" for w in widths[1:]) + " |",
             "|---|---|" + "---|" * (len(widths) - 1), *rows]
 

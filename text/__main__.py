@@ -38,6 +38,7 @@ with --.
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
     from suite.runtime.jobs import add_batch_arguments
+    from suite.models.dtypes import CHOICES as DTYPE_CHOICES
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
     names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
@@ -65,6 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--input", metavar="FILE", help="prompts, one per line ('-' = stdin)")
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
+                   help="the model's dtype (default: float32); auto = bfloat16 where the CPU runs it natively "
+                        "(avx512_bf16 / amx_bf16) or on CUDA, else float32. In bfloat16 lossless decoders agree "
+                        "with ar computed in bfloat16, up to ties within bf16's rounding")
     add_batch_arguments(p)
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):
@@ -146,10 +151,10 @@ class TextWorker:
 
     concurrency = 16
 
-    def __init__(self, model=None, decoder=None, compare=False, threads=None, **kwargs):
+    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", **kwargs):
         import text
         from text.generator import DEFAULT_DECODER
-        self.gen = text.load(model)
+        self.gen = text.load(model, dtype=dtype)
         decoder = decoder or DEFAULT_DECODER
         self.decoder, self.compare, self.kwargs = decoder, compare, kwargs
 
@@ -222,7 +227,7 @@ def run_one(args, kwargs, image=None) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    gen = text.load(args.model)
+    gen = text.load(args.model, dtype=args.dtype)
     if image is not None:
         return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
@@ -305,7 +310,7 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     items = [Item(f"prompt {i + 1:0{width}d}", {"prompt": p}, (parts / f"{i:08d}.json",) if parts else ())
              for i, p in enumerate(prompts)]
     worker_args = {"model": args.model, "decoder": args.decoder, "compare": args.compare, "threads": args.threads,
-                   **kwargs}
+                   "dtype": args.dtype, **kwargs}
     job = BatchJob("text", items, TextWorker, worker_args, write, unit="prompt", ordered=parts is None,
                    fields=("prompt", "text", "token_ids", "decoder", "finish_reason", "stats"),
                    manifest=target.with_name(target.name + ".manifest.jsonl") if target else None)

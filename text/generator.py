@@ -31,9 +31,13 @@ class TextResult:
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
-         dtype: torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
+         dtype: str | torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
-    (config, weights and tokenizer). Never downloads."""
+    (config, weights and tokenizer). Never downloads. dtype: torch.float32 (the default),
+    torch.bfloat16, or "auto" (bf16 on CUDA or where the CPU runs bf16 natively, else fp32; see
+    suite.models.dtypes, also for what "exact" means in bf16)."""
+    from suite.models.dtypes import resolve_dtype
+    dtype = resolve_dtype(dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
         from suite.models.vlm import load_vlm
 
@@ -41,8 +45,8 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         with quiet_transformers():
             return VLMChat(load_vlm(path, device=device), name=str(path))
     if path is None:
-        model, tokenizer = load_embedded(progress=progress)
-        name = "SmolLM2-135M-Instruct (embedded)"
+        model, tokenizer = load_embedded(progress=progress, dtype=dtype)
+        name = "SmolLM2-135M-Instruct (embedded)" + ("" if dtype == torch.float32 else f", {str(dtype)[6:]}")
     else:
         model, tokenizer = _load_folder(path, dtype)
         name = str(path)

@@ -140,10 +140,10 @@ def fix_eos(model, tokenizer) -> None:
         gen.pad_token_id = eos_id
 
 
-def load_embedded(folder: Path | None = None, progress: bool = True):
-    """(model, tokenizer) of SmolLM2-135M-Instruct: fp32, eval mode, EOS/pad = `<|im_end|>`, its
-    linear layers swapped to this CPU's fastest per-width forms (`suite.models.linear_forms`).
-    Converts the GGUF on first use (see `ensure_converted`)."""
+def load_embedded(folder: Path | None = None, progress: bool = True, dtype=None):
+    """(model, tokenizer) of SmolLM2-135M-Instruct: fp32 (or `dtype`), eval mode, EOS/pad =
+    `<|im_end|>`, its linear layers swapped to this CPU's fastest per-width forms, q/k/v and
+    gate/up fused (`suite.models.linear_forms`). Converts the GGUF on first use (see `ensure_converted`)."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
@@ -151,7 +151,7 @@ def load_embedded(folder: Path | None = None, progress: bool = True):
     folder = ensure_converted(folder, progress=progress)
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = LlamaForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+        model = LlamaForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype or torch.float32)
     model.eval()
     fix_eos(model, tok)
     swap_linears(model)   # per-width matmul forms measured fastest on this CPU (cached; suite.models.linear_forms)

@@ -3,7 +3,8 @@
 On a CPU, which BLAS kernel a linear layer reaches depends on how the product is written: with
 MKL sgemm, `F.linear(x, W)` over a few rows (the 2..32 tokens a decoder verifies) can take 2-3x
 longer than `x @ W.T` with the transpose stored contiguous, or than oneDNN's packed weights,
-while over one row `F.linear` is the fastest. So, as quantisation libraries do, `swap_linears`
+and on this project's AMD EPYC oneDNN's packed weight beats `F.linear` at one row too (timed
+cache-cold: SmolLM2's LM head 3.7 ms against 7.3 ms). So, as quantisation libraries do, `swap_linears`
 replaces every `nn.Linear` of a model by a `FormLinear` (same parameters, same state dict) whose
 forward dispatches on the input's row count to the form measured fastest for that width:
 
@@ -12,7 +13,10 @@ forward dispatches on the input's row count to the form measured fastest for tha
   * "xwt":    `x @ Wt` with `Wt = W.T` stored contiguous (one extra copy of W);
   * "onednn": oneDNN's matmul over a weight packed once (`torch.ops.mkldnn`, one extra copy).
 
-Each layer holds at most one extra layout. The swap also sets the model's attention to
+Each layer holds at most one extra layout. The projections of one input (q/k/v, gate/up) are
+fused: `FusedLinear` members keep their own parameters, and the first one computes the stacked
+product in one GEMM (the group's own per-width form) that the others slice, so the forward makes
+fewer, bigger calls with transformers' attention and MLP code untouched. The swap also sets the model's attention to
 "parasuite_sdpa" (registered through transformers' public `AttentionInterface`): transformers'
 SDPA copies grouped K/V to every query head (`repeat_kv`) whenever a mask is given, which on a CPU
 costs more than the attention itself over a few hundred cached tokens; this one lets SDPA read the
@@ -27,6 +31,7 @@ import glob
 import hashlib
 import platform
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -39,8 +44,27 @@ _LAYOUT = {"xwt": "transposed", "onednn": "packed"}   # forms that need an extra
 _MARGIN = 0.05                     # another form must beat F.linear by 5% to replace it
 
 
-def _has_onednn() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+def _has_onednn(dtype=torch.float32) -> bool:
+    """oneDNN's packed linear in this torch build, for this dtype (bf16: where the CPU runs it natively)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
+
+
+def native_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively (AVX-512 BF16 or AMX, as oneDNN sees it)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and _cpu_flags() & {"avx512_bf16", "amx_bf16"} != set()
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
 
 
 def _layout(weight: torch.Tensor, kind: str | None) -> torch.Tensor | None:
@@ -106,6 +130,108 @@ class FormLinear(nn.Linear):
         return super().extra_repr() + ", forms=" + ",".join(f"{w}:{f}" for w, f in self.forms.items())
 
 
+# -- fused projections --------------------------------------------------------------------------
+
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))   # projections of one input
+
+
+class _FusedGroup:
+    """The shared product of a group of projections of one input (q/k/v, gate/up): one GEMM over
+    the members' weights stacked in a single layout, computed once per input; each member returns
+    its slice of it (a view)."""
+
+    def __init__(self, members: list["FusedLinear"], forms: dict[int, str]):
+        self.members = members
+        self.forms = dict(sorted(forms.items()))
+        widths = list(self.forms)
+        self._by_rows = tuple(self.forms[next(w for w in widths if w >= r)] for r in range(widths[-1] + 1))
+        self.out_features = sum(m.out_features for m in members)
+        self.has_bias = members[0].bias is not None
+        self._stamp, self._weight, self._bias, self._extra = None, None, None, None
+        self._input, self._version, self._out, self._served = None, None, None, 0
+
+    def _layouts(self):
+        ws = [m.weight for m in self.members] + [m.bias for m in self.members if m.bias is not None]
+        stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in ws)
+        if stamp != self._stamp:
+            weight = torch.cat([m.weight.detach() for m in self.members])
+            self._bias = torch.cat([m.bias.detach() for m in self.members]) if self.has_bias else None
+            kinds = {_LAYOUT[f] for f in self.forms.values() if f in _LAYOUT}
+            self._extra = _layout(weight, kinds.pop() if kinds else None)
+            # the stacked weight itself only where a form reads it (an extra layout replaces it otherwise)
+            self._weight = weight if set(self.forms.values()) - set(_LAYOUT) else None
+            self._stamp = stamp
+        return self._weight, self._bias, self._extra
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        weight, bias, extra = self._layouts()
+        form = self._by_rows[min(rows, len(self._by_rows) - 1)]   # past the widths (a prefill): the widest's form
+        x2 = x.reshape(rows, x.shape[-1])
+        out = F.linear(x2, weight, bias) if form == "linear" else _apply(form, x2, weight, extra, bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def serve(self, member: "FusedLinear", x: torch.Tensor) -> torch.Tensor | None:
+        """The member's slice of the group's product for x: the first member computes it, the
+        others read it while it is for this very input (same tensor, unchanged); None otherwise."""
+        if member.index == 0:
+            self._input, self._version, self._out, self._served = weakref.ref(x), x._version, self.product(x), 0
+        elif self._out is None or self._input() is not x or self._version != x._version:
+            return None
+        out = self._out.narrow(-1, member.offset, member.out_features)
+        self._served += 1
+        if self._served == len(self.members):      # everyone has its slice: let the product go
+            self._input, self._out = None, None
+        return out
+
+
+class FusedLinear(nn.Linear):
+    """One projection of a fused group (same `weight`/`bias` parameters, same state dict): on the
+    CPU without grad, the group's first member computes every member's product in one GEMM and
+    the others return their slice of it, so LlamaAttention's `q_proj(h)`, `k_proj(h)`, `v_proj(h)`
+    (and LlamaMLP's `gate_proj(x)`, `up_proj(x)`) cost one call, with transformers' code as it is.
+    A member called on another input (or out of order) computes its own product, F.linear."""
+
+    @classmethod
+    def group(cls, linears: list[nn.Linear], forms: dict[int, str]) -> list["FusedLinear"]:
+        members, offset = [], 0
+        for i, linear in enumerate(linears):
+            self = cls.__new__(cls)
+            nn.Module.__init__(self)
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            self.weight, self.bias = linear.weight, linear.bias
+            self.index, self.offset = i, offset
+            offset += linear.out_features
+            members.append(self)
+        shared = _FusedGroup(members, forms)
+        for m in members:
+            object.__setattr__(m, "_group", shared)     # not a submodule: the members keep their own parameters
+        return members
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.device.type == "cpu" and self.weight.device.type == "cpu" and x.dtype == self.weight.dtype
+                and not (torch.is_grad_enabled() and self.weight.requires_grad)):
+            out = self._group.serve(self, x)
+            if out is not None:
+                return out
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        names = "+".join(str(m.out_features) for m in self._group.members)
+        return super().extra_repr() + f", fused {names}, forms=" + ",".join(f"{w}:{f}" for w, f in self._group.forms.items())
+
+
+def _fusable(parent: nn.Module, names: tuple[str, ...]) -> list[nn.Linear] | None:
+    linears = [getattr(parent, n, None) for n in names]
+    if not all(type(m) in (nn.Linear, FormLinear) for m in linears):
+        return None
+    first = linears[0]
+    if any(m.in_features != first.in_features or (m.bias is None) != (first.bias is None)
+           or m.weight.dtype != first.weight.dtype for m in linears):
+        return None
+    return linears
+
+
 # -- measurement ---------------------------------------------------------------------------------
 
 def _machine() -> str:
@@ -145,7 +271,7 @@ def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.f
     copies = max(1, min(64, -(-2 * _last_level_cache_bytes() // nbytes)))
     weights = [torch.randn(out_features, in_features, generator=gen, device="cpu").to(dtype) for _ in range(copies)]
     b = torch.randn(out_features, generator=gen, device="cpu").to(dtype) if bias else None
-    forms = [f for f in FORMS if f != "onednn" or (_has_onednn() and dtype == torch.float32)]
+    forms = [f for f in FORMS if f != "onednn" or _has_onednn(dtype)]
     extras = [{f: _layout(w, _LAYOUT.get(f)) for f in forms} for w in weights]
     best, turn = {f: {} for f in forms}, 0
     for w in widths:
@@ -165,17 +291,18 @@ def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.f
 
 
 def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
-    """The fastest form per width, with at most one extra layout for the layer (the layout
-    family that saves the most time overall) and F.linear kept unless beaten by `_MARGIN`. One
-    row always keeps F.linear: timed inside SmolLM2, every other form made the one-token forward
-    slower (12-28%) even where a layer's own timing favoured it."""
+    """The fastest form per width, one row included, with at most one extra layout for the layer
+    (the layout family that saves the most time overall) and F.linear kept unless beaten by
+    `_MARGIN`. (Until the forms were timed cache-cold, one row kept F.linear: cache-hot timings
+    had favoured forms that made SmolLM2's one-token forward slower. Timed cold, oneDNN's packed
+    weight makes it about 1.5x faster on this project's AMD EPYC, so one row is now picked too.)"""
     widths = sorted(seconds["linear"])
 
     def choice(allowed):
         out = {}
         for w in widths:
             f = min(allowed, key=lambda f: seconds[f][w])
-            out[w] = f if w > 1 and seconds[f][w] < (1 - _MARGIN) * seconds["linear"][w] else "linear"
+            out[w] = f if seconds[f][w] < (1 - _MARGIN) * seconds["linear"][w] else "linear"
         return out
 
     plain = [f for f in seconds if f not in _LAYOUT]
@@ -188,7 +315,7 @@ def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.fl
     """The per-width forms for a layer of this shape on this machine, measured once and cached."""
     from ..runtime.storage import cache_dir, read_json, write_json
     shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
-    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, one row linear".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, per width, one row included".encode()).hexdigest()[:16]
     if not refresh and key in _MEMORY:
         return _MEMORY[key]
     path = cache_dir("linear_forms", f"{key}.json")
@@ -254,24 +381,37 @@ def use_gqa_attention(model: nn.Module) -> bool:
 
 # -- the swap ------------------------------------------------------------------------------------
 
-def swap_linears(model: nn.Module, refresh: bool = False, forms: dict[int, str] | None = None) -> dict[str, int]:
+def swap_linears(model: nn.Module, refresh: bool = False, forms: dict[int, str] | None = None,
+                 fuse: bool = True) -> dict[str, int]:
     """Replace every nn.Linear of a CPU model (in place) by a `FormLinear` with the forms chosen
-    for its shape (`forms` given: those for every layer, unmeasured); parameters, tied weights and
-    the state dict are unchanged. A no-op for a model off the CPU or already swapped. Returns
-    `describe(model)`."""
+    for its shape (`forms` given: those for every layer, unmeasured), and with fuse, the
+    projections of one input (`FUSED_GROUPS`: q/k/v, gate/up) by `FusedLinear` members computed
+    in one GEMM; parameters, tied weights and the state dict are unchanged. A no-op for a model
+    off the CPU or already swapped. Returns `describe(model)`."""
     if forms is not None and (set(forms.values()) - set(FORMS) or not forms):
         raise ValueError(f"forms maps widths to some of {', '.join(FORMS)}, got {forms!r}")
     param = next(iter(model.parameters()), None)
     if param is None or param.device.type != "cpu":
         return describe(model)
     use_gqa_attention(model)
+
+    def chosen(out_features, in_features, bias, dtype):
+        return forms or choose_forms(out_features, in_features, bias, dtype, refresh)
+
     for parent in list(model.modules()):
+        for names in FUSED_GROUPS if fuse else ():
+            linears = _fusable(parent, names)
+            if linears:
+                first = linears[0]
+                group = chosen(sum(m.out_features for m in linears), first.in_features, first.bias is not None,
+                               first.weight.dtype)
+                for name, member in zip(names, FusedLinear.group(linears, group)):
+                    setattr(parent, name, member)
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                chosen = forms or choose_forms(child.out_features, child.in_features, child.bias is not None,
-                                               child.weight.dtype, refresh)
-                if any(f != "linear" for f in chosen.values()):
-                    setattr(parent, name, FormLinear.from_linear(child, chosen))
+                forms_here = chosen(child.out_features, child.in_features, child.bias is not None, child.weight.dtype)
+                if any(f != "linear" for f in forms_here.values()):
+                    setattr(parent, name, FormLinear.from_linear(child, forms_here))
     return describe(model)
 
 
@@ -281,7 +421,7 @@ def unswap_linears(model: nn.Module) -> None:
         model.set_attn_implementation("sdpa")
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, FormLinear):
+            if isinstance(child, (FormLinear, FusedLinear)):
                 plain = nn.Linear.__new__(nn.Linear)
                 nn.Module.__init__(plain)
                 plain.in_features, plain.out_features = child.in_features, child.out_features
@@ -300,8 +440,12 @@ def describe(model: nn.Module) -> dict[str, int]:
         if isinstance(m, FormLinear):
             key = ",".join(f"{w}:{f}" for w, f in m.forms.items())
             out[key] = out.get(key, 0) + 1
+        elif isinstance(m, FusedLinear) and m.index == 0:
+            key = "fused " + "+".join(str(n.out_features) for n in m._group.members) + " " + ",".join(
+                f"{w}:{f}" for w, f in m._group.forms.items())
+            out[key] = out.get(key, 0) + 1
     return out
 
 
-__all__ = ["ATTENTION", "FORMS", "FormLinear", "WIDTHS", "choose_forms", "describe", "gqa_sdpa_attention",
-           "measure_forms", "pick_forms", "swap_linears", "unswap_linears", "use_gqa_attention"]
+__all__ = ["ATTENTION", "FORMS", "FUSED_GROUPS", "FormLinear", "FusedLinear", "WIDTHS", "choose_forms", "describe", "gqa_sdpa_attention",
+           "measure_forms", "native_bf16", "pick_forms", "swap_linears", "unswap_linears", "use_gqa_attention"]
