@@ -157,11 +157,14 @@ class Scheduler:
         """Submit and wait: the request's result (what `suite.decode` returns for it alone)."""
         return self.submit(input_ids, **kwargs).result()
 
-    def close(self) -> None:
-        """Stop the thread once the running requests finish; later submits are refused."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread once the running requests finish (waiting up to `timeout` seconds for
+        it); later submits are refused."""
         with self._wake:
             self._closed = True
             self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     @property
     def live_rows(self) -> int:

@@ -118,6 +118,7 @@ def bench(args) -> None:
     lines = ["| decoder | mode | tok/s | x serial | p50 latency s | p95 latency s | forwards | tok/forward | same as serial |",
              "|---|---|---|---|---|---|---|---|---|"]
     for decoder in args.decoders:
+        run_serial(adapter, rows[:1], decoder, 8)        # warm-up: the cost curve, the forms, first-call costs
         modes = {"serial": lambda: run_serial(adapter, rows, decoder, args.max_new_tokens),
                  "fixed": lambda: run_fixed(adapter, rows, decoder, args.max_new_tokens),
                  "list": lambda: run_scheduled(adapter, rows, decoder, args.max_new_tokens, [0.0] * len(rows)),
