@@ -123,6 +123,8 @@ class Scheduler:
     """The stepping thread of one model, its queue of requests and its running batches.
     max_rows caps the live rows over all batches (admission waits below it)."""
 
+    gather_s = 0.02      # an idle scheduler waits this long for the rest of a burst before it starts
+
     def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler"):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -203,6 +205,8 @@ class Scheduler:
                     self._wake.wait()
                 if self._closed and not self._waiting and not self._batches:
                     return
+                if not self._batches:       # idle: requests sent together (a job's inputs) start together
+                    self._wake.wait(self.gather_s)
                 admitted = self._admit()
             try:
                 self._join(admitted)

@@ -158,7 +158,7 @@ class Auto:
         state.stats.count(f"auto:{dec.name}")
         if a.prefill:
             return acc
-        rate = batch_progress(acc.committed, slowest=not state.continuous) / max(time.perf_counter() - a.t0, 1e-9)
+        rate = batch_progress(acc.committed) / max(time.perf_counter() - a.t0, 1e-9)   # the slowest row's pace
         old = a.rate[dec.name]
         a.rate[dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
         a.step += 1

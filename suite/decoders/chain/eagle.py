@@ -234,10 +234,10 @@ class Eagle:
             seen = vis.gather(1, slot[..., None].expand(-1, -1, vis.shape[-1]))     # the parent's ancestry
             vis = torch.cat([seen, torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)], 2)
         trees = self._select(torch.cat(tok, 1), torch.cat(par, 1), torch.cat(dep, 1), torch.cat(scores, 1),
-                             caps, calib, rows, slowest=not state.continuous)
+                             caps, calib, rows)
         return trees, forwards
 
-    def _select(self, tok, par, dep, score, caps, calib, rows, slowest: bool = True) -> dict[int, Tree]:
+    def _select(self, tok, par, dep, score, caps, calib, rows) -> dict[int, Tree]:
         """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
         laid out by depth so every parent comes before its children."""
         key = torch.where(dep <= caps[:, None], score - 1e-4 * dep, torch.full_like(score, -float("inf")))
@@ -245,7 +245,7 @@ class Eagle:
         key, order = key.topk(n_max, -1)                                             # (R, n)
         probs = key.exp() * calib                                                    # 0 for too-deep nodes
         gains = [[0.0] + row for row in probs.cumsum(1).tolist()]
-        n = n_max if self.cost is None else best_size(gains, self.cost, slowest=slowest)
+        n = n_max if self.cost is None else best_size(gains, self.cost)
         order, probs = order[:, :n], probs[:, :n]
         ar = torch.arange(n, device=tok.device)
         order = order.gather(1, (dep.gather(1, order) * (n + 1) + ar).argsort(1))

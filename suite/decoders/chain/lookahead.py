@@ -210,9 +210,7 @@ class Lookahead:
             keep[b, path] = True
             self._update_trajectories(state, b, layout, row_logits)
         self._grow_pools(state, committed)
-        lengths, mode = [len(c) for c in committed if c], draft.meta.mode
-        # a fixed batch goes at its slowest row's pace; rows that leave as they finish (the scheduler) at their mean
-        least = (sum(lengths) / len(lengths) if state.continuous else min(lengths)) if lengths else None
+        mode, least = draft.meta.mode, min((len(c) for c in committed if c), default=None)
         for m, gain in (("full", state.shared.full), ("verify", state.shared.verify)):
             gain.add(least if m == mode else None)
         return Acceptance(committed, keep)
