@@ -330,7 +330,11 @@ def run_many(args, prompts: list[str], kwargs) -> int:
         print(note, file=sys.stderr)
     where = f" -> {args.output}" if args.output else ""
     from suite.runtime.options import guarantee_note
-    print(f"{len(done)} prompts{where}: {total_stats(done).summary()}; {guarantee_note(args.decoder)}", file=sys.stderr)
+    total = total_stats(done)     # prompts share forwards: their own counts add up to more than the job ran
+    print(f"{len(done)} prompts{where}: {total.num_new_tokens} tokens, {total.tokens_per_forward:.2f} per prompt's "
+          f"forward ({total.num_forwards} in all, shared in batches), {summary.seconds:.1f} s for the job, loading "
+          f"included ({total.num_new_tokens / max(summary.seconds, 1e-9):.1f} tok/s); "
+          f"{guarantee_note(args.decoder)}", file=sys.stderr)
     if args.compare and done:
         ar_s = sum(r["compare"]["ar_wall_time_s"] for r in done)
         same = sum(r["compare"]["same_as_ar"] for r in done)
