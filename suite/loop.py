@@ -105,7 +105,6 @@ class DecodeState:
     inputs: RequestInputs = field(default_factory=RequestInputs)   # typed request inputs (CTC drafts, priors)
     rows: list = field(default_factory=list)   # the decoder's per-row bookkeeping: one of its Row dataclass per row
     shared: Any = None                         # the decoder's batch-wide bookkeeping (its own dataclass), if any
-    continuous: bool = False                   # rows leave the batch as they finish (suite.scheduler)
     stats: DecodeStats = field(default_factory=DecodeStats)
 
     def __post_init__(self):

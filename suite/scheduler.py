@@ -112,11 +112,13 @@ class _Batch:
     decoder: object
     state: DecodeState
     owners: list[tuple[Request, int]]
+    movable: bool = False       # finished rows leave (else the batch, one request, carries them to its end)
     index: int = 0
 
     @staticmethod
-    def of(request: Request) -> "_Batch":
-        return _Batch(request.key, request.decoder, request.state, [(request, r) for r in range(request.batch)])
+    def of(request: Request, movable: bool = False) -> "_Batch":
+        return _Batch(request.key, request.decoder, request.state, [(request, r) for r in range(request.batch)],
+                      movable)
 
 
 class Scheduler:
@@ -246,10 +248,9 @@ class Scheduler:
             if first is not None:
                 self._deliver(_Batch.of(request), first, 0.0)
             request.key = self._key(request.decoder, request.state)       # its decoder state exists now
-            request.state.continuous = self._movable(request.state)
             group = groups.get(request.key)
             if group is None:
-                groups[request.key] = _Batch.of(request)
+                groups[request.key] = _Batch.of(request, self._movable(request.state))
             else:
                 group.state.extend(request.state)
                 group.owners += [(request, r) for r in range(request.batch)]
@@ -323,7 +324,7 @@ class Scheduler:
                     request._finish(request.error)
             if not keep:
                 self._batches.remove(batch)
-            elif batch.state.continuous:
+            elif batch.movable:
                 batch.state.select(keep)
                 batch.owners = [batch.owners[i] for i in keep]
             # else: a fixed batch (one request) carries its finished rows to the end
