@@ -1,11 +1,13 @@
 """Line OCR: `ocr = document.load_ocr(); res = ocr(line_images, decoder="block_diffusion")`.
 
 The encoder runs once per line image; the decoder runs through suite's one decode loop with any
-registered decoder (ar, block_diffusion, s2d2, ngram_prior, ctc_speculative, jacobi, ...). Lines are decoded in
-batches (ragged: each row advances by its own accepted length).
+registered decoder (ar, block_diffusion, s2d2, ngram_prior, ctc_speculative, jacobi, ...). Lines are decoded
+by the reader's scheduler (suite.scheduler): each row advances by its own accepted length, leaves at
+its EOS, and the next line joins the running batch.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ DECODER_DEFAULTS = {"ctc_speculative": {"max_entropy": 0.0}}
 
 @dataclass
 class OCRStats(DecodeStats):
-    """The batches' DecodeStats side by side (num_forwards: batched decoder forwards; row_forwards:
+    """The lines' DecodeStats side by side (num_forwards: batched decoder forwards; row_forwards:
     each line's own decode steps, summed), with wall_time_s end to end (encoder included)."""
     num_lines: int = 0
     encoder_forwards: int = 0      # one per batch of images
@@ -40,12 +42,6 @@ class OCRStats(DecodeStats):
     @property
     def lines_per_second(self) -> float:
         return self.per_second(self.num_lines)
-
-    def add(self, s: DecodeStats, rows: int) -> None:
-        """A batch of `rows` line images: its decode stats and one encoder forward."""
-        self.add_beside(s)
-        self.num_lines += rows
-        self.encoder_forwards += 1
 
     def summary(self) -> str:
         return (f"{self.num_lines} lines, {self.forwards_per_line:.2f} forwards/line, "
@@ -85,6 +81,7 @@ class OCR:
         self.adapter = OCRAdapter(model) if isinstance(model, OCRModel) else model
         self.model = getattr(self.adapter, "model", None)
         self.batch_size = batch_size
+        self._scheduler, self._lock = None, threading.Lock()
 
     @property
     def max_length(self) -> int:
@@ -113,12 +110,24 @@ class OCR:
             owner += [i] * len(cut)
         return pieces, owner
 
+    @property
+    def scheduler(self):
+        """This reader's suite.scheduler.Scheduler (its stepping thread starts on the first line):
+        the lines of every call, concurrent calls included, share its forwards, at most
+        `batch_size` rows at once; a line leaves at its EOS and a waiting one takes its place."""
+        with self._lock:
+            if self._scheduler is None:
+                from suite.scheduler import Scheduler
+                self._scheduler = Scheduler(self.adapter, max_rows=self.batch_size, name="scheduler ocr")
+            return self._scheduler
+
     def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
                  prior_texts: list[str] | None = None, **options) -> OCRResult:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
         hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
         A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
-        forwards."""
+        forwards. The encoder reads `batch_size` images per forward; each piece is then a request
+        of its own to the reader's scheduler (rows join and leave the running batch)."""
         images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
@@ -127,30 +136,41 @@ class OCR:
         if dec.name == "ctc_speculative" and not hasattr(self.adapter, "ctc_drafts"):
             raise ValueError("decoder 'ctc_speculative' drafts with the model's CTC head, and this model has none; "
                              "choose ar, s2d2 or block_diffusion")
-        stats = OCRStats()
         t0 = time.perf_counter()
         pieces, owner = self.pieces(images)
-        texts, confs, tokens = [""] * len(pieces), [0.0] * len(pieces), [[] for _ in pieces]
         size = batch_size or self.batch_size
+        # the widest pieces first: the job's last steps then finish short lines, not wait on a long one
+        order = sorted(range(len(pieces)), key=lambda i: -pieces[i].width / pieces[i].height)
+        requests, chunks = [None] * len(pieces), []
+        try:
+            for lo in range(0, len(pieces), size):
+                rows = order[lo:lo + size]
+                bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
+                chunks.append((bound, rows))
+                ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" else None
+                for j, i in enumerate(rows):
+                    inputs = RequestInputs(
+                        ctc=None if ctc is None else (ctc[j],),
+                        prior_tokens=None if prior_texts is None else (bound.prior_tokens(prior_texts[owner[i]]),))
+                    requests[i] = self.scheduler.submit([[bound.start_token_id]], decoder=dec, inputs=inputs,
+                                                        max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
+            results = [r.result() for r in requests]
+        except BaseException:
+            for r in requests:
+                if r is not None:
+                    r.cancel()
+            raise
         eos = self.adapter.config.eos_token_ids
-        # batches of similar widths finish together: a batch forward advances every row, so a row
-        # that ended early would otherwise wait (and compute) for the longest line of its batch
-        order = sorted(range(len(pieces)), key=lambda i: pieces[i].width / pieces[i].height)
-        for lo in range(0, len(pieces), size):
-            rows = order[lo:lo + size]
-            bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
-            inputs = RequestInputs(
-                ctc=tuple(bound.ctc_drafts()) if dec.name == "ctc_speculative" else None,
-                prior_tokens=None if prior_texts is None else tuple(bound.prior_tokens(prior_texts[owner[i]]) for i in rows))
-            adapter, d, state = suite.prepare(bound, [[bound.start_token_id] for _ in rows], decoder=dec,
-                                              max_new_tokens=self.max_length - 1, inputs=inputs)
-            result = suite.decode(adapter, d, state)
-            stats.add(result.stats, len(rows))
-            row_confs = confidence(bound, result.new_tokens) if score else [0.0] * len(rows)
-            for i, new, conf in zip(rows, result.new_tokens, row_confs):
-                tokens[i], confs[i] = new, conf
-                texts[i] = bound.decode_text([t for t in new if t not in eos])
-        stats.num_lines = len(images)
+        tokens = [res.new_tokens[0] for res in results]
+        texts = [bound.decode_text([t for t in new if t not in eos]) for new in tokens]
+        confs = [0.0] * len(pieces)
+        if score:
+            for bound, rows in chunks:
+                for i, conf in zip(rows, confidence(bound, [tokens[i] for i in rows])):
+                    confs[i] = conf
+        stats = OCRStats.beside([res.stats for res in results])
+        stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
+        stats.num_lines, stats.encoder_forwards = len(images), len(chunks)
         stats.wall_time_s = time.perf_counter() - t0
         return join_pieces(OCRResult(texts, stats, confs if score else [], tokens), owner, len(images))
 

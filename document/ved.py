@@ -94,8 +94,8 @@ class VEDAdapter(CrossAttentionAdapter):
         dtype = self.model.dtype
         additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
             ~attention_mask, torch.finfo(dtype).min)
-        kwargs = dict(attention_mask=additive, encoder_hidden_states=self.encoder_states, cache=cache.encdec,
-                      use_cache=True)
+        kwargs = dict(attention_mask=additive, encoder_hidden_states=cache.row_inputs["encoder_states"],
+                      cache=cache.encdec, use_cache=True)
         if self._takes_positions:
             kwargs.update(input_ids=tokens, position_ids=positions)
         else:

@@ -39,6 +39,9 @@ class KVCache:
         self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
         self.holes = False     # some slot may be dead for some row (host-side, conservative: no sync to know)
         self._dirty = False    # slots died since the last compact
+        # per-row inputs an adapter reads beside the K/V (an encoder-decoder's encoder states (B, S, D)):
+        # they move with their rows (select, extend), so the adapter itself holds nothing per row
+        self.row_inputs: dict[str, torch.Tensor] = {}
 
     def grouped(self, fanout: int) -> "KVCache":
         """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG)."""
@@ -134,6 +137,7 @@ class KVCache:
         copies = torch.cat([rows + f * self.batch for f in range(self.fanout)])   # backend rows, stacked copies
         self.valid, self.positions = self.valid.index_select(0, rows), self.positions.index_select(0, rows)
         self._select_backend(copies)
+        self.row_inputs = {name: t.index_select(0, rows) for name, t in self.row_inputs.items()}
         encdec = getattr(self, "encdec", None)
         if encdec is not None:
             for layer in encdec.cross_attention_cache.layers:
@@ -164,6 +168,7 @@ class KVCache:
             return
         length = max(self.num_slots, other.num_slots)
         padded = self.batch > 0 and self.num_slots != other.num_slots
+        self.row_inputs = _join_row_inputs(self, other)
         self._extend_backend(other, length)
         _extend_cross(self, other)
         self.valid = torch.cat([_pad_slots(self.valid, length), _pad_slots(other.valid, length)])
@@ -187,6 +192,20 @@ class KVCache:
         if past_mask is not None:
             past = past & past_mask
         return torch.cat([past, draft_mask], 2)[:, None]
+
+
+def row_inputs_shape(cache: KVCache) -> tuple:
+    """What rows must share to join one cache: the names of their row inputs and the shapes of a row's."""
+    return tuple((name, tuple(t.shape[1:])) for name, t in sorted(cache.row_inputs.items()))
+
+
+def _join_row_inputs(cache: KVCache, other: KVCache) -> dict[str, torch.Tensor]:
+    if not cache.batch:
+        return dict(other.row_inputs)
+    if row_inputs_shape(cache) != row_inputs_shape(other):
+        raise ValueError(f"cannot join rows with inputs {row_inputs_shape(other)} to rows with "
+                         f"{row_inputs_shape(cache)}: rows of one batch read inputs of one shape")
+    return {name: torch.cat([t, other.row_inputs[name]]) for name, t in cache.row_inputs.items()}
 
 
 def _pad_slots(t: torch.Tensor, length: int) -> torch.Tensor:

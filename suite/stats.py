@@ -54,27 +54,27 @@ class DecodeStats:
 
     @classmethod
     def beside(cls, parts: list["DecodeStats"]) -> "DecodeStats":
-        """Consecutive batches' stats as one (see `add_beside`)."""
+        """Batches' stats as one (see `add_beside`), in time linear in their steps and rows."""
         out = cls()
-        for s in parts:
-            out.add_beside(s)
+        out._add_counts(parts)
+        out.accepted_lengths = _lengths_beside([out.accepted_lengths] + [s.accepted_lengths for s in parts])
         return out
 
     def add_beside(self, other: "DecodeStats") -> None:
         """Add a later batch's stats to these: counts and times add up; its rows sit beside the
         earlier batches' in accepted_lengths (steps_per_row stays one entry per row)."""
-        self.num_forwards += other.num_forwards
-        self.num_draft_forwards += other.num_draft_forwards
-        self.num_new_tokens += other.num_new_tokens
-        self.wall_time_s += other.wall_time_s
-        self.draft_time_s += other.draft_time_s
-        for event, n in other.events.items():
-            self.count(event, n)
-        mine, theirs = self.accepted_lengths, other.accepted_lengths
-        width = [len(mine[0]) if mine else 0, len(theirs[0]) if theirs else 0]
-        self.accepted_lengths = [(mine[i] if i < len(mine) else [0] * width[0]) +
-                                 (theirs[i] if i < len(theirs) else [0] * width[1])
-                                 for i in range(max(len(mine), len(theirs)))]
+        self._add_counts([other])
+        self.accepted_lengths = _lengths_beside([self.accepted_lengths, other.accepted_lengths])
+
+    def _add_counts(self, parts: list["DecodeStats"]) -> None:
+        for s in parts:
+            self.num_forwards += s.num_forwards
+            self.num_draft_forwards += s.num_draft_forwards
+            self.num_new_tokens += s.num_new_tokens
+            self.wall_time_s += s.wall_time_s
+            self.draft_time_s += s.draft_time_s
+            for event, n in s.events.items():
+                self.count(event, n)
 
     def summary(self) -> str:
         return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "
@@ -86,3 +86,11 @@ class DecodeStats:
                 "num_new_tokens": self.num_new_tokens, "tokens_per_forward": self.tokens_per_forward,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
                 "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s}
+
+
+def _lengths_beside(parts: list[list[list[int]]]) -> list[list[int]]:
+    """Per-step accepted lengths of batches side by side: step i holds each batch's rows at its
+    step i (zeros for a batch with fewer steps)."""
+    widths = [len(p[0]) if p else 0 for p in parts]
+    steps = max((len(p) for p in parts), default=0)
+    return [[n for p, w in zip(parts, widths) for n in (p[i] if i < len(p) else [0] * w)] for i in range(steps)]

@@ -3,6 +3,7 @@ cross-attend to encoder states): the adapter bound to one batch of encoder state
 folder of a decoder whose output head is tied to its input embedding."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -20,14 +21,17 @@ def causal_mask(cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
 
 
 class CrossAttentionAdapter:
-    """Base of a suite.ModelAdapter over `self.model.decoder` bound to one batch of encoder states
-    `self.encoder_states` (B, S, D): the self-attention K/V lives in suite's KVCache, the
-    cross-attention K/V is computed on the first forward of a request and kept beside it
-    (`cache.encdec`). Subclasses bind the states (`for_images`) and set `bind_hint`, the call that
-    does so."""
+    """Base of a suite.ModelAdapter over `self.model.decoder` with encoder states (B, S, D): an
+    adapter bound to a batch of them (`self.encoder_states`) puts them into each cache it makes
+    (`cache.row_inputs`), and every forward reads them from the cache, so rows of different
+    requests run together through any adapter of the model (suite.scheduler moves them). The
+    self-attention K/V lives in suite's KVCache, the cross-attention K/V is computed on a row's
+    first forward and kept beside it (`cache.encdec`). Subclasses bind the states (`for_images`)
+    and set `bind_hint`, the call that does so."""
 
     supports_custom_mask = True
     supports_rollback = True
+    supports_row_moves = True      # what a row reads travels in its cache
     takes_plain_mask = True        # attention_mask=None (suite.loop.plain_causal): the decoder's own causal mask
     bind_hint = "adapter.for_images(pixels)"
     encoder_states: torch.Tensor | None = None
@@ -38,11 +42,19 @@ class CrossAttentionAdapter:
             raise ValueError(f"bind the adapter to a batch of images first: {self.bind_hint}")
         cache = KVCache(batch, device=self.encoder_states.device)
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
+        cache.row_inputs["encoder_states"] = self.encoder_states
         return cache
+
+    def rows(self, index: list[int]):
+        """This adapter bound to the encoder states of rows `index` only (one request's rows)."""
+        bound = copy.copy(self)
+        bound.encoder_states = self.encoder_states[torch.as_tensor(index, device=self.encoder_states.device)]
+        return bound
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
-                                 attention_mask=attention_mask, encoder_hidden_states=self.encoder_states,
+                                 attention_mask=attention_mask,
+                                 encoder_hidden_states=cache.row_inputs["encoder_states"],
                                  use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
         return out.logits
 

@@ -173,3 +173,27 @@ def test_encoder_decoder_cache_moves_cross_attention_rows():
     unfilled.encdec = EncoderDecoderCache(unfilled.backend, DynamicCache())
     with pytest.raises(ValueError, match="first forward"):
         a.extend(unfilled)
+
+
+def test_row_inputs_move_with_their_rows():
+    """Per-row inputs an adapter keeps in the cache (encoder states) follow select and extend; rows
+    whose inputs differ in shape are refused before anything changes."""
+    from suite import KVCache
+    from suite.cache import row_inputs_shape
+
+    def rows(values, dim=3):
+        cache = KVCache(len(values))
+        cache.row_inputs["encoder_states"] = torch.tensor(values, dtype=torch.float)[:, None, None].expand(-1, 2, dim)
+        return cache
+
+    a, b = rows([0, 1, 2]), rows([3, 4])
+    a.select([2, 0])
+    a.extend(b)
+    assert a.row_inputs["encoder_states"][:, 0, 0].tolist() == [2, 0, 3, 4]
+    assert row_inputs_shape(a) == (("encoder_states", (2, 3)),)
+    with pytest.raises(ValueError, match="inputs of one shape"):
+        a.extend(rows([5], dim=4))
+    assert a.batch == 4 and a.row_inputs["encoder_states"].shape == (4, 2, 3)
+    empty = KVCache(0)
+    empty.extend(b)
+    assert empty.row_inputs["encoder_states"][:, 0, 0].tolist() == [3, 4]

@@ -270,3 +270,26 @@ def test_tight_box_keeps_an_underscore_but_not_the_next_line():
 def test_pdf_ground_truth_is_written_in_ascii():
     from document.bench import ascii_truth
     assert ascii_truth("\u201cGNU\u201d user\u2019s 2001\u2013 manip\ufffe") == '"GNU" user\'s 2001- manip-'
+
+
+def test_concurrent_calls_share_forwards_and_read_as_alone(ocr, ar_result, heldout):
+    """Two calls at once: their lines run as rows of one batch (encoder states travel in the cache),
+    a line leaves at its EOS and a waiting one joins, and each call reads what it reads alone."""
+    import threading
+    from document.ocr import OCR
+    reader = OCR(ocr.model, batch_size=6)          # fewer rows than lines: rows leave and join
+    parts = [slice(0, 8), slice(8, 16)]
+    out, start = {}, threading.Barrier(len(parts))
+
+    def call(k):
+        start.wait()
+        out[k] = reader([s.image for s in heldout[parts[k]]], decoder="ctc_speculative")
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(len(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, part in enumerate(parts):
+        assert out[k].tokens == ar_result.tokens[part]
+    assert out[0].stats.num_forwards + out[1].stats.num_forwards > reader.scheduler.forwards_run
