@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from suite import AdapterConfig
-from suite.models.encoder_decoder import CrossAttentionAdapter, causal_mask
+from suite.models.encoder_decoder import CrossAttentionAdapter, causal_mask, encoder_inputs
 
 
 class VEDAdapter(CrossAttentionAdapter):
@@ -94,8 +94,7 @@ class VEDAdapter(CrossAttentionAdapter):
         dtype = self.model.dtype
         additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device).masked_fill(
             ~attention_mask, torch.finfo(dtype).min)
-        kwargs = dict(attention_mask=additive, encoder_hidden_states=cache.row_inputs["encoder_states"],
-                      cache=cache.encdec, use_cache=True)
+        kwargs = dict(attention_mask=additive, cache=cache.encdec, use_cache=True, **encoder_inputs(cache))
         if self._takes_positions:
             kwargs.update(input_ids=tokens, position_ids=positions)
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +46,19 @@ class ASR:
         self.lm = lm             # speech.ctc_lm.CharNGramLM for ctc_beam (None: beam search without an LM)
         # ctc_speculative's gate (tuned on the valid split: weights/asr/decoding.json)
         self.speculative = {**SPECULATIVE_DEFAULTS, **(speculative or {})}
+        self._scheduler, self._lock = None, threading.Lock()
+
+    @property
+    def scheduler(self):
+        """The attention decoder's suite.scheduler.Scheduler (its stepping thread starts on the first
+        utterance): concurrent calls (the Speech tab's users, the batch CLI's files) share its forwards."""
+        with self._lock:
+            if self._scheduler is None:
+                from suite.scheduler import Scheduler
+
+                from .asr_model import AudioPrefixLM
+                self._scheduler = Scheduler(AudioPrefixLM(self.model), name="scheduler asr")
+            return self._scheduler
 
     def __call__(self, audio, sample_rate: int = SAMPLE_RATE, decoder: str = DEFAULT_DECODER,
                  max_entropy: float | None = None, min_ratio: float | None = None,
@@ -57,7 +71,7 @@ class ASR:
         max_entropy = opts["max_entropy"] if max_entropy is None else max_entropy
         min_ratio = opts["min_ratio"] if min_ratio is None else min_ratio
         realign = opts["realign"] if realign is None else realign
-        from suite import CTCHypothesis, DecodeStats, RequestInputs, decode, prepare
+        from suite import CTCHypothesis, DecodeStats, RequestInputs
         from suite.decoders.chain.ctc_speculative import CTCSpeculative, ctc_frame_entropy, ctc_greedy
 
         from . import features
@@ -79,16 +93,15 @@ class ASR:
                 stats = DecodeStats(num_new_tokens=len(hyp))
                 text = ids_to_text(hyp)
             else:
-                adapter = AudioPrefixLM(self.model, self.model.bridge(enc))
+                bound = AudioPrefixLM(self.model, self.model.bridge(enc))
                 frames = int(enc_len[0])
                 if decoder == "ar":
                     dec, inputs = "ar", None
                 else:
                     dec = CTCSpeculative(max_entropy=max_entropy, min_ratio=min_ratio, realign=realign)
                     inputs = RequestInputs(ctc=(CTCHypothesis(hyp, ctc_frame_entropy(log_probs[0], frames)),))
-                adapter, dec, state = prepare(adapter, [[AUDIO] * frames + [BOS]], decoder=dec, max_new_tokens=400,
-                                              eos_token_id=EOS, inputs=inputs)
-                result = decode(adapter, dec, state)
+                result = self.scheduler.generate([[AUDIO] * frames + [BOS]], decoder=dec, max_new_tokens=400,
+                                                 eos_token_id=EOS, inputs=inputs, bound=bound)
                 stats = result.stats
                 text = ids_to_text([t for t in result.new_tokens[0] if t != EOS])
         stats.wall_time_s = time.perf_counter() - t0
@@ -135,6 +148,12 @@ class ASRWorker:
         from suite.runtime.options import guarantee_note, quality_costs
         kind = "lossy" if self.decoder in ("ctc", "ctc_beam") else None     # CTC head readers: no decoder of ar's
         self.guarantee = guarantee_note(self.decoder, quality_costs(Path(__file__).parent, "asr"), kind)
+
+    @property
+    def concurrency(self) -> int:
+        """Files in flight at once: ours share the attention decoder's forwards (ASR.scheduler); a
+        model family's recogniser reads one at a time."""
+        return 16 if hasattr(self.asr, "scheduler") else 1
 
     def __call__(self, payload: dict) -> dict:
         res = self.asr.transcribe_file(payload["src"], decoder=self.decoder)

@@ -138,13 +138,16 @@ class Recogniser(ConfigModule, nn.Module):
 
 
 class AudioPrefixLM:
-    """ModelAdapter over the attention decoder for ONE batch of utterances: token AUDIO at logical
-    position p stands for encoder frame p of its row (prefix (B, F', H)); other ids are characters."""
+    """ModelAdapter over the attention decoder: token AUDIO at logical position p stands for encoder
+    frame p of its row. An adapter bound to a batch of utterances (prefix (B, F', H)) puts the
+    prefix into each cache it makes (`cache.row_inputs`), and every forward reads it from there, so
+    rows of different utterances run together through any adapter of the model (suite.scheduler)."""
 
     supports_custom_mask = True
     supports_rollback = True
+    supports_row_moves = True       # what a row reads travels in its cache
 
-    def __init__(self, model: Recogniser, prefix: torch.Tensor):
+    def __init__(self, model: Recogniser, prefix: torch.Tensor | None = None):
         from suite import AdapterConfig
         self.model = model.decoder
         self.prefix = prefix
@@ -153,15 +156,18 @@ class AudioPrefixLM:
 
     def new_cache(self, batch: int, max_len: int | None = None):
         from suite import KVCache
-        return KVCache(batch, device=self.prefix.device)
+        if self.prefix is None or self.prefix.shape[0] != batch:
+            raise ValueError("bind the adapter to a batch of utterances first: AudioPrefixLM(model, prefix)")
+        cache = KVCache(batch, device=self.prefix.device)
+        cache.row_inputs["audio_prefix"] = self.prefix
+        return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+        prefix = cache.row_inputs["audio_prefix"]           # (B, F', H), zero-padded past a row's frames
         embeds = self.model.get_input_embeddings()(tokens.clamp(max=DEC_VOCAB - 1))
-        is_audio = tokens == AUDIO
-        if is_audio.any():
-            idx = positions.clamp(max=self.prefix.shape[1] - 1)
-            frames = self.prefix.gather(1, idx[..., None].expand(-1, -1, self.prefix.shape[2]))
-            embeds = torch.where(is_audio[..., None], frames, embeds)
+        idx = positions.clamp(max=prefix.shape[1] - 1)
+        frames = prefix.gather(1, idx[..., None].expand(-1, -1, prefix.shape[2]))
+        embeds = torch.where((tokens == AUDIO)[..., None], frames, embeds)
         if attention_mask is None:
             n = tokens.shape[1]
             causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril()

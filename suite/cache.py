@@ -39,9 +39,11 @@ class KVCache:
         self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
         self.holes = False     # some slot may be dead for some row (host-side, conservative: no sync to know)
         self._dirty = False    # slots died since the last compact
-        # per-row inputs an adapter reads beside the K/V (an encoder-decoder's encoder states (B, S, D)):
-        # they move with their rows (select, extend), so the adapter itself holds nothing per row
+        # per-row inputs an adapter reads beside the K/V, (B, L, ...) each (an encoder-decoder's encoder
+        # states): they move with their rows (select, extend), so the adapter itself holds nothing per
+        # row; rows of different L join zero-padded to the longest (`inputs_padded`: the adapter masks)
         self.row_inputs: dict[str, torch.Tensor] = {}
+        self.inputs_padded = False
 
     def grouped(self, fanout: int) -> "KVCache":
         """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG)."""
@@ -195,17 +197,33 @@ class KVCache:
 
 
 def row_inputs_shape(cache: KVCache) -> tuple:
-    """What rows must share to join one cache: the names of their row inputs and the shapes of a row's."""
-    return tuple((name, tuple(t.shape[1:])) for name, t in sorted(cache.row_inputs.items()))
+    """What rows must share to join one cache: the names of their row inputs and each one's
+    dimensions past its length axis."""
+    return tuple((name, tuple(t.shape[2:])) for name, t in sorted(cache.row_inputs.items()))
 
 
 def _join_row_inputs(cache: KVCache, other: KVCache) -> dict[str, torch.Tensor]:
+    """Both sides' row inputs, rows stacked; a shorter length axis is zero-padded (`inputs_padded`)."""
     if not cache.batch:
+        cache.inputs_padded = other.inputs_padded
         return dict(other.row_inputs)
     if row_inputs_shape(cache) != row_inputs_shape(other):
         raise ValueError(f"cannot join rows with inputs {row_inputs_shape(other)} to rows with "
-                         f"{row_inputs_shape(cache)}: rows of one batch read inputs of one shape")
-    return {name: torch.cat([t, other.row_inputs[name]]) for name, t in cache.row_inputs.items()}
+                         f"{row_inputs_shape(cache)}: rows of one batch read inputs of one kind")
+    joined = {}
+    for name, mine in cache.row_inputs.items():
+        theirs = other.row_inputs[name]
+        length = max(mine.shape[1], theirs.shape[1])
+        cache.inputs_padded |= other.inputs_padded or mine.shape[1] != theirs.shape[1]
+        joined[name] = torch.cat([_pad_axis1(mine, length), _pad_axis1(theirs, length)])
+    return joined
+
+
+def _pad_axis1(t: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, L, ...) -> (B, length, ...), zeros after L."""
+    if t.shape[1] == length:
+        return t
+    return torch.cat([t, t.new_zeros(t.shape[0], length - t.shape[1], *t.shape[2:])], 1)
 
 
 def _pad_slots(t: torch.Tensor, length: int) -> torch.Tensor:

@@ -43,6 +43,8 @@ class CrossAttentionAdapter:
         cache = KVCache(batch, device=self.encoder_states.device)
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())   # cross K/V: filled once
         cache.row_inputs["encoder_states"] = self.encoder_states
+        cache.row_inputs["encoder_mask"] = torch.ones(self.encoder_states.shape[:2], dtype=torch.bool,
+                                                      device=self.encoder_states.device)
         return cache
 
     def rows(self, index: list[int]):
@@ -53,10 +55,18 @@ class CrossAttentionAdapter:
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
-                                 attention_mask=attention_mask,
-                                 encoder_hidden_states=cache.row_inputs["encoder_states"],
+                                 attention_mask=attention_mask, **encoder_inputs(cache),
                                  use_cache=True, logits_to_keep=tokens.shape[1] - logits_from)
         return out.logits
+
+
+def encoder_inputs(cache: KVCache) -> dict:
+    """The decoder's encoder arguments from the cache's row inputs: the states, and their mask once
+    rows of different encoder lengths joined (zero-padded)."""
+    states = {"encoder_hidden_states": cache.row_inputs["encoder_states"]}
+    if cache.inputs_padded:
+        states["encoder_attention_mask"] = cache.row_inputs["encoder_mask"]
+    return states
 
 
 def save_tied(model: torch.nn.Module, folder: str | Path, config: dict) -> None:

@@ -176,24 +176,29 @@ def test_encoder_decoder_cache_moves_cross_attention_rows():
 
 
 def test_row_inputs_move_with_their_rows():
-    """Per-row inputs an adapter keeps in the cache (encoder states) follow select and extend; rows
-    whose inputs differ in shape are refused before anything changes."""
+    """Per-row inputs an adapter keeps in the cache (encoder states) follow select and extend; rows of
+    another length join zero-padded (and say so), rows of another kind are refused, nothing changed."""
     from suite import KVCache
     from suite.cache import row_inputs_shape
 
-    def rows(values, dim=3):
+    def rows(values, length=2, dim=3):
         cache = KVCache(len(values))
-        cache.row_inputs["encoder_states"] = torch.tensor(values, dtype=torch.float)[:, None, None].expand(-1, 2, dim)
+        cache.row_inputs["encoder_states"] = torch.tensor(values, dtype=torch.float)[:, None, None].expand(
+            -1, length, dim)
         return cache
 
     a, b = rows([0, 1, 2]), rows([3, 4])
     a.select([2, 0])
     a.extend(b)
-    assert a.row_inputs["encoder_states"][:, 0, 0].tolist() == [2, 0, 3, 4]
-    assert row_inputs_shape(a) == (("encoder_states", (2, 3)),)
-    with pytest.raises(ValueError, match="inputs of one shape"):
+    assert a.row_inputs["encoder_states"][:, 0, 0].tolist() == [2, 0, 3, 4] and not a.inputs_padded
+    assert row_inputs_shape(a) == (("encoder_states", (3,)),)
+    with pytest.raises(ValueError, match="inputs of one kind"):
         a.extend(rows([5], dim=4))
     assert a.batch == 4 and a.row_inputs["encoder_states"].shape == (4, 2, 3)
+    a.extend(rows([6], length=3))
+    states = a.row_inputs["encoder_states"]
+    assert states.shape == (5, 3, 3) and a.inputs_padded
+    assert states[:4, 2].eq(0).all() and states[4].eq(6).all()
     empty = KVCache(0)
     empty.extend(b)
     assert empty.row_inputs["encoder_states"][:, 0, 0].tolist() == [3, 4]

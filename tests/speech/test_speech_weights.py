@@ -73,6 +73,19 @@ def test_asr_decoders_agree_and_speculative_is_cheaper(asr):
     assert spec.stats.num_forwards < ar.stats.num_forwards
 
 
+def test_concurrent_utterances_share_forwards_and_read_as_alone(asr):
+    """Utterances of different lengths at once: their rows share the decoder's forwards (the audio
+    prefix travels in the cache, zero-padded) and each reads what it reads alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    clips = [synthesize(t, "flite:kal16") for t in SENTENCES + ["open the file"]]
+    alone = [asr(a, 16000, decoder="ar") for a in clips]
+    before = asr.scheduler.forwards_run
+    with ThreadPoolExecutor(len(clips)) as pool:
+        together = list(pool.map(lambda a: asr(a, 16000, decoder="ar"), clips))
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert sum(r.stats.num_forwards for r in together) > asr.scheduler.forwards_run - before
+
+
 def test_asr_resamples_other_rates(asr):
     audio = synthesize(SENTENCES[1], "flite:slt")
     import torchaudio
