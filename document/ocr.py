@@ -18,7 +18,7 @@ import torch
 import suite
 from suite import DecodeStats, RequestInputs
 
-from .lines import line_pieces
+from .lines import line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
@@ -99,12 +99,14 @@ class OCR:
         return self.adapter.pixels([as_pil(im, i) for i, im in enumerate(images)])
 
     def pieces(self, images) -> tuple[list, list[int]]:
-        """(pieces, owner line of each): lines wider than the model reads well are cut at word
-        gaps (document.lines.line_pieces) when the adapter asks for it (`split_lines`)."""
+        """(pieces, owner line of each), when the adapter asks for it (`split_lines`): a justified
+        line's wide word gaps squeezed (document.lines.squeeze_gaps), and lines wider than the
+        model reads well cut at word gaps (document.lines.line_pieces)."""
         if not getattr(self.adapter, "split_lines", False):
             return images, list(range(len(images)))
         pieces, owner = [], []
         for i, im in enumerate(images):
+            im = squeeze_gaps(im)            # a justified line's wide gaps made ordinary word spaces
             cut = line_pieces(im) or [im]
             pieces += cut
             owner += [i] * len(cut)
@@ -167,7 +169,8 @@ class OCR:
         if score:
             for bound, rows in chunks:
                 for i, conf in zip(rows, confidence(bound, [tokens[i] for i in rows])):
-                    confs[i] = conf
+                    # fewer words read than the image shows: some may be missing, so not certain
+                    confs[i] = conf * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
         stats = OCRStats.beside([res.stats for res in results])
         stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
         stats.num_lines, stats.encoder_forwards = len(images), len(chunks)

@@ -293,3 +293,36 @@ def test_concurrent_calls_share_forwards_and_read_as_alone(ocr, ar_result, heldo
     for k, part in enumerate(parts):
         assert out[k].tokens == ar_result.tokens[part]
     assert out[0].stats.num_forwards + out[1].stats.num_forwards > reader.scheduler.forwards_run
+
+
+def justified_line(words: list[str], gap: int) -> Image.Image:
+    """One line of `words` set `gap` pixels apart, as a justified column spaces them out."""
+    font = data._font(data.font_paths()[0], 28)
+    widths = [int(font.getlength(w)) for w in words]
+    image = Image.new("L", (sum(widths) + gap * (len(words) - 1) + 20, 44), 255)
+    draw, x = ImageDraw.Draw(image), 10
+    for word, width in zip(words, widths):
+        draw.text((x, 6), word, font=font, fill=0)
+        x += width + gap
+    return image
+
+
+JUSTIFIED = [["line", "or", "its", "standard", "input", "and", "writes", "the"],
+             ["without", "the", "original", "extension.", "gunzip", "also"]]
+
+
+def test_justified_lines_lose_no_words(ocr):
+    """Issue 40, finding 7: words set far apart (two text heights, as in a justified man page
+    printed by a browser) are all read; before, the model skipped words after wide gaps."""
+    res = ocr([justified_line(words, 60) for words in JUSTIFIED], decoder="ar")
+    assert res.texts == [" ".join(words) for words in JUSTIFIED]
+
+
+def test_a_reading_with_missing_words_is_not_certain(ocr, monkeypatch):
+    """Where the model drops words (here: wide gaps left as they are), the confidence falls: fewer
+    words read than the image shows apart (document.lines.words_seen)."""
+    import document.ocr
+    monkeypatch.setattr(document.ocr, "squeeze_gaps", lambda image: image)
+    res = ocr([justified_line(words, 60) for words in JUSTIFIED], decoder="ar", score=True)
+    dropped = [c for t, words, c in zip(res.texts, JUSTIFIED, res.confidences) if len(t.split()) < len(words)]
+    assert dropped and max(dropped) <= 0.9
