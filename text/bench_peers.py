@@ -47,6 +47,7 @@ def converted_gguf(converter: Path, folder: Path, outtype: str) -> Path:
     from suite.runtime.storage import cache_dir
     out = cache_dir("gguf") / f"{folder.name}.{outtype}.gguf"
     if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
         subprocess.run([sys.executable, str(converter), str(folder), "--outtype", outtype, "--outfile", str(tmp)],
                        check=True, capture_output=True)
@@ -71,7 +72,7 @@ def transformers_generate(model):
     return run
 
 
-def llama_cpp(path: Path, threads: int, lookup: bool):
+def llama_cpp_runner(path: Path, threads: int, lookup: bool):
     from llama_cpp import Llama
     kwargs = {}
     if lookup:
@@ -114,15 +115,15 @@ def runners(args) -> list[tuple[str, object]]:
     if args.converter is not None:
         ggufs += [(f"{t.upper()}, converted", converted_gguf(args.converter, folder, t)) for t in ("f32", "bf16")]
     for label, path in ggufs:
-        out.append((f"llama.cpp {label}", llama_cpp(path, args.threads, lookup=False)))
-        out.append((f"llama.cpp {label}, prompt lookup", llama_cpp(path, args.threads, lookup=True)))
+        out.append((f"llama.cpp {label}", llama_cpp_runner(path, args.threads, lookup=False)))
+        out.append((f"llama.cpp {label}, prompt lookup", llama_cpp_runner(path, args.threads, lookup=True)))
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m text.bench --peers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prompts", type=int, default=4, help="chat prompts (text.prompts.CHAT)")
+    p.add_argument("--prompts", type=int, default=6, help="chat prompts (the EAGLE head's held-out ones)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decoders", nargs="+", default=["ar"], choices=suite.TEXT_DECODERS)
@@ -139,9 +140,9 @@ def main(argv=None) -> int:
         p.error(f"--converter {args.converter}: no such file (llama.cpp's convert_hf_to_gguf.py)")
     torch.set_num_threads(args.threads)
     import text
-    from text.prompts import CHAT
+    from .bench_batching import chat_prompts
     gen = text.load()
-    prompts = [gen.rows([c], chat=True)[0] for c in CHAT[:args.prompts]]
+    prompts = chat_prompts(gen, args.prompts)
     table = runners(args)
     seconds = {label: 0.0 for label, _ in table}
     texts: dict[str, list] = {label: [] for label, _ in table}
