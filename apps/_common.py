@@ -224,6 +224,39 @@ def folder_field(elem_id: str, ours: str, kinds: str, note: str = "") -> gr.Text
                       visible=models_root().path is not None)
 
 
+# -- inputs read before a handler runs: a failure names the field and the fix ---------------------------
+
+IMAGE_FIX = "upload a PNG, JPEG, WEBP, BMP or TIFF picture"
+
+
+def bad_upload(label: str, what: str, fix: str) -> gr.Error:
+    return gr.Error(f"{label}: {what}; {fix}", title="Bad input", print_exception=False)
+
+
+def checked_input(field, what: str, fix: str, read: Callable | None = None):
+    """`field` (an input component) whose reading of an upload, when it fails, is refused as a
+    gr.Error naming the field (its label), `what` is wrong and the `fix`, rather than Gradio's generic
+    error; `read(payload)`, when given, replaces Gradio's own reading (the recording: soundfile, not
+    ffprobe). Set on this one component object: no class is subclassed (Gradio writes a .pyi stub
+    beside any module that subclasses a component) and no library method is replaced."""
+    own = field.preprocess
+
+    def preprocess(payload):
+        try:
+            return (read or own)(payload) if payload is not None else own(payload)
+        except gr.Error:
+            raise
+        except Exception:
+            raise bad_upload(field.label or "Upload", what, fix) from None
+    field.preprocess = preprocess
+    return field
+
+
+def image_input(**kwargs) -> gr.Image:
+    """gr.Image(**kwargs) whose upload, when it is not a picture (a text file, a cut PNG), names the field and the fix."""
+    return checked_input(gr.Image(**kwargs), "the file is not a picture this app can read", IMAGE_FIX)
+
+
 def with_folder_decoders(own) -> list[str]:
     """A tab's own decoders, then the lossless chain decoders a vision-language model folder runs
     (suite.models.vlm, as `--model FOLDER` takes them): one dropdown for either; the pipeline refuses the

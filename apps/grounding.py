@@ -17,7 +17,7 @@ import gradio as gr
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
-from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
+from ._common import (image_input, FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
                       require_text, stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
@@ -145,8 +145,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     "a failing one like AR (keeping the slots AR agrees with), `ar` is the one-slot-per-forward baseline.")
         with gr.Row():
             with gr.Column(scale=2):
-                image = gr.Image(value=Image.fromarray(example_scene()), type="pil", label="Image",
-                                 elem_id="grounding-image", height=320)
+                image = image_input(value=Image.fromarray(example_scene()), type="pil", label="Image",
+                                    elem_id="grounding-image", height=320)
                 query = gr.Textbox(value=EXAMPLE_QUERY, label="Query", elem_id="grounding-query",
                                    info="e.g. the small square, the star left of the blue circle, the face, the word cat")
             with gr.Column(scale=2):

@@ -16,7 +16,7 @@ import gradio as gr
 
 import suite
 
-from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
+from ._common import (image_input, FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
                       positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
@@ -255,8 +255,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 with gr.Accordion("Your own model", open=False):
                     model_folder = folder_field("text-model-folder", "the embedded SmolLM2-135M-Instruct",
                                                 "causal LM or vision-language model")
-                    image = gr.Image(label="Image (vision-language models)", type="pil", height=200,
-                                     elem_id="text-image")
+                    image = image_input(label="Image (vision-language models)", type="pil", height=200,
+                                        elem_id="text-image")
                 run = gr.Button("Generate", variant="primary", elem_id="text-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=default_decoder(), label="Decoder",
