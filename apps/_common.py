@@ -471,10 +471,15 @@ def guarantee_of(decoder: str, own: dict[str, Guarantee] | None = None) -> Guara
     return Guarantee(kind, entry.summary, entry.reference)
 
 
-def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None = None) -> str:
-    """One line: what the decoder guarantees, and for a lossy one its measured quality cost."""
+def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None = None,
+                   options: dict | None = None) -> str:
+    """One line: what the decoder guarantees, and for a lossy one its measured quality cost, when it
+    was measured at the `options` that ran (every option, suite.registry.effective_options; None:
+    unknown), else where it was measured."""
+    from suite.runtime.options import measured_at, settings_text
     g = guarantee_of(decoder, own)
-    cost = quality_costs(modality).get(decoder) if g.kind == "lossy" else None
+    listed = quality_costs(modality).get(decoder) if g.kind == "lossy" else None
+    cost = measured_at(listed, options)
     words = {"reference": "the baseline", "exact": f"exact: greedy output equals {g.reference}'s token for token",
              "in distribution": f"lossless: exact when greedy, {g.reference}'s distribution when sampling",
              "lossy": f"lossy: its output may differ from {g.reference}'s"}[g.kind]
@@ -483,6 +488,9 @@ def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None
         quality = (f" <span class='ps-quality'>Measured: {html.escape(cost['metric'])} {html.escape(cost['value'])} "
                    f"against ar's {html.escape(cost['ar'])} on {html.escape(cost['on'])} "
                    f"({html.escape(cost['table'])}).</span>")
+    elif listed:
+        quality = (f" <span class='ps-quality-elsewhere'>Its quality cost was measured at "
+                   f"{html.escape(settings_text(listed['options']))}, not at the settings that ran.</span>")
     return (f"<p class='ps-guarantee' data-decoder='{html.escape(decoder)}' data-guarantee='{g.kind}' "
             f"style='margin:4px 0'><b>{html.escape(decoder)}</b> "
             f"<span style='{BADGE_STYLE[g.kind]};padding:0 6px;border-radius:3px'>{g.kind}</span> "
@@ -576,13 +584,13 @@ def stats_table(rows: list[dict], note: str = "", guarantees: dict[str, str] | N
 
 
 def summary_html(rows: list[dict], modality: str, decoder: str, same: tuple[bool, str, bool] | None = None,
-                 note: str = "", own: dict[str, Guarantee] | None = None) -> str:
+                 note: str = "", own: dict[str, Guarantee] | None = None, options: dict | None = None) -> str:
     """The result's whole account: the chosen decoder's guarantee (and measured quality cost), the
     stats table with each row's guarantee, whether the output equals ar's (`same` = (equal, what is
     compared, sampled), once both are done) and why a slower decoder is slower."""
     rows = add_speedups(rows)
     kinds = {r["decoder"]: guarantee_of(r["decoder"], own).kind for r in rows}
-    parts = [guarantee_html(decoder, modality, own), stats_table(rows, note, kinds)]
+    parts = [guarantee_html(decoder, modality, own, options), stats_table(rows, note, kinds)]
     if same is not None:
         parts.append(same_html(same[0], same[1], decoder, guarantee_of(decoder, own), same[2]))
     parts.append(speed_html(rows, decoder))
