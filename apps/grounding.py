@@ -17,8 +17,8 @@ import gradio as gr
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
-from ._common import (image_input, FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
-                      require_text, stats_row, summary_html, ui_options, with_folder_decoders)
+from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, image_input,
+                      parse_options, require_text, stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}

@@ -16,8 +16,10 @@ import gradio as gr
 
 import suite
 
-from ._common import (image_input, FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
-                      positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
+from suite.runtime.options import decoders_used
+
+from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, image_input,
+                      parse_options, positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
@@ -210,7 +212,8 @@ def stats_html(runs: list[TextRun], sampled: bool, max_new_tokens: int, context:
     same = None
     if len(runs) == 2 and all(r.done for r in runs):
         same = (runs[0].stream.token_ids == chosen.stream.token_ids, "tokens", sampled)
-    note = " ".join(n for n in (stop_note(r, max_new_tokens, context) for r in runs) if n)
+    used = decoders_used(chosen.stream.stats)                 # auto: which decoders it ran
+    note = " ".join(n for n in [stop_note(r, max_new_tokens, context) for r in runs] + [used and f"{used}."] if n)
     return summary_html([r.stats() for r in runs], "text", chosen.decoder, same, note)
 
 

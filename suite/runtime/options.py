@@ -104,6 +104,16 @@ def settings_text(options: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in options.items())
 
 
+def decoders_used(stats) -> str:
+    """What `auto` ran, from its per-step counts (stats.events["auto:<name>"]), most steps first:
+    "auto ran ngram 12 steps, ar 3 steps"; "" for any other decoder."""
+    counts = {k.split(":", 1)[1]: n for k, n in (getattr(stats, "events", None) or {}).items() if k.startswith("auto:")}
+    if not counts:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "auto ran " + ", ".join(f"{name} {n} step{'s' if n != 1 else ''}" for name, n in ranked)
+
+
 def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | None = None,
                    options: dict | None = None) -> str:
     """What a CLI's summary line says about its decoder: the registry's guarantee (`kind` for a reader

@@ -356,3 +356,9 @@ def test_speech_tab_bad_folder_is_a_readable_error(speech_tab, whisper_dir, tmp_
     if args[0] == "recording":
         args = ((16000, (0.1 * np.random.default_rng(0).standard_normal(8000)).astype(np.float32)), *args[1:])
     refused(handler(speech_tab, part)(*args, str(folder)), blank, message)
+
+
+def test_text_tab_says_which_decoders_auto_ran(generate, tiny_dir):
+    """Issue 40, finding 9: the Text tab's result names the decoders `auto` used."""
+    *_, stats = last(generate(*text_args("def fib(n):", "auto", tiny_dir, compare=False)))
+    assert re.search(r"auto ran (ngram|lookahead|ar|eagle) \d+ steps?", stats), stats

@@ -34,3 +34,15 @@ def test_the_summary_line_names_the_decoders_guarantee(tiny_dir, tmp_path, capsy
     src.write_text("Hello\nWorld\n")
     assert main(["--input", str(src), "--model", str(tiny_dir), "--decoder", "jacobi", "--max-new-tokens", "3"]) == 0
     assert "2 prompts: " in (err := capsys.readouterr().err) and "; jacobi: exact (greedy output equals ar's" in err
+
+
+def test_auto_says_which_decoders_it_ran(tiny_dir, capsys):
+    """Issue 40, finding 9: `auto` names the decoders it used and their steps, on the summary line."""
+    import re
+    assert main(["Hello there", "--model", str(tiny_dir), "--decoder", "auto", "--max-new-tokens", "12"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    used = re.search(r"; auto ran ((?:\w+ \d+ steps?(?:, )?)+)", line)
+    assert used, line
+    steps = {m[0]: int(m[1]) for m in re.findall(r"(\w+) (\d+) steps?", used.group(1))}
+    forwards = int(re.search(r"in (\d+) forwards", line).group(1))
+    assert steps and set(steps) <= {"eagle", "ngram", "lookahead", "ar"} and sum(steps.values()) <= forwards
