@@ -174,8 +174,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     "ctc_speculative drafts each line from the model's CTC head).")
         with gr.Row():
             with gr.Column(scale=2):
+                # no value here: the API marks the file required; the page shows the example on load
                 upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
-                                 value=example_page(), elem_id="document-file")
+                                 elem_id="document-file")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="document-compare")
                 model_folder = folder_field("document-model-folder", "our OCR model",
                                             "GOT-OCR2, Qwen2-VL or Florence-2", "it reads each page whole")
@@ -185,7 +186,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                       decoder_choices() else "ar", label="Decoder", elem_id="document-decoder")
                 options = gr.Textbox(value=default_options(decoder.value), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="document-options")
-        stats = gr.HTML(elem_id="document-stats")
+        stats = gr.HTML(label="Stats", elem_id="document-stats")
         with gr.Row():
             pages = gr.Gallery(label="Lines found and read", columns=1, height=640, object_fit="contain",
                                elem_id="document-pages")
@@ -194,8 +195,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                   buttons=["copy"])
                 ar_text = gr.Textbox(label="Text (ar baseline)", lines=6, interactive=False,
                                      visible=False, elem_id="document-ar-text")
-        lines = gr.HTML(elem_id="document-lines")
+        lines = gr.HTML(label="Lines", elem_id="document-lines")
 
+        demo.load(example_page, None, upload, queue=False, api_visibility="private")
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
         compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False,
                        api_visibility="private")

@@ -193,7 +193,9 @@ def build_demo(pipeline: SpeechPipelines | None = None) -> gr.Blocks:
             rows.append(stats_row(name, res.stats, res.stats.wall_time_s, True))
             texts[name] = res.text
             same = (texts[BASELINE_ASR] == texts[decoder], "text", False) if len(texts) == 2 else None
-            yield ("\n".join(f"{n}: {t}" for n, t in texts.items()),
+            # the chosen decoder's transcript alone, ar's (compare on) in its own output: API clients get
+            # each text as it is, and the stats apart from both
+            yield (texts.get(decoder, ""), texts.get(BASELINE_ASR, "") if decoder != BASELINE_ASR else "",
                    summary_html(rows, "asr", decoder, same, own=OWN))
 
     with gr.Blocks(title="parasuite: speech") as demo:
@@ -222,7 +224,7 @@ def speak_section(tts, speak) -> None:
             temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05, label="Temperature")
             seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
             model_folder = folder_field("speech-model-folder", "our TTS", "MusicGen, Dia or CSM")
-    stats = gr.HTML(elem_id="speech-stats")
+    stats = gr.HTML(label="Stats", elem_id="speech-stats")
     with gr.Row():
         with gr.Column():
             player = gr.Audio(label="Speech", type="numpy", interactive=False, elem_id="speech-audio")
@@ -250,10 +252,15 @@ def transcribe_section(transcribe) -> None:
             compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
             model_folder = folder_field("speech-asr-model-folder", "our recogniser", "Whisper")
             listen = gr.Button("Transcribe", elem_id="speech-transcribe")
-    transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
-    stats = gr.HTML(elem_id="speech-asr-stats")
-    listen.click(guarded("speech recognition", transcribe, blank=("", "")), [recording, decoder, compare, model_folder],
-                 [transcript, stats], api_name="transcribe")
+    with gr.Row():
+        transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
+        ar_transcript = gr.Textbox(label="Transcript (ar baseline)", interactive=False, visible=False,
+                                   elem_id="speech-ar-transcript")
+    stats = gr.HTML(label="Recognition stats", elem_id="speech-asr-stats")
+    compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_transcript, queue=False,
+                   api_visibility="private")
+    listen.click(guarded("speech recognition", transcribe, blank=("", "", "")),
+                 [recording, decoder, compare, model_folder], [transcript, ar_transcript, stats], api_name="transcribe")
 
 
 def speech_view(results: dict, decoder: str, heard: str | None):

@@ -273,16 +273,16 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     top_k = gr.Number(value=0, precision=0, label="Top-k (0 = off)")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)")
                     seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
-        stats = gr.HTML(elem_id="text-stats")
+        stats = gr.HTML(label="Stats", elem_id="text-stats")
         with gr.Row():
             with gr.Column():
                 output = gr.Textbox(label="Output", lines=6, interactive=False, elem_id="text-output",
                                     buttons=["copy"])
-                output_chunks = gr.HTML(elem_id="text-chunks")
+                output_chunks = gr.HTML(label="Output by forward", elem_id="text-chunks")
             with gr.Column(visible=False) as ar_column:
                 ar_output = gr.Textbox(label="AR baseline output", lines=6, interactive=False,
                                        elem_id="text-ar-output")
-                ar_chunks = gr.HTML(elem_id="text-ar-chunks")
+                ar_chunks = gr.HTML(label="AR baseline by forward", elem_id="text-ar-chunks")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
