@@ -118,14 +118,14 @@ def test_the_process_keeps_a_capped_number_of_folders_each_of_capped_size(root, 
 
 
 def test_apps_models_dir_sets_the_root_and_a_missing_one_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+    for name in (MODELS_DIR_ENV, MAX_FOLDERS_ENV, MAX_FOLDER_GB_ENV):   # restored after the test, whatever it sets
+        monkeypatch.delenv(name, raising=False)
     assert apps_main.main(["--models-dir", str(tmp_path / "missing"), "--tabs", "text"]) == 2
     assert "is not a folder" in capsys.readouterr().err
     args = apps_main.parse_args(["--models-dir", str(tmp_path), "--max-model-folders", "3"])
     assert apps_main.set_models_root(args) is None
     assert models_root().path == tmp_path.resolve() and models_root().max_folders == 3
     assert apps_main.set_models_root(apps_main.parse_args(["--max-model-folders", "0"])).startswith("--max-model")
-    os.environ.pop(MODELS_DIR_ENV, None)
 
 
 # -- in a browser, against `python -m apps --models-dir DIR` (tests/apps/conftest.py) -------------------
