@@ -16,11 +16,18 @@ examples:
   python -m apps                          serve on http://127.0.0.1:7860 until Ctrl-C
   python -m apps --port 8080 --host 0.0.0.0
   python -m apps --tabs text              only some tabs
+  python -m apps --models-dir /srv/models  the tabs' "Model folder" fields load folders inside /srv/models
 
 Each tab is apps/<modality>.py with load_pipeline() and build_demo(pipeline=None). A tab whose
 package or weights are missing is left out, with one line on stderr saying why; a tab that fails
 for another reason (a bug) shows its error in the tab. GRADIO_SERVER_PORT and GRADIO_SERVER_NAME
 set the defaults of --port and --host.
+
+Model folders: without --models-dir (or $PARASUITE_MODELS_DIR) the tabs run their embedded models only
+and the "Model folder" fields are hidden. With it, a user names a folder inside that directory (links
+are followed and must stay inside it); the process keeps at most --max-model-folders of them loaded
+(all tabs together, the least recently used goes first), each at most --max-folder-gb of files, so
+folders take at most their product in memory. Errors name the folder as the user typed it.
 """
 
 
@@ -158,7 +165,37 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma-separated subset of: {', '.join(t.key for t in TABS)} (default: all available)")
     p.add_argument("--concurrency", type=int, default=4, metavar="N",
                    help="requests decoded at once per event; more wait in the queue (default: 4)")
+    p.add_argument("--models-dir", default=os.environ.get("PARASUITE_MODELS_DIR") or None, metavar="DIR",
+                   help="the only folder whose sub-folders the tabs' Model folder fields may load (default: "
+                        "$PARASUITE_MODELS_DIR; none: the fields are hidden)")
+    p.add_argument("--max-model-folders", type=int, default=None, metavar="N",
+                   help="model folders loaded at once in this process, all tabs together (default: 2)")
+    p.add_argument("--max-folder-gb", type=float, default=None, metavar="G",
+                   help="largest model folder loaded, in GB of files (default: 4)")
     return p.parse_args(argv)
+
+
+def set_models_root(args) -> str | None:
+    """Export the models root and its limits (apps._common.models_root reads them per request); an
+    error message, or None."""
+    from apps._common import DEFAULT_MAX_FOLDER_GB, DEFAULT_MAX_FOLDERS, MAX_FOLDER_GB_ENV, MAX_FOLDERS_ENV, MODELS_DIR_ENV
+    if args.max_model_folders is not None and args.max_model_folders < 1:
+        return f"--max-model-folders must be >= 1, got {args.max_model_folders}"
+    if args.max_folder_gb is not None and not args.max_folder_gb > 0:
+        return f"--max-folder-gb must be > 0, got {args.max_folder_gb}"
+    if args.models_dir is None:
+        os.environ.pop(MODELS_DIR_ENV, None)
+        return None
+    root = os.path.realpath(os.path.expanduser(args.models_dir))
+    if not os.path.isdir(root):
+        return f"--models-dir {args.models_dir!r} is not a folder: create it and put model folders inside"
+    os.environ[MODELS_DIR_ENV] = root
+    count = args.max_model_folders or int(os.environ.get(MAX_FOLDERS_ENV) or DEFAULT_MAX_FOLDERS)
+    gb = args.max_folder_gb or float(os.environ.get(MAX_FOLDER_GB_ENV) or DEFAULT_MAX_FOLDER_GB)
+    os.environ[MAX_FOLDERS_ENV], os.environ[MAX_FOLDER_GB_ENV] = str(count), str(gb)
+    note(f"model folders: inside {root}, at most {count} loaded at once, each at most {gb:g} GB of files "
+         f"(up to {count * gb:g} GB)")
+    return None
 
 
 def main(argv=None) -> int:
@@ -183,6 +220,10 @@ def main(argv=None) -> int:
         return 2
     if args.concurrency < 1:
         print(f"error: --concurrency must be >= 1, got {args.concurrency}", file=sys.stderr)
+        return 2
+    bad = set_models_root(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
         return 2
     busy = port_busy(args.host, args.port)
     if busy:

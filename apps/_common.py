@@ -7,6 +7,7 @@ import html
 import importlib.util
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,50 +39,222 @@ class Shared:
         return self._pipeline
 
 
+# -- model folders: only under the server's models root, a few at a time --------------------------------
+
+MODELS_DIR_ENV = "PARASUITE_MODELS_DIR"           # `python -m apps --models-dir DIR` sets it
+MAX_FOLDERS_ENV = "PARASUITE_MAX_MODEL_FOLDERS"    # --max-model-folders
+MAX_FOLDER_GB_ENV = "PARASUITE_MAX_FOLDER_GB"      # --max-folder-gb
+DEFAULT_MAX_FOLDERS, DEFAULT_MAX_FOLDER_GB = 2, 4.0
+MAX_FOLDER_ENTRIES = 10_000                        # files and folders walked when checking one folder
+
+
+@dataclass(frozen=True)
+class ModelsRoot:
+    """Where the app may load model folders from: `path` (None = nowhere: the fields are hidden and a
+    folder is refused), at most `max_folders` loaded at once in this process (all tabs together), each
+    at most `max_bytes` of files, so folders take at most max_folders x max_bytes of memory."""
+    path: Path | None
+    max_folders: int = DEFAULT_MAX_FOLDERS
+    max_bytes: int = int(DEFAULT_MAX_FOLDER_GB * 2**30)
+
+
+def models_root() -> ModelsRoot:
+    """The root from the environment ($PARASUITE_MODELS_DIR, which --models-dir sets), read per request."""
+    folder = os.environ.get(MODELS_DIR_ENV, "").strip()
+    try:
+        count = int(os.environ.get(MAX_FOLDERS_ENV) or DEFAULT_MAX_FOLDERS)
+        gb = float(os.environ.get(MAX_FOLDER_GB_ENV) or DEFAULT_MAX_FOLDER_GB)
+    except ValueError:
+        count, gb = DEFAULT_MAX_FOLDERS, DEFAULT_MAX_FOLDER_GB
+    return ModelsRoot(Path(folder).resolve() if folder else None, max(count, 1), int(gb * 2**30))
+
+
+class FolderRefused(ValueError):
+    """A model folder the app will not load; the message names the folder as the user typed it."""
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _available(root: Path, limit: int = 12) -> str:
+    try:
+        names = sorted(p.name for p in root.iterdir() if p.is_dir() and _inside(p.resolve(), root))
+    except OSError:
+        names = []
+    if not names:
+        return "there are none yet"
+    return "folders there: " + ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
+
+
+def check_folder(typed: str, root: ModelsRoot) -> Path:
+    """The folder a user typed, resolved under `root.path` (symlinks followed, every entry inside it
+    too), else FolderRefused naming `typed` only: never a server path, never what a file holds."""
+    shown = typed if len(typed) <= 80 else typed[:77] + "..."
+    if root.path is None:
+        raise FolderRefused("this server loads no model folders (the embedded model only): leave the model folder "
+                            f"empty, or start the app with --models-dir DIR (or ${MODELS_DIR_ENV}) to serve folders "
+                            "under DIR")
+    if "\x00" in typed:
+        raise FolderRefused(f"model folder {shown!r} is not a folder name")
+    folder = (root.path / typed).resolve()           # an absolute path stays itself; `..` and links resolved
+    if not _inside(folder, root.path):
+        raise FolderRefused(f"model folder {shown!r} is outside this server's models folder: give the name of a "
+                            f"folder inside it ({_available(root.path)})")
+    if folder == root.path or not folder.is_dir():
+        raise FolderRefused(f"no model folder {shown!r} in this server's models folder ({_available(root.path)})")
+    size, entries = 0, 0
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        for name in dirs + files:
+            entries += 1
+            if entries > MAX_FOLDER_ENTRIES:
+                raise FolderRefused(f"model folder {shown!r} holds more than {MAX_FOLDER_ENTRIES} files: not a "
+                                    "model folder")
+            path = Path(here, name)
+            if not _inside(path.resolve(), root.path):
+                raise FolderRefused(f"model folder {shown!r} links outside this server's models folder: "
+                                    "copy the files in instead of linking them")
+            if name in files:
+                try:
+                    size += path.stat().st_size
+                except OSError:
+                    pass
+    if size > root.max_bytes:
+        raise FolderRefused(f"model folder {shown!r} holds {size / 2**30:.1f} GB of files, more than this server "
+                            f"loads per folder ({root.max_bytes / 2**30:g} GB, --max-folder-gb)")
+    config = folder / "config.json"
+    if config.is_file():
+        import json
+        try:
+            loaded = json.loads(config.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise FolderRefused(f"{shown}/config.json is not a JSON object: save the model again with "
+                                "save_pretrained(folder), which writes a valid config.json")
+        kind = loaded.get("model_type")
+        if kind is not None and not (isinstance(kind, str) and _known_model_type(kind)):
+            raise FolderRefused(f"{shown}/config.json names a model type transformers does not know: save a model "
+                                "of a transformers family with save_pretrained(folder)")
+    return folder
+
+
+def _known_model_type(kind: str) -> bool:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    return kind in CONFIG_MAPPING_NAMES
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.~\x00-])(?:/[^\s'\"(),:;]+)+")
+
+
+def scrub(message: str, typed: str, folder: Path, root: Path) -> str:
+    """`message` with the server's paths replaced: the folder by what the user typed, paths inside the
+    root by their part under it, any other absolute path by its last name."""
+    mark = "\x00folder\x00"
+    for path, shown in ((str(folder), mark), (str(root) + os.sep, ""), (str(root), "the models folder")):
+        message = message.replace(path, shown)
+    message = _ABSOLUTE.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "/", message)
+    return message.replace(mark, typed)
+
+
+class _Loaded:
+    """Every model folder this process holds, all tabs together, most recently used last."""
+    lock = threading.Lock()
+    entries: dict = {}                                  # (tab, resolved path) -> Shared
+
+
 class FolderPipelines:
     """A tab's pipelines: the embedded one (`shared`, as loaded today) for an empty folder, else the
-    one `load(folder)` gives (the public loader the CLI uses), loaded once per folder (keyed by its
-    resolved path) and kept for the last `keep` folders. Loads of one folder never run twice; a
-    failed load is not kept (the next request tries again, and gets the loader's own error, which
-    names `families()`, the families the tab knows, when the folder holds no model at all)."""
+    one `load(folder)` gives (the public loader the CLI uses) for a folder under the server's models
+    root (`models_root()`: checked by `check_folder`), loaded once per folder (keyed by its resolved
+    path). The process keeps at most `models_root().max_folders` folders over all tabs (`keep`, when
+    given, caps this tab's share further). Loads of one folder never run twice; a failed load is not
+    kept (the next request tries again, and gets the loader's own error, with the server's paths
+    scrubbed, which names `families()`, the families the tab knows, when the folder holds no model)."""
 
-    def __init__(self, shared: Shared, load: Callable[[str], object], families: Callable[[], str], keep: int = 2):
+    def __init__(self, shared: Shared, load: Callable[[str], object], families: Callable[[], str],
+                 keep: int | None = None):
         self._shared, self._load, self._families, self._keep = shared, load, families, keep
-        self._folders: dict[Path, Shared] = {}         # resolved path -> its pipeline, oldest first
-        self._lock = threading.Lock()
 
     def get(self, folder: str | None = None):
-        folder = (folder or "").strip()
-        if not folder:
+        typed = (folder or "").strip()
+        if not typed:
             return self._shared.get()
-        key = Path(folder).expanduser().resolve()
-        with self._lock:
-            entry = self._folders.pop(key, None) or Shared(None, functools.partial(self._load_folder,
-                                                                                  os.path.expanduser(folder)))
-            self._folders[key] = entry                  # the most recent last
-            while len(self._folders) > self._keep:
-                self._folders.pop(next(iter(self._folders)))
+        root = models_root()
+        path = check_folder(typed, root)
+        key = (id(self), path)
+        with _Loaded.lock:
+            entry = _Loaded.entries.pop(key, None) or Shared(None, functools.partial(self._load_folder, str(path),
+                                                                                    typed, root.path))
+            _Loaded.entries[key] = entry                # the most recent last
+            mine = [k for k in _Loaded.entries if k[0] == id(self)]
+            if self._keep is not None and len(mine) > self._keep:
+                _Loaded.entries.pop(mine[0])
+            while len(_Loaded.entries) > root.max_folders:
+                _Loaded.entries.pop(next(iter(_Loaded.entries)))
         try:
             return entry.get()
         except Exception:                               # a bad folder takes no place from a good one
-            with self._lock:
-                if self._folders.get(key) is entry:
-                    del self._folders[key]
+            with _Loaded.lock:
+                if _Loaded.entries.get(key) is entry:
+                    del _Loaded.entries[key]
             raise
 
-    def _load_folder(self, folder: str):
+    def _load_folder(self, folder: str, typed: str, root: Path):
         try:
             return self._load(folder)
         except (ValueError, FileNotFoundError) as e:
+            message = scrub(str(e), typed, Path(folder), root)
             if (Path(folder) / "config.json").is_file():
-                raise                                   # a model folder: its loader names what is wrong
-            raise ValueError(f"{e} (this tab loads folders of: {self._families()})") from None
+                raise ValueError(message) from None     # a model folder: its loader names what is wrong
+            raise ValueError(f"{message} (this tab loads folders of: {self._families()})") from None
+        except Exception as e:                          # the details go to the server log only
+            log.exception("loading a model folder failed")
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ValueError(f"model folder {typed!r} could not be loaded ({type(e).__name__}: "
+                             f"{scrub(first, typed, Path(folder), root)})") from None
 
 
 def folder_field(elem_id: str, ours: str, kinds: str, note: str = "") -> gr.Textbox:
-    """A tab's "Model folder" field: empty = `ours`, else a local folder of one of `kinds`."""
-    info = f"a local {kinds} folder (save_pretrained, with its processor or tokenizer)" + (f"; {note}" if note else "")
-    return gr.Textbox(value="", label="Model folder", placeholder=f"empty = {ours}", info=info, elem_id=elem_id)
+    """A tab's "Model folder" field: empty = `ours`, else a folder of one of `kinds` under the server's
+    models root; hidden when the server has none (`python -m apps` without --models-dir)."""
+    info = (f"a {kinds} folder (save_pretrained, with its processor or tokenizer) inside the server's models "
+            "folder, by name" + (f"; {note}" if note else ""))
+    return gr.Textbox(value="", label="Model folder", placeholder=f"empty = {ours}", info=info, elem_id=elem_id,
+                      visible=models_root().path is not None)
+
+
+# -- inputs read before a handler runs: a failure names the field and the fix ---------------------------
+
+IMAGE_FIX = "upload a PNG, JPEG, WEBP, BMP or TIFF picture"
+
+
+def bad_upload(label: str, what: str, fix: str) -> gr.Error:
+    return gr.Error(f"{label}: {what}; {fix}", title="Bad input", print_exception=False)
+
+
+def checked_input(field, what: str, fix: str, read: Callable | None = None):
+    """`field` (an input component) whose reading of an upload, when it fails, is refused as a
+    gr.Error naming the field (its label), `what` is wrong and the `fix`, rather than Gradio's generic
+    error; `read(payload)`, when given, replaces Gradio's own reading (the recording: soundfile, not
+    ffprobe). Set on this one component object: no class is subclassed (Gradio writes a .pyi stub
+    beside any module that subclasses a component) and no library method is replaced."""
+    own = field.preprocess
+
+    def preprocess(payload):
+        try:
+            return (read or own)(payload) if payload is not None else own(payload)
+        except gr.Error:
+            raise
+        except Exception:
+            raise bad_upload(field.label or "Upload", what, fix) from None
+    field.preprocess = preprocess
+    return field
+
+
+def image_input(**kwargs) -> gr.Image:
+    """gr.Image(**kwargs) whose upload, when it is not a picture (a text file, a cut PNG), names the field and the fix."""
+    return checked_input(gr.Image(**kwargs), "the file is not a picture this app can read", IMAGE_FIX)
 
 
 def with_folder_decoders(own) -> list[str]:
@@ -298,10 +471,15 @@ def guarantee_of(decoder: str, own: dict[str, Guarantee] | None = None) -> Guara
     return Guarantee(kind, entry.summary, entry.reference)
 
 
-def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None = None) -> str:
-    """One line: what the decoder guarantees, and for a lossy one its measured quality cost."""
+def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None = None,
+                   options: dict | None = None) -> str:
+    """One line: what the decoder guarantees, and for a lossy one its measured quality cost, when it
+    was measured at the `options` that ran (every option, suite.registry.effective_options; None:
+    unknown), else where it was measured."""
+    from suite.runtime.options import measured_at, settings_text
     g = guarantee_of(decoder, own)
-    cost = quality_costs(modality).get(decoder) if g.kind == "lossy" else None
+    listed = quality_costs(modality).get(decoder) if g.kind == "lossy" else None
+    cost = measured_at(listed, options)
     words = {"reference": "the baseline", "exact": f"exact: greedy output equals {g.reference}'s token for token",
              "in distribution": f"lossless: exact when greedy, {g.reference}'s distribution when sampling",
              "lossy": f"lossy: its output may differ from {g.reference}'s"}[g.kind]
@@ -310,6 +488,9 @@ def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None
         quality = (f" <span class='ps-quality'>Measured: {html.escape(cost['metric'])} {html.escape(cost['value'])} "
                    f"against ar's {html.escape(cost['ar'])} on {html.escape(cost['on'])} "
                    f"({html.escape(cost['table'])}).</span>")
+    elif listed:
+        quality = (f" <span class='ps-quality-elsewhere'>Its quality cost was measured at "
+                   f"{html.escape(settings_text(listed['options']))}, not at the settings that ran.</span>")
     return (f"<p class='ps-guarantee' data-decoder='{html.escape(decoder)}' data-guarantee='{g.kind}' "
             f"style='margin:4px 0'><b>{html.escape(decoder)}</b> "
             f"<span style='{BADGE_STYLE[g.kind]};padding:0 6px;border-radius:3px'>{g.kind}</span> "
@@ -403,13 +584,13 @@ def stats_table(rows: list[dict], note: str = "", guarantees: dict[str, str] | N
 
 
 def summary_html(rows: list[dict], modality: str, decoder: str, same: tuple[bool, str, bool] | None = None,
-                 note: str = "", own: dict[str, Guarantee] | None = None) -> str:
+                 note: str = "", own: dict[str, Guarantee] | None = None, options: dict | None = None) -> str:
     """The result's whole account: the chosen decoder's guarantee (and measured quality cost), the
     stats table with each row's guarantee, whether the output equals ar's (`same` = (equal, what is
     compared, sampled), once both are done) and why a slower decoder is slower."""
     rows = add_speedups(rows)
     kinds = {r["decoder"]: guarantee_of(r["decoder"], own).kind for r in rows}
-    parts = [guarantee_html(decoder, modality, own), stats_table(rows, note, kinds)]
+    parts = [guarantee_html(decoder, modality, own, options), stats_table(rows, note, kinds)]
     if same is not None:
         parts.append(same_html(same[0], same[1], decoder, guarantee_of(decoder, own), same[2]))
     parts.append(speed_html(rows, decoder))

@@ -16,6 +16,7 @@ import gradio as gr
 
 import suite
 from document.ocr import DECODER_DEFAULTS
+from suite.registry import effective_options
 from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
 
 from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
@@ -23,9 +24,7 @@ from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, form
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)
-UI_DEFAULTS = {"block_diffusion": {"block_size": 8, "threshold": 0.95, "prefix_only": True},  # 3.1x fewer forwards, +0.28 CER points
-               "s2d2": {"block_size": 8},
-               **DECODER_DEFAULTS}                            # the OCR's own: ctc_speculative exact
+UI_DEFAULTS = DECODER_DEFAULTS       # the registry's one table (suite.registry.DEFAULTS): what the CLI and API run
 FILE_TYPES = [".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".pdf"]
 FORWARDS_NOTE = ("forwards: each line's own decode steps, summed over lines (the lines of a page are read "
                  "as one batch, so the model runs fewer batched passes); wall time includes finding the lines")
@@ -151,7 +150,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
         if not path:
             raise ValueError("no file: upload a page image (PNG, JPEG, TIFF) or a PDF")
         ocr = pipelines.get(model_folder)
-        runs = [DocumentRun(decoder, read_pages(ocr, path, decoder, parse_options(decoder, options)))]
+        typed = parse_options(decoder, options)
+        ran = effective_options(decoder, "document", typed) if decoder in suite.REGISTRY else None
+        runs = [DocumentRun(decoder, read_pages(ocr, path, decoder, typed))]
         if compare and decoder != "ar":
             runs.insert(0, DocumentRun("ar", read_pages(ocr, path, "ar", {})))
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
@@ -159,7 +160,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
         def view():
             same = (baseline.text() == chosen.text(), "text", False) if baseline and baseline.done and chosen.done \
                 else None
-            table = summary_html([r.row() for r in runs], "document", decoder, same, FORWARDS_NOTE)
+            table = summary_html([r.row() for r in runs], "document", decoder, same, FORWARDS_NOTE, options=ran)
             return ([boxed(p) for p in chosen.pages], chosen.text(), lines_html(chosen),
                     baseline.text() if baseline else "", table)
 
@@ -173,8 +174,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     "ctc_speculative drafts each line from the model's CTC head).")
         with gr.Row():
             with gr.Column(scale=2):
+                # no value here: the API marks the file required; the page shows the example on load
                 upload = gr.File(label="Page image or PDF", file_types=FILE_TYPES, type="filepath",
-                                 value=example_page(), elem_id="document-file")
+                                 elem_id="document-file")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="document-compare")
                 model_folder = folder_field("document-model-folder", "our OCR model",
                                             "GOT-OCR2, Qwen2-VL or Florence-2", "it reads each page whole")
@@ -184,7 +186,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                       decoder_choices() else "ar", label="Decoder", elem_id="document-decoder")
                 options = gr.Textbox(value=default_options(decoder.value), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="document-options")
-        stats = gr.HTML(elem_id="document-stats")
+        stats = gr.HTML(label="Stats", elem_id="document-stats")
         with gr.Row():
             pages = gr.Gallery(label="Lines found and read", columns=1, height=640, object_fit="contain",
                                elem_id="document-pages")
@@ -193,8 +195,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                   buttons=["copy"])
                 ar_text = gr.Textbox(label="Text (ar baseline)", lines=6, interactive=False,
                                      visible=False, elem_id="document-ar-text")
-        lines = gr.HTML(elem_id="document-lines")
+        lines = gr.HTML(label="Lines", elem_id="document-lines")
 
+        demo.load(example_page, None, upload, queue=False, api_visibility="private")
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
         compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_text, queue=False,
                        api_visibility="private")

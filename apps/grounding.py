@@ -17,8 +17,8 @@ import gradio as gr
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
 
-from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, parse_options,
-                      require_text, stats_row, summary_html, ui_options, with_folder_decoders)
+from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, image_input,
+                      parse_options, require_text, stats_row, summary_html, ui_options, with_folder_decoders)
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}
@@ -145,8 +145,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     "a failing one like AR (keeping the slots AR agrees with), `ar` is the one-slot-per-forward baseline.")
         with gr.Row():
             with gr.Column(scale=2):
-                image = gr.Image(value=Image.fromarray(example_scene()), type="pil", label="Image",
-                                 elem_id="grounding-image", height=320)
+                # no value here: the API marks the image required; the page shows the example on load
+                image = image_input(type="pil", label="Image", elem_id="grounding-image", height=320)
                 query = gr.Textbox(value=EXAMPLE_QUERY, label="Query", elem_id="grounding-query",
                                    info="e.g. the small square, the star left of the blue circle, the face, the word cat")
             with gr.Column(scale=2):
@@ -158,10 +158,10 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 model_folder = folder_field("grounding-model-folder", "our grounding model",
                                             "Florence-2, PaliGemma or Kosmos-2")
                 run = gr.Button("Ground", variant="primary", elem_id="grounding-run")
-        stats = gr.HTML(elem_id="grounding-stats")
+        stats = gr.HTML(label="Stats", elem_id="grounding-stats")
         with gr.Row():
             out = gr.Image(label="Boxes", type="pil", elem_id="grounding-output", height=512)
-            boxes = gr.HTML(elem_id="grounding-boxes")
+            boxes = gr.HTML(label="Box list", elem_id="grounding-boxes")
         def task_changed(d, t, img, q):      # the decoder's options for the task, and its own example
             task_key = TASKS.get(t, "aabb")      # in place of the other task's (a person's own image stays)
             # the other task's example query still shown: its example (the image comes back re-encoded,
@@ -174,6 +174,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                        queue=False, api_visibility="private")
         task.change(task_changed, [decoder, task, image, query], [options, image, query], queue=False,
                     api_visibility="private")
+        demo.load(lambda: Image.fromarray(example_scene()), None, image, queue=False, api_visibility="private")
         run.click(guarded("grounding", ground, blank=(None, "", "")),
                   [image, query, decoder, task, options, compare, model_folder], [out, boxes, stats], api_name="ground")
     return demo

@@ -10,6 +10,7 @@ a Whisper folder transcribes through speech.load_asr(folder), each loaded once p
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ import numpy as np
 from speech.asr import DEFAULT_DECODER as DEFAULT_ASR   # the fastest lossless ones (python -m speech.asr /
 from speech.tts import DEFAULT_DECODER as DEFAULT_TTS   # speech.tts use them too: one default per modality)
 
-from ._common import (FolderPipelines, Guarantee, Shared, folder_field, font, guarded, require_text, stats_row,
+from ._common import (FolderPipelines, checked_input, Guarantee, Shared, folder_field, font, guarded, require_text, stats_row,
                       step_colours, summary_html, with_scale_bar)
 
 TITLE = "Speech"
@@ -86,6 +87,31 @@ def asr_decoders() -> list[str]:
     from speech.asr import DECODERS
     from speech.hf_asr import DECODERS as WHISPER
     return list(DECODERS) + [d for d in WHISPER if d not in DECODERS]
+
+
+# -- the recording: read by the suite's own reader (soundfile), not Gradio's ffprobe path --------------
+
+AUDIO_FIX = "record again, or upload a WAV (any sample format), FLAC or OGG file"
+
+
+def read_recording(payload) -> tuple[int, np.ndarray]:
+    """(sample rate, float32 samples) of an upload or a microphone recording, read by speech.audio's
+    reader (soundfile: WAV of any sample format, FLAC, OGG), so no ffmpeg is needed."""
+    from speech.audio import read_audio
+    path = getattr(payload, "path", None)
+    if not path or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        raise ValueError("empty file")
+    audio, rate = read_audio(path)
+    if audio.size == 0:
+        raise ValueError("no samples")
+    return int(rate), audio
+
+
+def audio_input(**kwargs) -> gr.Audio:
+    """gr.Audio(type="numpy", **kwargs) read by read_recording; a file it cannot read (empty, cut short,
+    not audio) is refused naming the field and the fix."""
+    return checked_input(gr.Audio(type="numpy", **kwargs), "the file is empty, cut short or not audio", AUDIO_FIX,
+                         read=read_recording)
 
 
 # -- pictures -----------------------------------------------------------------------------------------
@@ -167,7 +193,9 @@ def build_demo(pipeline: SpeechPipelines | None = None) -> gr.Blocks:
             rows.append(stats_row(name, res.stats, res.stats.wall_time_s, True))
             texts[name] = res.text
             same = (texts[BASELINE_ASR] == texts[decoder], "text", False) if len(texts) == 2 else None
-            yield ("\n".join(f"{n}: {t}" for n, t in texts.items()),
+            # the chosen decoder's transcript alone, ar's (compare on) in its own output: API clients get
+            # each text as it is, and the stats apart from both
+            yield (texts.get(decoder, ""), texts.get(BASELINE_ASR, "") if decoder != BASELINE_ASR else "",
                    summary_html(rows, "asr", decoder, same, own=OWN))
 
     with gr.Blocks(title="parasuite: speech") as demo:
@@ -196,7 +224,7 @@ def speak_section(tts, speak) -> None:
             temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05, label="Temperature")
             seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
             model_folder = folder_field("speech-model-folder", "our TTS", "MusicGen, Dia or CSM")
-    stats = gr.HTML(elem_id="speech-stats")
+    stats = gr.HTML(label="Stats", elem_id="speech-stats")
     with gr.Row():
         with gr.Column():
             player = gr.Audio(label="Speech", type="numpy", interactive=False, elem_id="speech-audio")
@@ -216,18 +244,23 @@ def transcribe_section(transcribe) -> None:
     gr.Markdown("### Transcribe a recording\nSpeech recognition: *ctc_speculative* drafts the whole transcript "
                 "from the CTC head and verifies it in one forward; *ar* decodes one character per forward.")
     with gr.Row():
-        recording = gr.Audio(label="Audio to transcribe", type="numpy", sources=["upload", "microphone"],
-                             elem_id="speech-recording")
+        recording = audio_input(label="Audio to transcribe", sources=["upload", "microphone"],
+                                elem_id="speech-recording")
         with gr.Column():
             decoder = gr.Dropdown(asr_decoders(), value=DEFAULT_ASR if DEFAULT_ASR in asr_decoders() else
                                   asr_decoders()[-1], label="Recognition decoder", elem_id="speech-asr-decoder")
             compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="speech-asr-compare")
             model_folder = folder_field("speech-asr-model-folder", "our recogniser", "Whisper")
             listen = gr.Button("Transcribe", elem_id="speech-transcribe")
-    transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
-    stats = gr.HTML(elem_id="speech-asr-stats")
-    listen.click(guarded("speech recognition", transcribe, blank=("", "")), [recording, decoder, compare, model_folder],
-                 [transcript, stats], api_name="transcribe")
+    with gr.Row():
+        transcript = gr.Textbox(label="Transcript", interactive=False, elem_id="speech-transcript")
+        ar_transcript = gr.Textbox(label="Transcript (ar baseline)", interactive=False, visible=False,
+                                   elem_id="speech-ar-transcript")
+    stats = gr.HTML(label="Recognition stats", elem_id="speech-asr-stats")
+    compare.change(lambda on: gr.Textbox(visible=bool(on)), compare, ar_transcript, queue=False,
+                   api_visibility="private")
+    listen.click(guarded("speech recognition", transcribe, blank=("", "", "")),
+                 [recording, decoder, compare, model_folder], [transcript, ar_transcript, stats], api_name="transcribe")
 
 
 def speech_view(results: dict, decoder: str, heard: str | None):

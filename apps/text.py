@@ -16,8 +16,10 @@ import gradio as gr
 
 import suite
 
-from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
-                      positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
+from suite.runtime.options import decoders_used
+
+from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, image_input,
+                      parse_options, positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)
@@ -210,7 +212,8 @@ def stats_html(runs: list[TextRun], sampled: bool, max_new_tokens: int, context:
     same = None
     if len(runs) == 2 and all(r.done for r in runs):
         same = (runs[0].stream.token_ids == chosen.stream.token_ids, "tokens", sampled)
-    note = " ".join(n for n in (stop_note(r, max_new_tokens, context) for r in runs) if n)
+    used = decoders_used(chosen.stream.stats)                 # auto: which decoders it ran
+    note = " ".join(n for n in [stop_note(r, max_new_tokens, context) for r in runs] + [used and f"{used}."] if n)
     return summary_html([r.stats() for r in runs], "text", chosen.decoder, same, note)
 
 
@@ -255,8 +258,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 with gr.Accordion("Your own model", open=False):
                     model_folder = folder_field("text-model-folder", "the embedded SmolLM2-135M-Instruct",
                                                 "causal LM or vision-language model")
-                    image = gr.Image(label="Image (vision-language models)", type="pil", height=200,
-                                     elem_id="text-image")
+                    image = image_input(label="Image (vision-language models)", type="pil", height=200,
+                                        elem_id="text-image")
                 run = gr.Button("Generate", variant="primary", elem_id="text-run")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=default_decoder(), label="Decoder",
@@ -270,16 +273,16 @@ def build_demo(pipeline=None) -> gr.Blocks:
                     top_k = gr.Number(value=0, precision=0, label="Top-k (0 = off)")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)")
                     seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
-        stats = gr.HTML(elem_id="text-stats")
+        stats = gr.HTML(label="Stats", elem_id="text-stats")
         with gr.Row():
             with gr.Column():
                 output = gr.Textbox(label="Output", lines=6, interactive=False, elem_id="text-output",
                                     buttons=["copy"])
-                output_chunks = gr.HTML(elem_id="text-chunks")
+                output_chunks = gr.HTML(label="Output by forward", elem_id="text-chunks")
             with gr.Column(visible=False) as ar_column:
                 ar_output = gr.Textbox(label="AR baseline output", lines=6, interactive=False,
                                        elem_id="text-ar-output")
-                ar_chunks = gr.HTML(elem_id="text-ar-chunks")
+                ar_chunks = gr.HTML(label="AR baseline by forward", elem_id="text-ar-chunks")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")

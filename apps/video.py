@@ -193,7 +193,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                          label="Guidance scale (1 = none)")
                     temperature = gr.Slider(0.05, 2.0, value=defaults["temperature"], step=0.05, label="Temperature")
                     seed = gr.Number(value=0, precision=0, label="Seed (empty = random)")
-        stats = gr.HTML(elem_id="video-stats")
+        stats = gr.HTML(label="Stats", elem_id="video-stats")
         with gr.Row():
             with gr.Column():
                 gr.Markdown("**chosen decoder**")

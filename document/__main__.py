@@ -137,11 +137,17 @@ def parse(argv):
                     help=f"ar, block_diffusion, s2d2, ctc_speculative, jacobi, ... (default {DEFAULT_DECODER}: the "
                          "fastest lossless one on a CPU here, since this small model's drafts cost more than they "
                          "save; the app's default too)")
-    ap.add_argument("--block-size", type=int, default=None, help="block size (block_diffusion, s2d2)")
-    ap.add_argument("--threshold", type=float, default=None, help="confidence threshold (block_diffusion)")
-    ap.add_argument("--prefix-only", action="store_true", default=None,
-                    help="block_diffusion: fill only the confident run after the head (B=8 t=0.95 with it: "
-                         "3.1x fewer forwards at +0.28 CER points on held-out lines, this model)")
+    from suite.registry import DEFAULTS
+    bd = DEFAULTS["document"]["block_diffusion"]
+    ap.add_argument("--block-size", type=int, default=None,
+                    help=f"block size (block_diffusion: default {bd['block_size']}; s2d2: "
+                         f"{DEFAULTS['document']['s2d2']['block_size']})")
+    ap.add_argument("--threshold", type=float, default=None,
+                    help=f"confidence threshold (block_diffusion: default {bd['threshold']})")
+    ap.add_argument("--prefix-only", action=argparse.BooleanOptionalAction, default=None,
+                    help=f"block_diffusion: fill only the confident run after the head (default: "
+                         f"{'on' if bd['prefix_only'] else 'off'}; the defaults give 3.1x fewer forwards at +0.28 CER "
+                         "points on held-out lines, this model)")
     ap.add_argument("--detector", default=None, choices=["auto", "rapidocr", "projection"],
                     help="line detector (default: auto, i.e. rapidocr when installed; projection with --regions)")
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
@@ -231,8 +237,10 @@ def main(argv=None) -> int:
         return 0
     print(summary_table(rows))
     if summary:
+        from suite.registry import effective_options
         from suite.runtime.options import guarantee_note, quality_costs
-        note = guarantee_note(args.decoder, quality_costs(Path(__file__).parent, "document"))
+        note = guarantee_note(args.decoder, quality_costs(Path(__file__).parent, "document"),
+                              options=effective_options(args.decoder, "document", args.options))
         print(summary.line() + (f"; {note}" if note else ""), file=sys.stderr)
     return summary.exit_code if summary else 0
 

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from suite.registry import DEFAULTS
 from suite.runtime.metrics import cer as suite_cer
+from suite.runtime.options import settings_text
 
 from . import data
 
@@ -49,7 +51,8 @@ REGION_LINES = 3          # --model DIR --regions: held-out lines stacked per pa
 # and the default; block_diffusion is Fast-dLLM's threshold rule
 _P, _H = {"prefix_only": True}, {"hold_repeats": True}
 RULES = [("ar", "ar", {}),
-         ("block_diffusion B=8 t=0.95 prefix (default)", "block_diffusion", {"block_size": 8, "threshold": 0.95, **_P}),
+         ("block_diffusion (default: " + settings_text(DEFAULTS["document"]["block_diffusion"]) + ")", "block_diffusion",
+          dict(DEFAULTS["document"]["block_diffusion"])),        # the registry's: what the CLI, API and app run
          ("threshold B=8 t=0.9", "block_diffusion", {"block_size": 8, "threshold": 0.9}),
          ("threshold B=16 t=0.9 prefix", "block_diffusion", {"block_size": 16, "threshold": 0.9, **_P}),
          ("threshold B=16 t=0.8 prefix", "block_diffusion", {"block_size": 16, "threshold": 0.8, **_P}),

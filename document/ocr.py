@@ -17,15 +17,16 @@ import torch
 
 import suite
 from suite import DecodeStats, RequestInputs
+from suite.registry import DEFAULTS
 
 from .lines import line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
-# options a decoder named without them gets here: ctc_speculative verifies every CTC read (exact;
-# its entropy gate, tuned for speech, would commit unverified reads at a CER cost on lines)
 DECODERS = tuple(suite.list_decoders("document", chain=("ar", "jacobi")))   # the line decoders offered
-DECODER_DEFAULTS = {"ctc_speculative": {"max_entropy": 0.0}}
+# options a decoder named without them gets here: the registry's one table (suite.registry.DEFAULTS),
+# which the CLI, the app and the bench read too
+DECODER_DEFAULTS = DEFAULTS["document"]
 
 
 @dataclass

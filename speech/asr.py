@@ -1,7 +1,7 @@
 """Speech recognition with our CTC + attention recogniser.
 
-    python -m speech.asr clip.wav                      # one file, with ar (the default: lossless)
-    python -m speech.asr recordings/ --decoder ctc_speculative   # a folder (progress bar); 5x faster, lossy
+    python -m speech.asr clip.wav                      # one file, with the default decoder (see --help)
+    python -m speech.asr recordings/ --decoder ar      # a folder (progress bar); ar: one character per forward
     python -m speech.asr clip.wav --json               # text and decode statistics as JSON lines
     python -m speech.asr talk.wav --model whisper-tiny/ --decoder lookahead   # a Whisper folder
 
@@ -161,6 +161,12 @@ class ASRWorker:
                 "rtf": res.real_time_factor, **res.stats.as_dict()}
 
 
+def default_note() -> str:
+    """The default decoder and its guarantee as the registry states it (with its measured cost)."""
+    from suite.runtime.options import guarantee_note, quality_costs
+    return guarantee_note(DEFAULT_DECODER, quality_costs(Path(__file__).parent, "asr"))
+
+
 def main(argv=None) -> int:
     from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
     from suite.runtime.storage import write_json, write_text
@@ -169,8 +175,8 @@ def main(argv=None) -> int:
     parser.add_argument("path", help="an audio file, or a folder searched recursively")
     from .hf_asr import DECODERS as WHISPER_DECODERS
     parser.add_argument("--decoder", default=None, choices=DECODERS + tuple(d for d in WHISPER_DECODERS if d not in DECODERS),
-                        help=f"default: {DEFAULT_DECODER} (our recogniser: the fastest lossless one here, the app's "
-                             "default too), ar (a Whisper --model)")
+                        help=f"default for our recogniser (the app's too): {default_note()}; reads better and "
+                             "faster than ar here (BENCHMARKS.md, Speech). Default for a Whisper --model: ar")
     parser.add_argument("--json", action="store_true", help="print one JSON object per file")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="also write DIR/<file>.txt (and .json with --json) per file, with a manifest; "

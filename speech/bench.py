@@ -2,6 +2,7 @@
 
     python -m speech.bench                       # TTS (8 held-out sentences) + ASR (held-out voice)
     python -m speech.bench --tts 4 --asr 40      # smaller
+    python -m speech.bench --quick               # a short run: 2 sentences, 10 utterances
     python -m speech.bench --json bench.json     # also write the numbers
     python -m speech.bench --tts 0 --asr-weights /tmp/asr_run   # ASR rows only, of a new training run
     python -m speech.bench --asr 0 --tts-weights /tmp/tts_run   # TTS rows only, of a new frame model
@@ -205,6 +206,28 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+QUICK = {"tts": 2, "asr": 10}
+
+
+def tts_decoder_names() -> list[str]:
+    """Every TTS decoder name the bench may be asked for: flat (the baseline model) and the registry's."""
+    import suite
+    return ["flat"] + suite.list_decoders("speech")
+
+
+def check_args(args) -> None:
+    """The bench's arguments, checked before any model loads or any data is built (ValueError)."""
+    if args.tts < 0 or args.asr < 0:
+        raise ValueError(f"--tts and --asr count sentences (0 skips), got {args.tts} and {args.asr}")
+    if args.tts_decoders:
+        known = tts_decoder_names()
+        unknown = [d for d in args.tts_decoders if d not in known]
+        if unknown:
+            raise ValueError(f"--tts-decoders: unknown {' '.join(unknown)}; choose from {', '.join(known)}")
+        if not args.tts:
+            raise ValueError("--tts-decoders with --tts 0: give a number of sentences, or drop --tts-decoders")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speech.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,7 +256,17 @@ def main(argv=None) -> int:
                              "(TTS rows)")
     parser.add_argument("--seconds", type=float, default=2.0, help="--model, text-to-audio: seconds of audio per "
                                                                      "sentence (an upper bound for Dia and CSM)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a short run: {QUICK['tts']} sentences for TTS and {QUICK['asr']} utterances for ASR "
+                             "(a smoke test, not a table to quote)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tts, args.asr = min(args.tts, QUICK["tts"]), min(args.asr, QUICK["asr"])
+    try:
+        check_args(args)                    # before any model loads or any data is built
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     if args.model is not None:
         try:
@@ -243,19 +276,28 @@ def main(argv=None) -> int:
             return 2
     import speech
     asr = speech.load_asr(args.asr_weights)
+    tts = None
+    if args.tts:                            # loaded first: a decoder its checkpoints lack fails before any data
+        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights,
+                              flat=args.tts_flat_weights)
+        missing = [d for d in args.tts_decoders or () if d not in tts.decoders]
+        if missing:
+            print(f"error: --tts-decoders {' '.join(missing)}: the loaded TTS checkpoints run "
+                  f"{', '.join(tts.decoders)}", file=sys.stderr)
+            return 2
     results = {"threads": args.threads}
     print(f"# speech bench ({args.threads} thread(s), {time.strftime('%Y-%m-%d %H:%M')})\n")
+    if args.asr or args.tts:
+        held = data.load_split("heldout")   # the held-out split only (built once, cached, resumable)
     if args.asr:
-        items = data.load_split("heldout")[:args.asr]
+        items = held[:args.asr]
         results["asr"] = bench_asr(asr, items)
         print(f"## ASR: {len(items)} held-out utterances, voice flite rms (unseen), unseen sentences\n")
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
     if args.tts:
-        tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights,
-                              flat=args.tts_flat_weights)
         decoders = args.tts_decoders or list(tts.decoders)
-        held_texts = {it["text"] for it in data.load_split("heldout")}
+        held_texts = {it["text"] for it in held}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]
         results["tts"] = bench_tts(tts, asr, pocketsphinx_transcriber(), sentences, decoders, args.seed)
         print(f"## TTS: {len(sentences)} held-out sentences, seed {args.seed}, temperature 0.7, top-k 40\n")

@@ -52,6 +52,8 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         if limit is not None and len(r) >= limit:
             raise ValueError(f"{where} is {len(r)} tokens, the model's context is {limit}: shorten it "
                              f"to at most {limit - 1} tokens")
+    if hasattr(adapter, "check_request"):        # an adapter with a fixed size (a static cache) checks its own
+        adapter.check_request(rows, max_new_tokens)
     eos = adapter.config.eos_token_ids if eos_token_id is None else frozenset(
         [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
     state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)),

@@ -80,6 +80,8 @@ def _key(adapter, masked: bool) -> str:
     forms = getattr(getattr(adapter, "config", None), "extra", {}).get("linear_forms")   # matmul forms in use
     parts = [type(model).__name__, cfg_text, repr(forms), str(param.dtype if param is not None else ""), str(device),
              machine, torch.__version__, "masked" if masked else "causal", repr(sorted(forms.items()))]
+    if getattr(adapter, "max_cache_len", None):       # a static cache: every forward attends over all its slots
+        parts.append(f"{type(adapter).__name__} {adapter.max_cache_len}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -94,6 +96,7 @@ def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: 
     path = cache_dir("cost", f"{key}.json")
     data = None if refresh else read_json(path, default=None)
     if not (isinstance(data, dict) and data.get("widths") and data.get("seconds")):
+        widths, context = _fit(adapter, widths, context)
         data = {"widths": list(widths), "seconds": _measure(adapter, masked, context, widths, repeats),
                 "context": context, "threads": torch.get_num_threads(), "measured": time.strftime("%Y-%m-%d %H:%M")}
         try:
@@ -111,15 +114,25 @@ def measure_curve(adapter, masked: bool = False, context: int = 256, widths: tup
     """The cost curve measured now, uncached (benchmarks: cost(N)/cost(1) at a given context).
     clock=time.process_time counts the process's CPU time, robust to other load on a shared CPU
     when torch runs one thread."""
+    widths, context = _fit(adapter, widths, context)
     return CostCurve(tuple(widths), tuple(_measure(adapter, masked, context, widths, repeats, clock)))
+
+
+def _fit(adapter, widths, context: int) -> tuple[tuple[int, ...], int]:
+    """The widths and context a measurement fits in the adapter's context (`config.max_length`, a
+    static cache's slots): widths that leave no room for a cached token are dropped (a decoder never
+    drafts past the room left either), the context shrinks so the widest forward fits behind it."""
+    limit = adapter.config.max_length
+    if limit is None:
+        return tuple(widths), context
+    widths = tuple(w for w in widths if w < limit) or (1,)
+    return widths, max(1, min(context, limit - max(widths)))
 
 
 @torch.no_grad()
 def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=time.perf_counter) -> list[float]:
     """Median seconds of a forward over n new tokens after `context` cached ones, for each n."""
     vocab = adapter.config.vocab_size
-    limit = adapter.config.max_length or (context + max(widths) + 1)
-    context = max(1, min(context, limit - max(widths) - 1))
     cache = adapter.new_cache(1)
     dev = cache.valid.device                    # the adapter's device
     gen = torch.Generator(device=dev).manual_seed(0)

@@ -55,5 +55,13 @@ class _Doubled:
     def num_slots(self) -> int:
         return self._cache.num_slots
 
+    @property
+    def capacity(self) -> int | None:        # a static cache's slots (suite.models.static_cache)
+        return getattr(self._cache, "capacity", None)
+
+    def make_room(self, n: int) -> None:
+        if hasattr(self._cache, "make_room"):
+            self._cache.make_room(n)
+
     def attention_mask(self, draft_mask):
         return KVCache.attention_mask(self, draft_mask)

@@ -77,13 +77,16 @@ class DecodeStats:
                 self.count(event, n)
 
     def summary(self) -> str:
-        return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards "
-                f"({self.tokens_per_forward:.2f} tok/forward), {self.wall_time_s:.2f} s, "
+        per = f"{self.tokens_per_forward:.2f} tok/forward" if self.num_forwards else "no forward"
+        return (f"{self.num_new_tokens} tokens in {self.num_forwards} forwards ({per}), {self.wall_time_s:.2f} s, "
                 f"{self.tokens_per_second:.1f} tok/s")
 
     def as_dict(self) -> dict:
+        """The stats as JSON-ready numbers; tokens_per_forward is None when no forward ran (a CTC
+        head's reading, a draft accepted without a pass): there is no per-forward figure then."""
         return {"num_forwards": self.num_forwards, "num_draft_forwards": self.num_draft_forwards,
-                "num_new_tokens": self.num_new_tokens, "tokens_per_forward": self.tokens_per_forward,
+                "num_new_tokens": self.num_new_tokens,
+                "tokens_per_forward": self.tokens_per_forward if self.num_forwards else None,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
                 "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s}
 

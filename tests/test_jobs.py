@@ -186,6 +186,28 @@ def test_cli_ray_errors_exit_2_without_a_traceback(tmp_path):
     assert "127.0.0.1:1" in r.stderr and r.stderr.count("\n") == 1
 
 
+LOCAL_CLUSTER = """
+import os, psutil
+from suite.runtime.jobs import connect
+ray, started = connect(None, workers=1)
+assert started
+assert ray.get(ray.remote(lambda: 6 * 7).remote()) == 42          # the loopback cluster runs tasks
+mine = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+bound = sorted({c.laddr.ip for c in psutil.net_connections(kind="inet") if c.status == "LISTEN" and c.pid in mine})
+print("listening on", bound)
+ray.shutdown()
+"""
+
+
+def test_the_local_cluster_listens_on_loopback_only():
+    """Issue 40, finding 2: the cluster `--engine ray` starts (no --ray-address) serves this machine only."""
+    r = subprocess.run([sys.executable, "-c", LOCAL_CLUSTER], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **RAY_ENV})
+    assert r.returncode == 0, r.stderr[-2000:]
+    bound = eval(r.stdout.split("listening on", 1)[1])
+    assert bound and all(ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for ip in bound), bound
+
+
 TWO_NODES = """
 import sys
 from ray.cluster_utils import Cluster

@@ -280,8 +280,9 @@ def summarise(args, res, reason: str, ar=None) -> int:
     record = {"token_ids": token_ids(res), "finish_reason": reason}
     if ar is not None:
         record["compare"] = compared(res, ar)
-    from suite.runtime.options import guarantee_note
-    note = "; ".join(filter(None, (res.stats.summary(), guarantee_note(args.decoder), explain(record, args.max_new_tokens))))
+    from suite.runtime.options import decoders_used, guarantee_note
+    note = "; ".join(filter(None, (res.stats.summary(), guarantee_note(args.decoder), decoders_used(res.stats),
+                                   explain(record, args.max_new_tokens))))
     print(note, file=sys.stderr)
     return 0
 

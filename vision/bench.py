@@ -3,6 +3,7 @@
     python -m vision.bench                        # all decoders, 10 classes x 2 seeds
     python -m vision.bench --decoders ar zipar --seeds 4 --json out.json
     python -m vision.bench --decoders ar lpd:steps=20 lpd:steps=20,temperature=0.5 --no-fd
+    python -m vision.bench --quick                # a short run: 3 labels x 1 seed, no Frechet distance
 
 Prints a markdown table: forwards per image batch, tokens per forward, wall time, speedup over ar
 (forwards and wall clock), class accuracy under the classifier trained on real data, and the
@@ -119,7 +120,25 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=0, help="seeds run from here (a fresh range checks a choice "
                                                                "made on another)")
     p.add_argument("--labels", nargs="+", default=None, help="class names or ids (default: every class)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a short run: {QUICK_LABELS} labels x 1 seed, no Frechet distance (a smoke test, not a table "
+                        "to quote)")
     return run_bench(p, argv, _main)
+
+
+QUICK_LABELS = 3
+
+
+def check_specs(specs: list[str]) -> None:
+    """Every decoder spec names an image decoder and options it takes: a ValueError (exit 2) before
+    any model loads or decoder runs."""
+    import suite
+    image = suite.list_decoders("image")
+    for spec in specs:
+        name, opts = parse_spec(spec)
+        if name not in image:
+            raise ValueError(f"unknown image decoder {name!r} in {spec!r}; choose from {', '.join(image)}")
+        suite.make_decoder(name, **{k: v for k, v in opts.items() if k not in SAMPLING_KEYS})
 
 
 def _main(args) -> int:
@@ -128,6 +147,10 @@ def _main(args) -> int:
     from .data import make_split
     from .metrics import load_classifier, mobilenet_features, mobilenet_features_model
     from .pipeline import DEFAULT_WEIGHTS, default_sampling
+    if args.decoders:
+        check_specs(args.decoders)                  # before the model loads or a decoder runs
+    if args.quick:
+        args.seeds, args.no_fd = 1, True
     pipe = load_image_pipeline(args.weights)
     sampling = default_sampling(pipe)
     guidance = args.guidance_scale if args.guidance_scale is not None else sampling["guidance_scale"]
@@ -140,7 +163,7 @@ def _main(args) -> int:
               file=sys.stderr)
     if parse_spec(specs[0])[0] != "ar":
         specs = ["ar"] + specs
-    labels = pipe.label_ids(args.labels or list(range(len(pipe.classes))))
+    labels = pipe.label_ids(args.labels or list(range(len(pipe.classes)))[:QUICK_LABELS if args.quick else None])
     classifier = load_classifier(os.path.join(args.weights or DEFAULT_WEIGHTS, "classifier"))
     fd_net = ref = None
     if not args.no_fd:

@@ -25,6 +25,26 @@ class StaticKVCache(KVCache):
         super().__init__(batch, backend, fanout, device)
         self.capacity = capacity
 
+    def make_room(self, n: int) -> None:
+        """Before a forward of `n` slots (its mask already built over the slots as they are, so none
+        may move now): when they would not fit behind the fill pointer, grow."""
+        if self.num_slots + n > self.capacity:
+            self.grow(max(self.num_slots + n, self.capacity + self.capacity // 4))
+
+    def grow(self, capacity: int) -> None:
+        """More slots: every layer's buffers copied into larger ones (a compiled step recompiles for
+        the new shape). Only a ragged batch needs it: a row's draft is cut to that row's room, but the
+        forward is as wide as the widest draft, behind the longest row."""
+        if capacity <= self.capacity:
+            return
+        for layer in _static_layers(self.backend):
+            if layer.is_initialized:
+                k, v = (t.new_zeros(*t.shape[:2], capacity, t.shape[3]) for t in (layer.keys, layer.values))
+                k[:, :, :self.capacity], v[:, :, :self.capacity] = layer.keys, layer.values
+                _seat(layer, k, v)
+            layer.max_cache_len = capacity
+        self.capacity = capacity
+
     def _gather_backend(self, order: torch.Tensor) -> None:
         """Move each row's live slots to the front in place (the buffers keep their addresses),
         then set the fill pointer to the new slot count."""
@@ -48,9 +68,7 @@ class StaticKVCache(KVCache):
     def _extend_backend(self, other: KVCache, length: int) -> None:
         """Rows join: new buffers of the joined batch (this cache's rows, then other's, `capacity`
         slots each; slots past a side's own are dead), the fill pointer at `length`."""
-        if other.capacity != self.capacity:
-            raise ValueError(f"cannot join a static cache of {other.capacity} slots to one of {self.capacity}: "
-                             "build both requests' caches with the same StaticHFCausalLM")
+        self.grow(other.capacity)                   # a grown cache takes a fresh one's rows, and back
         for mine, theirs in zip(_static_layers(self.backend), _static_layers(other.backend)):
             a = (mine.keys, mine.values) if mine.is_initialized and self.batch else None
             b = (theirs.keys, theirs.values) if theirs.is_initialized else None
@@ -104,16 +122,37 @@ def takes_static_cache(model) -> bool:
 class StaticHFCausalLM(HFCausalLM):
     """Any transformers causal LM over a `StaticKVCache` of `max_cache_len` slots, with the
     forwards of the widths in `compiled_widths` compiled (`mode="reduce-overhead"` adds CUDA
-    graphs on a GPU). `max_cache_len` bounds prompt + new tokens + one draft (+ at most 25% dead
-    slots between compactions); a longer request fails with a clear error."""
+    graphs on a GPU). `max_cache_len` is the adapter's context (`config.max_length`): prompt + new
+    tokens fit in it, as with any model's context (a longer prompt is refused by `suite.prepare`, rows
+    stop there), every decoder cuts its drafts to the room left (`DecodeState.room`), and the cost
+    curve is measured within it. So `max_cache_len` = the longest prompt + max_new_tokens is enough
+    for one row; a longer request is refused before any forward (`check_request`). In a ragged batch
+    a short row's draft may reach past the longest row's room, or dead slots (at most 25% between
+    compactions) may push the fill pointer past it: the cache then grows (`StaticKVCache.grow`: new
+    buffers, so a compiled step recompiles once) rather than fail."""
 
     def __init__(self, model, max_cache_len: int, compiled_widths=(1,), mode: str | None = None,
                  eos_token_id=None, pad_token_id=None):
         super().__init__(model, eos_token_id, pad_token_id)
         self.max_cache_len = int(max_cache_len)
+        if self.max_cache_len < 2:
+            raise ValueError(f"max_cache_len must be at least 2 (a prompt token and a new one), got {max_cache_len}")
         self.static = takes_static_cache(model)       # False: the dynamic cache, eager forwards
+        if self.static:                                # the cache is this adapter's context
+            from dataclasses import replace
+            own = self.config.max_length
+            self.config = replace(self.config, max_length=min(own, self.max_cache_len) if own else self.max_cache_len)
         self.compiled_widths = frozenset(compiled_widths) if self.static else frozenset()
         self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False) if self.compiled_widths else None
+
+    def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        """A request whose longest prompt + max_new_tokens exceeds the cache: refused (suite.prepare
+        calls this before any forward), naming the size that fits."""
+        need = max(map(len, rows)) + max_new_tokens
+        if self.static and need > self.max_cache_len:
+            raise ValueError(f"the static cache holds {self.max_cache_len} slots and this request needs {need} "
+                             f"(its longest prompt + max_new_tokens): build StaticHFCausalLM with a larger "
+                             f"max_cache_len, or ask for fewer new tokens")
 
     def new_cache(self, batch: int, max_len: int | None = None) -> StaticKVCache:
         if not self.static:
@@ -126,15 +165,12 @@ class StaticHFCausalLM(HFCausalLM):
         if not self.static:
             return super().__call__(tokens, positions, cache, attention_mask, logits_from)
         n = tokens.shape[1]
-        if cache.num_slots + n > self.max_cache_len:
-            raise ValueError(f"the static cache holds {self.max_cache_len} slots and this step needs "
-                             f"{cache.num_slots + n}; build StaticHFCausalLM with a larger max_cache_len "
-                             "(prompt + max_new_tokens + draft width, plus 25%)")
+        cache.make_room(n)                              # grows when needed: the step always fits
         if attention_mask is None:
             causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril().expand(tokens.shape[0], n, n)
             attention_mask = cache.attention_mask(causal)
         dev = self.device
-        mask = torch.zeros(*attention_mask.shape[:-1], self.max_cache_len, dtype=torch.bool, device=dev)
+        mask = torch.zeros(*attention_mask.shape[:-1], cache.capacity, dtype=torch.bool, device=dev)
         mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, capacity)
         compiled = self._compiled is not None and n in self.compiled_widths and logits_from == 0
         forward = self._compiled if compiled else self.model

@@ -27,6 +27,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -117,7 +118,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser, batch_size: bool = True
     g.add_argument("--engine", choices=ENGINES, default="local",
                    help="local: this process (default); ray: a Ray Data actor pool")
     g.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="Ray cluster to join (default: $RAY_ADDRESS, else start a local one); 'auto' = the "
+                   help="Ray cluster to join (default: $RAY_ADDRESS, else start a local one, listening on loopback only); 'auto' = the "
                         "cluster started here with `ray start --head`")
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="--engine ray: actors, each loading the model once (default: 2)")
@@ -341,8 +342,33 @@ def connect(address: str | None, workers: int = 2, cpus_per_worker: float | None
     cores = os.cpu_count() or 1
     need = workers * (cpus_per_worker or max(1, cores // workers))
     # more logical CPUs than the actors take: Ray Data's own tasks must never wait behind them
-    ray.init(num_cpus=int(max(need + 2, cores)), include_dashboard=False, **quiet)
+    with loopback_only(ray):
+        ray.init(num_cpus=int(max(need + 2, cores)), include_dashboard=False, **quiet)
     return ray, True
+
+
+# Ray's switch for a one-machine cluster (its default on Windows and macOS): the node's address is
+# 127.0.0.1, and then the GCS, the raylet and the workers listen on loopback only, not on every interface.
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def loopback_only(ray):
+    """While a local cluster starts: its node address is loopback, so nothing it serves is reachable from
+    another machine (join a real cluster with --ray-address instead). Ray reads the switch from the
+    environment when it is imported, so a process that imported it before also gets the module's flag."""
+    from ray._private import ray_constants
+    before_env, before_flag = os.environ.get(LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_ENV] = "0"                 # the processes the cluster starts inherit it
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before_flag
+        if before_env is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = before_env
 
 
 def _probe(address: str, timeout: float = 5.0) -> None:

@@ -88,10 +88,37 @@ def quality_costs(folder, modality: str) -> dict[str, dict]:
     return read_json(Path(folder) / "quality.json", default={}).get(modality, {})
 
 
-def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | None = None) -> str:
+def measured_at(cost: dict | None, options: dict | None) -> dict | None:
+    """`cost` when it was measured at the settings that ran: its "options" (what the bench ran) all
+    equal `options` (every option as it ran, suite.registry.effective_options), or either is unknown;
+    else None, so no cost measured at other settings is quoted."""
+    if not cost:
+        return None
+    measured = cost.get("options")
+    if measured is None or options is None:
+        return cost
+    return cost if all(options.get(k) == v for k, v in measured.items()) else None
+
+
+def settings_text(options: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
+def decoders_used(stats) -> str:
+    """What `auto` ran, from its per-step counts (stats.events["auto:<name>"]), most steps first:
+    "auto ran ngram 12 steps, ar 3 steps"; "" for any other decoder."""
+    counts = {k.split(":", 1)[1]: n for k, n in (getattr(stats, "events", None) or {}).items() if k.startswith("auto:")}
+    if not counts:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "auto ran " + ", ".join(f"{name} {n} step{'s' if n != 1 else ''}" for name, n in ranked)
+
+
+def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | None = None,
+                   options: dict | None = None) -> str:
     """What a CLI's summary line says about its decoder: the registry's guarantee (`kind` for a reader
     outside the registry, e.g. a CTC head; else "") and, for a lossy one, its measured quality cost
-    (`costs`, see quality_costs)."""
+    (`costs`, see quality_costs) when it was measured at the `options` that ran (`measured_at`)."""
     from ..registry import REGISTRY
     if name not in REGISTRY and kind is None:
         return ""
@@ -101,10 +128,14 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
     words = {"exact": f"exact (greedy output equals {ref}'s token for token)",
              "in distribution": f"lossless (exact when greedy, {ref}'s distribution when sampling)",
              "lossy": f"lossy (its output may differ from {ref}'s)"}[kind]
-    cost = (costs or {}).get(name) if kind == "lossy" else None
+    listed = (costs or {}).get(name) if kind == "lossy" else None
+    cost = measured_at(listed, options)
     if cost:
         words = (f"lossy: {cost['metric']} {cost['value']} against ar's {cost['ar']} on {cost['on']} "
                  f"({cost['table']})")
+    elif listed:
+        words += (f"; its quality cost was measured at {settings_text(listed['options'])}, not at the settings "
+                  "that ran")
     return f"{name}: {words}"
 
 

@@ -48,14 +48,17 @@ def app_server(tmp_path_factory):
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     log = tmp_path_factory.mktemp("apps") / "server.log"
+    models = tmp_path_factory.mktemp("served-models")      # the models root: the Model folder fields show
+    (models / "empty-model").mkdir()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
                PYTHONUNBUFFERED="1")
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "apps", "--port", str(port)], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "apps", "--port", str(port), "--models-dir", str(models)],
+                                cwd=ROOT, env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until_serving(proc, url, log)
-        yield url, log
+        yield url, log, models
     finally:   # stop it as a person does: Ctrl-C; it must close cleanly
         proc.send_signal(signal.SIGINT)
         try:

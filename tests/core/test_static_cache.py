@@ -61,7 +61,8 @@ def test_cfg_over_the_static_cache_equals_cfg_over_the_dynamic_cache():
 
 def test_a_request_longer_than_the_cache_says_how_to_fix_it():
     static = StaticHFCausalLM(tiny_model("llama"), max_cache_len=16, compiled_widths=())
-    with pytest.raises(ValueError, match="larger max_cache_len"):
+    with pytest.raises(ValueError, match=r"holds 16 slots and this request needs 28 \(its longest prompt \+ "
+                                         r"max_new_tokens\): build StaticHFCausalLM with a larger max_cache_len"):
         suite.generate(static, torch.ones(1, 8, dtype=torch.long), max_new_tokens=20)
 
 
@@ -74,3 +75,30 @@ def test_compiled_steps_equal_eager_token_for_token():
         ref = suite.generate(model, ids, mask, decoder=name, max_new_tokens=20)
         out = suite.generate(compiled, ids, mask, decoder=name, max_new_tokens=20)
         assert torch.equal(out.sequences, ref.sequences), name
+
+
+def test_the_static_cache_is_the_adapters_context_and_every_request_within_it_decodes(tmp_path, monkeypatch):
+    """Issue 40, finding 6: a 30-token jacobi request over StaticHFCausalLM(max_cache_len=128), its
+    cost curve measured afresh on that adapter (which once asked for 256 slots), equals ar; and at the
+    edge, a ragged batch whose longest row fills the cache to its last slot (the rule: longest prompt
+    + max_new_tokens), with wide fixed drafts (cut to each row's room; a short row's draft past the
+    longest row's grows the cache), equals ar."""
+    import suite.cost
+    monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))       # nothing measured before: measure on this adapter
+    monkeypatch.setattr(suite.cost, "_MEMORY", {})
+    model = tiny_model("llama")
+    ids = torch.randint(3, 90, (1, 10), generator=torch.Generator().manual_seed(0))
+    static = StaticHFCausalLM(model, max_cache_len=128, compiled_widths=())
+    assert static.config.max_length == 128
+    out = suite.generate(static, ids, decoder="jacobi", max_new_tokens=30)
+    assert torch.equal(out.sequences, suite.generate(model, ids, decoder="ar", max_new_tokens=30).sequences)
+    assert suite.cost.forward_cost(static).widths[-1] < 128              # measured within the cache
+
+    ids, mask = ragged_prompts()
+    ref = suite.generate(model, ids, mask, decoder="ar", max_new_tokens=20)
+    tight = StaticHFCausalLM(model, max_cache_len=ids.shape[1] + 20, compiled_widths=())
+    for name, opts in [("jacobi", {"window": 12}), ("lookahead", {}), ("ngram", {}), ("sjd", {})]:
+        out = suite.generate(tight, ids, mask, decoder=name, max_new_tokens=20, cost=None, **opts)
+        assert torch.equal(out.sequences, ref.sequences), name
+    with pytest.raises(ValueError, match="this request needs 28"):
+        suite.generate(tight, torch.ones(1, 8, dtype=torch.long), decoder="ar", max_new_tokens=20)

@@ -34,3 +34,22 @@ def test_asr_json_row_carries_the_guarantee(tmp_path, capsys):
     assert speech.asr.main([str(tmp_path / "a.wav"), "--json", "--decoder", "ctc"]) == 0
     row = json.loads(capsys.readouterr().out.strip())
     assert row["decoder"] == "ctc" and row["guarantee"].startswith("ctc: lossy")
+    # issue 40, finding 10: a reading without a forward has no tokens-per-forward figure (not 45.0 beside 0)
+    assert row["num_forwards"] == 0 and row["num_new_tokens"] > 0 and row["tokens_per_forward"] is None
+
+
+def test_asr_help_and_docstring_take_the_guarantee_from_the_registry(capsys):
+    """Issue 40, finding 9: `speech.asr --help` once called ctc_speculative lossless; the registry says lossy."""
+    import re
+
+    import pytest
+
+    import suite
+    with pytest.raises(SystemExit):
+        speech.asr.main(["--help"])
+    text = " ".join((capsys.readouterr().out + speech.asr.__doc__).split())
+    assert suite.guarantee("ctc_speculative") == "lossy"
+    assert "ctc_speculative: lossy: CER 0.216 against ar's 0.345" in text
+    for sentence in re.split(r"(?<=[.;)])\s", text):          # no sentence calls a lossy reader lossless
+        if "ctc_speculative" in sentence or "default" in sentence:
+            assert "lossless" not in sentence, sentence
