@@ -13,6 +13,9 @@ class DecodeStats:
     wall_time_s: float = 0.0
     draft_time_s: float = 0.0      # of wall_time_s, the time spent drafting (eagle's head, a draft model)
     events: dict[str, int] = field(default_factory=dict)   # counts a decoder reports (e.g. box blocks, fallbacks)
+    num_forced_tokens: int = 0     # of num_new_tokens, those a grammar forced (suite.constraint: single allowed
+                                   # tokens committed without a forward, forced spans verified in one)
+    mask_time_s: float = 0.0       # of wall_time_s, the time spent in grammar constraints (masks, matchers)
 
     def count(self, event: str, n: int = 1) -> None:
         self.events[event] = self.events.get(event, 0) + n
@@ -68,6 +71,8 @@ class DecodeStats:
         self.num_new_tokens += other.num_new_tokens
         self.wall_time_s += other.wall_time_s
         self.draft_time_s += other.draft_time_s
+        self.num_forced_tokens += other.num_forced_tokens
+        self.mask_time_s += other.mask_time_s
         for event, n in other.events.items():
             self.count(event, n)
         mine, theirs = self.accepted_lengths, other.accepted_lengths
@@ -85,4 +90,5 @@ class DecodeStats:
         return {"num_forwards": self.num_forwards, "num_draft_forwards": self.num_draft_forwards,
                 "num_new_tokens": self.num_new_tokens, "tokens_per_forward": self.tokens_per_forward,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
-                "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s}
+                "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s,
+                "num_forced_tokens": self.num_forced_tokens, "mask_time_s": self.mask_time_s}

@@ -310,6 +310,11 @@ class Eagle:
         self.observe(state, draft, keep)
         return Acceptance(committed, keep)
 
+    def observes(self, state: DecodeState) -> bool:
+        """Whether a step this decoder did not draft (suite.loop's forced spans) must show it the kept
+        slots' features (`observe`, with Draft.want_hidden): always."""
+        return True
+
     def observe(self, state: DecodeState, draft: Draft, keep: torch.Tensor) -> None:
         """Record the target's features of the slots a step keeps (any decoder's step, as `auto`
         runs them): the head feeds on them at its next catch-up."""
