@@ -93,25 +93,36 @@ class Compiler:
     def compile(self, json_schema: dict | str | None = None, regex: str | None = None) -> Grammar:
         """A Grammar from exactly one of a JSON schema (a dict, or its JSON text) or a regex;
         ConstraintError naming the fix otherwise."""
-        if (json_schema is None) == (regex is None):
-            raise ConstraintError("give exactly one of json_schema= (a JSON schema: dict or JSON text) and "
-                                  "regex= (a pattern)" + ("; drop one of them" if json_schema is not None else ""))
+        kind, source, ebnf = check(json_schema, regex)
         with self._lock:
-            if regex is not None:
-                if not isinstance(regex, str) or not regex:
-                    raise ConstraintError(f"regex must be a non-empty str, got {regex!r}")
-                try:
-                    compiled = self._compiler.compile_regex(regex)
-                except RuntimeError as e:
-                    raise ConstraintError(f"invalid regex {regex!r}: {_reason(e)}; fix the pattern") from e
-                return Grammar("regex", regex, compiled, self.vocab_size, self._encode)
-            source = _schema_text(json_schema)
             try:
-                compiled = self._compiler.compile_grammar(json_grammar(source))
+                compiled = self._compiler.compile_grammar(ebnf)
             except RuntimeError as e:
-                raise ConstraintError(f"cannot use this JSON schema: {_reason(e)}; fix the schema "
-                                      "(types: object, array, string, integer, number, boolean, null, enum)") from e
-            return Grammar("json_schema", source, compiled, self.vocab_size, self._encode)
+                raise ConstraintError(f"cannot compile this {kind.replace('_', ' ')}: {_reason(e)}") from e
+        return Grammar(kind, source, compiled, self.vocab_size, self._encode)
+
+
+def check(json_schema: dict | str | None = None, regex: str | None = None) -> tuple[str, str, str]:
+    """Check a request's constraint without a tokenizer (a CLI does it before loading the model):
+    (kind, source, its EBNF grammar); ConstraintError naming the fix for a bad schema or regex,
+    neither or both."""
+    import xgrammar as xgr
+    if (json_schema is None) == (regex is None):
+        raise ConstraintError("give exactly one of json_schema= (a JSON schema: dict or JSON text) and "
+                              "regex= (a pattern)" + ("; drop one of them" if json_schema is not None else ""))
+    if regex is not None:
+        if not isinstance(regex, str) or not regex:
+            raise ConstraintError(f"regex must be a non-empty str, got {regex!r}")
+        try:
+            return "regex", regex, str(xgr.Grammar.from_regex(regex))
+        except RuntimeError as e:
+            raise ConstraintError(f"invalid regex {regex!r}: {_reason(e)}; fix the pattern") from e
+    source = _schema_text(json_schema)
+    try:
+        return "json_schema", source, json_grammar(source)
+    except RuntimeError as e:
+        raise ConstraintError(f"cannot use this JSON schema: {_reason(e)}; fix the schema (supported: object, array, "
+                              "string, integer, number, boolean, null, enum, const, anyOf, $ref)") from e
 
 
 # xgrammar 0.2.9 writes the characters of a length-bounded string as [^"\\\r\n]: raw control characters
