@@ -67,3 +67,46 @@ def held_out_group(per_kind: int = 2) -> list[tuple[str, bool]]:
     for kind in ("chat", "code", "grounded"):
         out += [(p["text"], p["chat"]) for p in prompts if p["kind"] == kind][:per_kind]
     return out
+
+
+# -- the "structured" group (python -m text.bench --group structured): extraction into a JSON schema --------
+
+_PERSON = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"},
+    "role": {"enum": ["engineer", "manager", "designer", "teacher", "doctor"]},
+    "skills": {"type": "array", "items": {"type": "string"}},
+    "address": {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+                "required": ["city", "country"]}},
+    "required": ["name", "age", "role", "skills", "address"]}
+_ORDER = {"type": "object", "properties": {
+    "order_id": {"type": "string"}, "customer": {"type": "string"},
+    "items": {"type": "array", "items": {"type": "object", "properties": {
+        "product": {"type": "string"}, "quantity": {"type": "integer"}, "price": {"type": "number"}},
+        "required": ["product", "quantity", "price"]}},
+    "status": {"enum": ["pending", "shipped", "delivered", "cancelled"]}},
+    "required": ["order_id", "customer", "items", "status"]}
+_EVENT = {"type": "object", "properties": {
+    "title": {"type": "string"}, "date": {"type": "string"}, "location": {"type": "string"},
+    "attendees": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "role": {"enum": ["speaker", "organizer", "guest"]}},
+        "required": ["name", "role"]}},
+    "online": {"type": "boolean"}},
+    "required": ["title", "date", "location", "attendees", "online"]}
+
+# (name, schema, text to extract from); the prompt asks for the schema's fields as JSON
+STRUCTURED = (
+    ("person 1", _PERSON, "Maria Lopez is a 34-year-old engineer from Madrid, Spain. She knows Python, SQL and Docker."),
+    ("person 2", _PERSON, "Dr. Kenji Tanaka, 52, works as a doctor in Osaka, Japan. His skills: surgery, research."),
+    ("order 1", _ORDER, "Order A-1042 from Jane Miller: 2 blue mugs at 8.50 each and 1 teapot at 24.00. "
+                        "It was shipped yesterday."),
+    ("order 2", _ORDER, "Customer Omar Haddad placed order 77-B for 3 notebooks (4.25 each). It is still pending."),
+    ("event 1", _EVENT, "The Data Science Meetup takes place on 2025-05-14 at the Berlin Tech Hub. Anna Schmidt "
+                        "speaks, Tom Becker organizes it. It is not online."),
+    ("event 2", _EVENT, "Join the online workshop 'Intro to Rust' on 2025-09-02, hosted on Zoom. Speaker: "
+                        "Lee Park; organizer: Sara Cole."),
+)
+
+
+def structured_prompt(schema: dict, text: str) -> str:
+    """The extraction prompt of a STRUCTURED case: the fields asked for by name, then the text."""
+    return f"Extract the information as JSON with the keys {', '.join(schema['properties'])}.\nText: {text}"
