@@ -230,6 +230,17 @@ class RowConstraint:
             self.matcher.rollback(len(good))
         return good
 
+    def masked(self, logits: torch.Tensor, path: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+        """(V,) logits after the committed text and `path` (a draft's tokens so far) with what the grammar
+        forbids there at -inf (a copy; the logits as they are where the path leaves the grammar): how a
+        drafter masks its own distribution q the way the loop masks the target's p."""
+        bits = torch.full((1, (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32)
+        if not self.path_masks([tuple(path)], bits, [0])[0]:
+            return logits
+        out = logits.detach().clone()[None]
+        apply_masks(out[None], bits, [0])
+        return out[0]
+
     def path_masks(self, paths: list[tuple[int, ...]], out: torch.Tensor, rows: list[int]) -> list[bool]:
         """Fill out[rows[k]] with the bitmask after walking paths[k] (draft tokens after the committed
         text) for each k; False where a path leaves the grammar (or passes its end: no mask). The

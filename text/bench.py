@@ -30,7 +30,7 @@ BENCH_DECODERS = tuple(suite.TEXT_DECODERS) + tuple(d for d in ("eagle", "auto")
 
 MARK_START, MARK_END = "<!-- text-bench:start -->", "<!-- text-bench:end -->"
 STRUCTURED_MARKS = ("<!-- text-bench-structured:start -->", "<!-- text-bench-structured:end -->")
-STRUCTURED_DECODERS = ("ar", "auto", "eagle", "ngram", "lookahead", "jacobi")
+STRUCTURED_DECODERS = ("ar", "auto", "eagle", "ngram", "lookahead")
 
 
 def count_forwards(model):
@@ -297,7 +297,8 @@ def structured(gen, args, argv) -> None:
     body = "\n\n".join([
         f"Command: `python -m text.bench{' ' + flags if flags else ''}`; {torch.get_num_threads()} threads, greedy, "
         f"chat template, max_new_tokens={args.max_new_tokens}, {len(cases)} extraction prompts "
-        f"({', '.join(name for name, _, _ in cases)}; schemas with nested objects, arrays and enums, text/prompts.py). "
+        f"({', '.join(name for name, _, _ in cases)}; schemas with nested objects, arrays and enums, strings and "
+        "arrays bounded, text/prompts.py). "
         "Every run is constrained by the prompt's schema (suite.constraint, xgrammar); `ar` is constrained `ar` "
         "(one token per forward, no forced spans); the others commit the grammar's forced tokens in parallel. "
         "tok/s from each call's wall time (grammar compile included); grammar ms/step = time in the grammar "

@@ -71,24 +71,26 @@ def held_out_group(per_kind: int = 2) -> list[tuple[str, bool]]:
 
 # -- the "structured" group (python -m text.bench --group structured): extraction into a JSON schema --------
 
+# strings and arrays are bounded (maxLength, maxItems), as extraction schemas are: the 135M model
+# otherwise repeats list items (or a word inside a string) until max_new_tokens
+_TEXT = {"type": "string", "maxLength": 40}
 _PERSON = {"type": "object", "properties": {
-    "name": {"type": "string"}, "age": {"type": "integer"},
+    "name": _TEXT, "age": {"type": "integer"},
     "role": {"enum": ["engineer", "manager", "designer", "teacher", "doctor"]},
-    "skills": {"type": "array", "items": {"type": "string"}},
-    "address": {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-                "required": ["city", "country"]}},
+    "skills": {"type": "array", "items": _TEXT, "maxItems": 4},
+    "address": {"type": "object", "properties": {"city": _TEXT, "country": _TEXT}, "required": ["city", "country"]}},
     "required": ["name", "age", "role", "skills", "address"]}
 _ORDER = {"type": "object", "properties": {
-    "order_id": {"type": "string"}, "customer": {"type": "string"},
-    "items": {"type": "array", "items": {"type": "object", "properties": {
-        "product": {"type": "string"}, "quantity": {"type": "integer"}, "price": {"type": "number"}},
+    "order_id": _TEXT, "customer": _TEXT,
+    "items": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {
+        "product": _TEXT, "quantity": {"type": "integer"}, "price": {"type": "number"}},
         "required": ["product", "quantity", "price"]}},
     "status": {"enum": ["pending", "shipped", "delivered", "cancelled"]}},
     "required": ["order_id", "customer", "items", "status"]}
 _EVENT = {"type": "object", "properties": {
-    "title": {"type": "string"}, "date": {"type": "string"}, "location": {"type": "string"},
-    "attendees": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "role": {"enum": ["speaker", "organizer", "guest"]}},
+    "title": _TEXT, "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "location": _TEXT,
+    "attendees": {"type": "array", "maxItems": 4, "items": {"type": "object", "properties": {
+        "name": _TEXT, "role": {"enum": ["speaker", "organizer", "guest"]}},
         "required": ["name", "role"]}},
     "online": {"type": "boolean"}},
     "required": ["title", "date", "location", "attendees", "online"]}
