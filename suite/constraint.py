@@ -245,28 +245,27 @@ class RowConstraint:
         """Fill out[rows[k]] with the bitmask after walking paths[k] (draft tokens after the committed
         text) for each k; False where a path leaves the grammar (or passes its end: no mask). The
         matcher is back at the committed text afterwards."""
-        order = sorted(range(len(paths)), key=lambda k: paths[k])
+        order = sorted(range(len(paths)), key=lambda k: paths[k])   # a depth-first walk of the draft tree
         stack: list[int] = []          # tokens tentatively accepted
-        dead_from: int | None = None   # stack length at which the walk left the grammar
+        dead: tuple | None = None      # a prefix that leaves the grammar: every path under it is unmasked
         ok = [False] * len(paths)
         m = self.matcher
         for k in order:
-            path = paths[k]
+            path = tuple(int(t) for t in paths[k])
+            if dead is not None and path[:len(dead)] == dead:
+                continue
             common = 0
             while common < min(len(stack), len(path)) and stack[common] == path[common]:
                 common += 1
             if len(stack) > common:
                 m.rollback(len(stack) - common)
                 del stack[common:]
-            if dead_from is not None and dead_from > len(stack):
-                dead_from = None
-            if dead_from is None:
-                for t in path[len(stack):]:
-                    if m.is_terminated() or not m.accept_token(int(t)):
-                        dead_from = len(stack)
-                        break
-                    stack.append(int(t))
-            if dead_from is None and len(stack) == len(path) and not m.is_terminated():
+            for t in path[len(stack):]:
+                if m.is_terminated() or not m.accept_token(t):
+                    dead = path[:len(stack) + 1]
+                    break
+                stack.append(t)
+            if len(stack) == len(path) and not m.is_terminated():
                 m.fill_next_token_bitmask(out, rows[k])
                 ok[k] = True
         if stack:
