@@ -273,6 +273,25 @@ class RowConstraint:
         return ok
 
 
+def draft_masks(constraints, rows: list[int], paths: list[list[tuple]], vocab_ids: torch.Tensor) -> torch.Tensor | None:
+    """(R, n, K) bool: which of a draft head's K tokens (`vocab_ids`, target ids) each row's grammar allows
+    after each of its n paths (draft tokens after the committed text); None when no row is constrained.
+    A path that leaves the grammar, or after which the grammar allows none of the K, is left all True."""
+    if constraints is None or all(constraints[b] is None or constraints[b].finished for b in rows):
+        return None
+    n = len(paths[0])
+    vocab = next(constraints[b].grammar.vocab_size for b in rows if constraints[b] is not None)
+    bits = torch.full((len(rows) * n, (vocab + 31) // 32), -1, dtype=torch.int32)
+    for i, b in enumerate(rows):
+        c = constraints[b]
+        if c is not None and not c.finished:
+            c.path_masks(paths[i], bits, [i * n + j for j in range(n)])
+    ids = vocab_ids.cpu()
+    allowed = ((bits[:, ids // 32] >> (ids % 32).to(torch.int32)) & 1).bool()      # (R*n, K)
+    allowed[~allowed.any(-1)] = True
+    return allowed.view(len(rows), n, -1).to(vocab_ids.device)
+
+
 def apply_masks(logits: torch.Tensor, bits: torch.Tensor, index: list[int]) -> None:
     """Set to -inf, in place, the logits the bitmasks forbid: logits (B, N, V), bits (B*N, W) int32
     (one row per slot, -1 where a slot is not masked), index the masked slots b*N + n."""
