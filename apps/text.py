@@ -319,8 +319,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                      info="the answer is JSON valid under this schema; forced tokens "
                                           "(keys, brackets, enum tails) are committed in parallel")
             with gr.Row():
-                schema_example = gr.Button("Example prompt", elem_id="text-json-example")
-                run_json = gr.Button("Generate JSON", variant="primary", elem_id="text-json-run")
+                schema_example = gr.Button("Schema example", elem_id="text-json-example")
+                run_json = gr.Button("Run with schema", variant="primary", elem_id="text-json-run")
             parsed = gr.JSON(label="Parsed JSON", elem_id="text-json")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 

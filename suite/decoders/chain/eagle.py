@@ -206,7 +206,9 @@ class Eagle:
         # depth 1: the root's top-k children; every node: token, parent node id (-1 root), depth, log-prob
         grammar = state.inputs.constraints       # structured output: the head drafts what the grammar allows
         logits = h.logits(root[idx]).float()
+        t_mask = time.perf_counter()
         allowed = draft_masks(grammar, rows, [[()]] * r, h.vocab_ids)
+        state.stats.mask_time_s += time.perf_counter() - t_mask
         if allowed is not None:
             logits = logits.masked_fill(~allowed[:, 0], -float("inf"))
         score, pick = torch.log_softmax(logits, -1).topk(k, -1)                                 # (R, k)
@@ -227,7 +229,9 @@ class Eagle:
             forwards += 1
             logits = h.logits(out).float()
             if allowed is not None:
+                t_mask = time.perf_counter()
                 allowed = draft_masks(grammar, rows, _paths(torch.cat(tok, 1), torch.cat(par, 1), frontier), h.vocab_ids)
+                state.stats.mask_time_s += time.perf_counter() - t_mask
                 logits = logits.masked_fill(~allowed, -float("inf"))
             c_score, c_pick = torch.log_softmax(logits, -1).topk(k, -1)                         # (R, k, k)
             c_score = (torch.cat(scores, 1).gather(1, frontier)[..., None] + c_score).flatten(1)
