@@ -174,3 +174,17 @@ def test_smollm2_eagle_and_auto_equal_constrained_ar(smol):
         res = smol.generate(prompt, decoder=decoder, chat=True, max_new_tokens=40, json_schema=PERSON)
         assert res.token_ids == ar.token_ids, decoder
         assert res.stats.num_forced_tokens > 0 and res.stats.num_forwards < ar.stats.num_forwards
+
+
+def test_cli_input_records_carry_the_json(tiny_dir, tmp_path):
+    from text.__main__ import main
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["--input", str(tmp_path / "prompts.txt"), "--output", str(out), "--model", str(tiny_dir),
+                 "--json-schema", str(tmp_path / "s.json"), "--decoder", "ngram",
+                 "--max-new-tokens", str(BUDGET)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["prompt"] for r in records] == PROMPTS
+    assert all(valid(SCHEMA, r["json"]) and r["parse_error"] is None and json.loads(r["text"]) == r["json"]
+               for r in records)
