@@ -8,19 +8,22 @@ carry them in `RequestInputs.constraints` (one per row, None for a free row), so
 their rows (`DecodeState.select` / `extend`, the scheduler).
 
 The decode loop (suite/loop.py) applies them in one place, for every decoder:
-  * `mask_logits`: after the forward, every scored slot whose tokens are a continuation of the
+  * masking (`loop._mask_logits`): after the forward, every scored slot whose tokens are a continuation of the
     row's committed text (the chain or tree path that leads to it, tentatively walked through the
     matcher and rolled back) gets its logits masked to the tokens the grammar allows there (EOS
     only where the grammar accepts). Target and draft distributions are then processed the same
     way by `logits_to_probs`, so a lossless rule stays lossless with respect to the constrained
     distribution (greedy: token for token equal to constrained `ar`). A draft token the grammar
     rejects has probability 0 and is never accepted.
-  * `follow`: the committed tokens advance each row's matcher; then, where the grammar allows a
+  * following (`loop._follow`): the committed tokens advance each row's matcher; then, where the grammar allows a
     single token, it is committed at once without a forward (its constrained probability is 1).
-  * `forced_step`: where the grammar forces a string (`{"name": "`, `", "age": `, an enum's tail),
+  * forced spans (`loop._forced_spans`): where every live row's grammar forces a string (`{"name": "`, `", "age": `, an enum's tail),
     its tokens (the tokenizer's own encoding of it, checked against the grammar) are drafted as
-    point masses and verified in one forward, with the bonus token after them: the step commits
-    the span in one forward instead of one forward a token.
+    point masses and verified in one forward (greedy prefix, or the speculative rule when sampling),
+    with the token after them: the span costs one forward instead of one a token. That step is the
+    loop's own (the decoder drafts nothing after the span; eagle still sees the kept features).
+Drafters mask their own q the same way (`RowConstraint.masked`: speculative's draft model;
+`draft_masks`: eagle's draft tree).
 The tokens committed by the last two are counted in `stats.num_forced_tokens`; the time spent in
 the grammar in `stats.mask_time_s`.
 """
@@ -33,9 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-GRAMMAR_LIBRARY = "xgrammar"
-
 
 class ConstraintError(ValueError):
     """A schema or regex that cannot constrain generation (what is wrong and how to fix it)."""
