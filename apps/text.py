@@ -244,6 +244,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
         if (json_schema or "").strip():
             args["json_schema"] = json_schema       # checked by text.TextGenerator.grammar, before decoding
         gen = pipelines.get(model_folder)
+        if "json_schema" in args and is_vlm(gen):
+            raise ValueError("the JSON schema constrains causal LMs; this folder holds a vision-language model: "
+                             "use Generate without a schema, or a causal LM folder")
         runs = [text_run(gen, decoder, prompt, image, args, parse_options(decoder, options))]
         if compare and decoder != "ar":
             runs.insert(0, text_run(gen, "ar", prompt, image, args, {}))
