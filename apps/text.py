@@ -31,6 +31,18 @@ EXAMPLES = [
     ["Write a haiku about parallel computing.", "speculative"],
     ["List the first ten prime numbers.", "jacobi"],
 ]
+SCHEMA_EXAMPLE = """{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "role": {"enum": ["engineer", "manager", "designer"]},
+    "skills": {"type": "array", "items": {"type": "string"}}
+  },
+  "required": ["name", "age", "role", "skills"]
+}"""
+SCHEMA_PROMPT = ("Extract the person as JSON (name, age, role, skills).\n"
+                 "Text: Maria Lopez is a 34-year-old engineer who knows Python, SQL and Docker.")
 UPDATE_EVERY_S = 0.05     # at most ~20 UI updates a second per request; the last state always goes out
 
 
@@ -224,14 +236,20 @@ def build_demo(pipeline=None) -> gr.Blocks:
     (once, shared by all requests); a model folder loads its own (once per folder)."""
     pipelines = FolderPipelines(Shared(pipeline, load_pipeline), load_folder, known_families)
 
-    def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
-                 model_folder="", image=None):
+    def start(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+              model_folder="", image=None, json_schema=""):
+        """The request's runs (the decoder's, and ar's first with compare) and the view of them."""
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
         require_text("prompt", prompt, "type some text into the prompt box")
         args = dict(max_new_tokens=positive_int("max new tokens", max_new_tokens), chat=bool(chat),
                     **sampling_args(temperature, top_k, top_p, seed))
+        if (json_schema or "").strip():
+            args["json_schema"] = json_schema       # checked by text.TextGenerator.grammar, before decoding
         gen = pipelines.get(model_folder)
+        if "json_schema" in args and is_vlm(gen):
+            raise ValueError("the JSON schema constrains causal LMs; this folder holds a vision-language model: "
+                             "use Generate without a schema, or a causal LM folder")
         runs = [text_run(gen, decoder, prompt, image, args, parse_options(decoder, options))]
         if compare and decoder != "ar":
             runs.insert(0, text_run(gen, "ar", prompt, image, args, {}))
@@ -241,10 +259,29 @@ def build_demo(pipeline=None) -> gr.Blocks:
             return (chosen.stream.text, chunks_html(chosen), baseline.stream.text if baseline else "",
                     chunks_html(baseline), stats_html(runs, args["temperature"] > 0, args["max_new_tokens"],
                                                       getattr(gen, "max_length", None)))
+        return runs, view
 
+    def generate(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+                 model_folder="", image=None):
+        runs, view = start(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+                           model_folder, image)
         yield view()
         for _ in throttled(race(runs), UPDATE_EVERY_S):
             yield view()
+
+    def generate_json(prompt, json_schema, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed,
+                      compare, model_folder=""):
+        """Structured output: the answer constrained to JSON valid under `json_schema` (every decoder; the
+        grammar's forced tokens committed in parallel), then the parsed object (null where the budget
+        ended inside the structure)."""
+        require_text("JSON schema", json_schema, "paste a JSON schema, e.g. the example")
+        runs, view = start(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
+                           model_folder, None, json_schema)
+        yield (*view(), None)
+        for _ in throttled(race(runs), UPDATE_EVERY_S):
+            yield (*view(), None)
+        stream = runs[-1].stream
+        yield (*view(), stream.json if stream.parse_error is None else {"parse_error": stream.parse_error})
 
     with gr.Blocks(title="parasuite: text") as demo:
         gr.Markdown("Parallel decoding of **SmolLM2-135M-Instruct**: each forward can accept several tokens. "
@@ -283,6 +320,14 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 ar_output = gr.Textbox(label="AR baseline output", lines=6, interactive=False,
                                        elem_id="text-ar-output")
                 ar_chunks = gr.HTML(label="AR baseline by forward", elem_id="text-ar-chunks")
+        with gr.Accordion("Structured output (JSON schema)", open=False):
+            json_schema = gr.Textbox(value=SCHEMA_EXAMPLE, lines=10, label="JSON schema", elem_id="text-json-schema",
+                                     info="the answer is JSON valid under this schema; forced tokens "
+                                          "(keys, brackets, enum tails) are committed in parallel")
+            with gr.Row():
+                schema_example = gr.Button("Schema example", elem_id="text-json-example")
+                run_json = gr.Button("Run with schema", variant="primary", elem_id="text-json-run")
+            parsed = gr.JSON(label="Parsed JSON", elem_id="text-json")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
         decoder.change(default_options, decoder, options, queue=False, api_visibility="private")
@@ -293,4 +338,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
         outputs = [output, output_chunks, ar_output, ar_chunks, stats]
         run.click(guarded("text generation", generate, blank=("", "", "", "", "")), inputs, outputs,
                   api_name="generate")
+        schema_example.click(lambda: (SCHEMA_PROMPT, SCHEMA_EXAMPLE), None, [prompt, json_schema], queue=False,
+                             api_visibility="private")
+        run_json.click(guarded("structured generation", generate_json, blank=("", "", "", "", "", None)),
+                       [prompt, json_schema, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed,
+                        compare, model_folder], outputs + [parsed], api_name="generate_json")
     return demo

@@ -52,6 +52,10 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         if limit is not None and len(r) >= limit:
             raise ValueError(f"{where} is {len(r)} tokens, the model's context is {limit}: shorten it "
                              f"to at most {limit - 1} tokens")
+    constraints = inputs.constraints if inputs is not None else None
+    if constraints is not None and len(constraints) != len(rows):
+        raise ValueError(f"inputs.constraints has {len(constraints)} rows for {len(rows)} prompts: give one "
+                         "suite.constraint.RowConstraint (or None) per prompt")
     if hasattr(adapter, "check_request"):        # an adapter with a fixed size (a static cache) checks its own
         adapter.check_request(rows, max_new_tokens)
     eos = adapter.config.eos_token_ids if eos_token_id is None else frozenset(

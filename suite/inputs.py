@@ -19,6 +19,8 @@ class CTCHypothesis:
 class RequestInputs:
     ctc: tuple[CTCHypothesis, ...] | None = None             # per row (ctc_speculative)
     prior_tokens: tuple[list[int], ...] | None = None        # per row, a previous version of the output (ngram_prior)
+    constraints: tuple | None = None     # per row, a suite.constraint.RowConstraint (None: a free row); the loop
+                                         # masks every decoder's logits with it (structured output)
 
     def rows(self, field: str, batch: int, decoder: str, how: str):
         """The per-row values of one input, checked against the batch; a clear error naming `how`."""

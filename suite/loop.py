@@ -16,9 +16,11 @@ from typing import Any, ClassVar, Iterator, Protocol
 
 import torch
 
+from . import constraint as grammar
+from .acceptance import accept_greedy_prefix, accept_speculative
 from .cache import KVCache
 from .inputs import RequestInputs
-from .sampling import SamplingParams
+from .sampling import SamplingParams, logits_to_probs
 from .stats import DecodeStats
 
 
@@ -91,6 +93,7 @@ class Step:
     draft_size: int              # slots scored per row in this forward
     done: list[bool]
     stats: DecodeStats           # the request's running totals (live object)
+    forced: list[int] | None = None   # of each row's committed tokens, how many a grammar forced (suite.constraint)
 
 
 @dataclass
@@ -220,10 +223,15 @@ def begin(decoder: Decoder, state: DecodeState) -> Step | None:
     if not state.rows:      # a decoder that keeps no row state still has one (empty) slot per row
         state.rows = [None] * state.batch
     step = None
+    committed = [[] for _ in range(state.batch)]
     if known is not None:
         committed = state.commit(known, scored=False)
+    forced = None
+    if state.inputs.constraints is not None:    # tokens the grammar forces before any forward
+        forced = _follow(state, committed)
+    if known is not None or (forced and any(forced)):
         state.stats.num_new_tokens += sum(len(c) for c in committed)   # not a forward: no accepted length
-        step = Step(0, committed, 0, list(state.done), state.stats)
+        step = Step(0, committed, 0, list(state.done), state.stats, forced)
     state.stats.wall_time_s += time.perf_counter() - t0
     return step
 
@@ -232,7 +240,13 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     """One step over the rows not done: propose, score (one forward), accept, commit and discard
     the rejected K/V."""
     t0 = time.perf_counter()
-    draft = decoder.propose(state)
+    constrained = state.inputs.constraints is not None
+    span_step = constrained and _forced_spans(state)       # the rows' forced spans, verified in this forward
+    if span_step:
+        draft = span_step
+        draft.want_hidden = bool(getattr(decoder, "observes", lambda s: False)(state))
+    else:
+        draft = decoder.propose(state)
     with torch.no_grad():
         mask = forward_mask(model, state.cache, draft)
         if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
@@ -242,12 +256,23 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
             logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
     slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
     state.stats.num_forwards += 1
-    acc = decoder.accept(state, draft, logits)
+    if constrained:
+        _mask_logits(state, draft, logits)
+    if span_step:
+        acc = _accept_spans(state, draft, logits)
+        if draft.want_hidden:           # the decoder keeps the target's features of every kept slot (eagle)
+            decoder.observe(state, draft, acc.keep)
+    else:
+        acc = decoder.accept(state, draft, logits)
     _drop_rejected(state.cache, draft, acc, slots)
     committed = state.commit(acc)
     state.cache.compact()
+    forced = None
+    if constrained:
+        spans = [min(k - p, len(c)) for k, p, c in zip(acc.kept, draft.meta.num_pending, committed)] if span_step else None
+        forced = _follow(state, committed, spans)
     _count(state, committed, t0)
-    return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
+    return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
 
 
 def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
@@ -262,6 +287,134 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     while not all(state.done):
         yield advance(model, decoder, state, index)
         index += 1
+
+
+# -- structured output: the rows' grammar constraints (suite.constraint), applied for every decoder ---------
+
+FORCED_SPAN_MIN = 2      # a step verifies forced spans (instead of the decoder's draft) when every live row has
+                         # at least this many forced tokens
+FORCED_SPAN_MAX = 16     # forced tokens verified per row in one forward at most
+
+
+def _mask_logits(state: DecodeState, draft: Draft, logits: torch.Tensor) -> None:
+    """Mask, in place, the logits of every scored slot of a constrained row whose draft path continues
+    the row's committed text: only the tokens its grammar allows after that path stay finite (EOS
+    only where the grammar accepts). Slots whose path leaves the grammar keep their logits: the
+    invalid draft token before them has probability 0, so nothing after it is accepted."""
+    t0 = time.perf_counter()
+    n = logits.shape[1]
+    bits = index = tokens = positions = None
+    for b, c in enumerate(state.inputs.constraints):
+        if c is None or state.done[b] or c.finished:
+            continue
+        if bits is None:
+            bits = torch.full((logits.shape[0] * n, (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32)
+            index, tokens, positions = [], draft.tokens.tolist(), draft.positions.tolist()
+        p = len(state.pending(b))
+        length = draft.lengths[b] if draft.lengths is not None else int(draft.valid[b].sum())
+        paths, where = [()], [p - 1]
+        if length > p and draft.causal:          # a chain: slot s's path is the draft's tokens p..s
+            for s in range(p, length):
+                paths.append(tuple(tokens[b][p:s + 1])), where.append(s)
+        elif length > p:                         # a tree: slot s's path is the slots it sees, if consecutive
+            seen, base = draft.mask[b, :length, :length].tolist(), positions[b][p - 1]
+            for s in range(p, length):
+                on = sorted((j for j in range(p, s + 1) if seen[s][j]), key=lambda j: positions[b][j])
+                if [positions[b][j] for j in on] == list(range(base + 1, base + 1 + len(on))):
+                    paths.append(tuple(tokens[b][j] for j in on)), where.append(s)
+        keep = [k for k, s in enumerate(where) if s >= draft.logits_from]
+        rows = [b * n + where[k] - draft.logits_from for k in keep]
+        ok = c.path_masks([paths[k] for k in keep], bits, rows)
+        index += [r for r, good in zip(rows, ok) if good]
+    if index:
+        grammar.apply_masks(logits, bits, index)
+    state.stats.mask_time_s += time.perf_counter() - t0
+
+
+def _follow(state: DecodeState, committed: list[list[int]], spans: list[int] | None = None) -> list[int]:
+    """Advance each constrained row's matcher by its committed tokens; then, while its grammar allows
+    a single token, commit it at once (no forward: its constrained probability is 1), appending it
+    to the row's `committed`. Returns the forced tokens per row (`spans`: those of a forced-span step)."""
+    t0 = time.perf_counter()
+    forced = list(spans) if spans is not None else [0] * state.batch
+    for b, c in enumerate(state.inputs.constraints):
+        if c is None:
+            continue
+        c.accept(committed[b])
+        while c.forced and not state.done[b]:
+            token = c.single()
+            if token is None:
+                break
+            new = state.commit(Acceptance([[token] if r == b else [] for r in range(state.batch)], None,
+                                          [0] * state.batch), scored=False)[b]
+            if not new:
+                break
+            c.accept(new)
+            committed[b].extend(new)
+            forced[b] += len(new)
+    state.stats.num_forced_tokens += sum(forced)
+    state.stats.mask_time_s += time.perf_counter() - t0
+    return forced
+
+
+@dataclass
+class ForcedSpans:
+    """A forced-span step's draft: per row its pending tokens, then the tokens its grammar forces."""
+    num_pending: list[int]
+    spans: list[list[int]]
+
+
+def _forced_spans(state: DecodeState) -> Draft | None:
+    """The draft of a forced-span step: when every live row is constrained (with forced spans on)
+    and its grammar forces at least FORCED_SPAN_MIN tokens, each row's pending tokens then its
+    forced tokens, a chain verified in one forward; else None (the decoder drafts this step)."""
+    t0 = time.perf_counter()
+    spans, live = [], []
+    try:
+        for b, c in enumerate(state.inputs.constraints):
+            if state.done[b]:
+                spans.append([])
+                continue
+            if c is None or not c.forced or c.finished:
+                return None
+            spans.append(c.span(min(FORCED_SPAN_MAX, state.room(b) - 1)))
+            live.append(len(spans[-1]))
+    finally:
+        state.stats.mask_time_s += time.perf_counter() - t0
+    if not live or min(live) < FORCED_SPAN_MIN:
+        return None
+    rows, positions, pending = [], [], []
+    for b in range(state.batch):
+        own = [] if state.done[b] else state.pending(b)
+        start = state.num_cached[b]
+        rows.append(own + spans[b]), positions.append(list(range(start, start + len(own) + len(spans[b]))))
+        pending.append(len(own))
+    first = min(n - 1 for n in pending if n > 0)
+    return Draft.from_rows(rows, positions, meta=ForcedSpans(pending, spans), logits_from=first, device=state.device)
+
+
+def _accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance:
+    """Verify each row's forced span as point-mass drafts against its (masked) logits: greedy keeps the
+    prefix equal to the argmax, sampling applies the speculative rule (lossless); then the next token."""
+    meta: ForcedSpans = draft.meta
+    committed, kept = [], []
+    for b in range(state.batch):
+        p, span = meta.num_pending[b], meta.spans[b]
+        if state.done[b] or not p:
+            committed.append([]), kept.append(0)
+            continue
+        start = p - 1 - draft.logits_from
+        chain = logits[b, start:start + len(span) + 1]                                   # (G+1, V)
+        guess = torch.tensor(span, dtype=torch.long, device=logits.device)
+        if state.params.greedy:
+            verdict = accept_greedy_prefix(guess, chain.argmax(-1))
+        else:
+            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), state.generator)
+        committed.append(span[:verdict.num_accepted] + [verdict.next_token])
+        kept.append(p + verdict.num_accepted)
+    keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < torch.tensor(
+        kept, device=draft.valid.device)[:, None]
+    return Acceptance(committed, keep, kept)
 
 
 def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:

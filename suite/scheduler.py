@@ -286,7 +286,7 @@ class Scheduler:
             return
         t0 = time.perf_counter()
         shared = batch.state.stats
-        before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events))
+        before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events), shared.mask_time_s)
         try:
             step = advance(self.adapter, batch.decoder, batch.state, batch.index)
         except Exception as e:              # noqa: BLE001
@@ -296,7 +296,7 @@ class Scheduler:
             return
         batch.index += 1
         drafting = DecodeStats(num_draft_forwards=shared.num_draft_forwards - before[0],
-                               draft_time_s=shared.draft_time_s - before[1],
+                               draft_time_s=shared.draft_time_s - before[1], mask_time_s=shared.mask_time_s - before[3],
                                events={k: n - before[2].get(k, 0) for k, n in shared.events.items()
                                        if n != before[2].get(k, 0)})
         self.forwards_run += 1
@@ -320,10 +320,14 @@ class Scheduler:
                 request.forward_ids.append(forward)
                 stats.accepted_lengths.append([len(c) for c in committed])
             stats.num_new_tokens += sum(len(c) for c in committed)
+            if step.forced is not None:        # per row: the tokens its grammar forced (suite.constraint)
+                stats.num_forced_tokens += sum(step.forced[i] for i, (owner, _) in enumerate(batch.owners)
+                                               if owner is request)
             stats.wall_time_s += seconds
             if drafting is not None:
                 stats.num_draft_forwards += drafting.num_draft_forwards
                 stats.draft_time_s += drafting.draft_time_s
+                stats.mask_time_s += drafting.mask_time_s
                 for event, n in drafting.events.items():
                     stats.count(event, n)
             if request.stream:

@@ -13,6 +13,9 @@ class DecodeStats:
     wall_time_s: float = 0.0
     draft_time_s: float = 0.0      # of wall_time_s, the time spent drafting (eagle's head, a draft model)
     events: dict[str, int] = field(default_factory=dict)   # counts a decoder reports (e.g. box blocks, fallbacks)
+    num_forced_tokens: int = 0     # of num_new_tokens, those a grammar forced (suite.constraint: single allowed
+                                   # tokens committed without a forward, forced spans verified in one)
+    mask_time_s: float = 0.0       # of wall_time_s, the time spent in grammar constraints (masks, matchers)
 
     def count(self, event: str, n: int = 1) -> None:
         self.events[event] = self.events.get(event, 0) + n
@@ -73,6 +76,8 @@ class DecodeStats:
             self.num_new_tokens += s.num_new_tokens
             self.wall_time_s += s.wall_time_s
             self.draft_time_s += s.draft_time_s
+            self.num_forced_tokens += s.num_forced_tokens
+            self.mask_time_s += s.mask_time_s
             for event, n in s.events.items():
                 self.count(event, n)
 
@@ -88,7 +93,8 @@ class DecodeStats:
                 "num_new_tokens": self.num_new_tokens,
                 "tokens_per_forward": self.tokens_per_forward if self.num_forwards else None,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
-                "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s}
+                "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s,
+                "num_forced_tokens": self.num_forced_tokens, "mask_time_s": self.mask_time_s}
 
 
 def _lengths_beside(parts: list[list[list[int]]]) -> list[list[int]]:

@@ -20,12 +20,17 @@ examples:
   python -m text "def fib(n):" --decoder ngram --compare
   python -m text "caption en" --model ./paligemma-folder --image photo.jpg --decoder ngram
   python -m text --input prompts.txt --output out.jsonl --engine ray --workers 2
+  python -m text "Extract the person: Ada, 36, engineer." --chat --json-schema person.schema.json
+  python -m text "Give a date:" --regex "[0-9]{4}-[0-9]{2}-[0-9]{2}"
 
 The text goes to stdout, a one-line summary (tokens, forwards, time) to stderr. With --input, each
 non-empty line is one prompt; --output gets one JSON object per prompt (prompt, text, token_ids,
 decoder, finish_reason, stats), written whole at the end from per-prompt parts kept beside it
 (an interrupted job resumes where it stopped), with FILE.jsonl.manifest.jsonl holding each prompt's
-status; without --output the JSON lines go to stdout. --engine ray decodes on a Ray Data actor
+status; without --output the JSON lines go to stdout. --json-schema FILE (a JSON schema) or --regex
+PATTERN constrains the output (every decoder; the grammar's forced tokens are committed in parallel):
+the text printed is the JSON (or the match), and records get "json", the parsed object (null where
+max_new_tokens ended inside the structure, with "parse_error" saying so). --engine ray decodes on a Ray Data actor
 pool (--workers N) with the same records. Exit status: 0 done, 1 some prompts failed, 2 bad
 arguments. With --model a vision-language folder (Florence-2, PaliGemma, Kosmos-2, GOT-OCR2,
 Qwen2-VL), --image PATH is the image the prompt asks about (one prompt; the answer prints whole).
@@ -60,6 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--option", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="decoder option, e.g. num_draft=6 (see suite.decoder_options); repeatable")
+    p.add_argument("--json-schema", metavar="FILE", help="constrain the output to JSON valid under this JSON schema file")
+    p.add_argument("--regex", metavar="PATTERN", help="constrain the output to match this regular expression")
     p.add_argument("--stream", action="store_true", help="print text as it is committed (single prompt)")
     p.add_argument("--compare", action="store_true",
                    help="also decode with ar: print the speedup over ar and whether the text equals ar's")
@@ -152,6 +159,7 @@ class TextWorker:
     concurrency = 16
 
     def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", **kwargs):
+        kwargs.setdefault("json_schema", None), kwargs.setdefault("regex", None)
         import text
         from text.generator import DEFAULT_DECODER
         self.gen = text.load(model, dtype=dtype)
@@ -163,12 +171,46 @@ class TextWorker:
         res = self.gen.generate(prompt, decoder=self.decoder, **self.kwargs)
         record = {"prompt": prompt, "text": res.text, "token_ids": res.token_ids, "decoder": self.decoder,
                   "finish_reason": finish_reason(self.gen, prompt, res, self.kwargs), "stats": res.stats.as_dict()}
+        if self.kwargs["json_schema"] is not None or self.kwargs["regex"] is not None:
+            record["json"], record["parse_error"] = res.json, res.parse_error
         if self.compare:
             record["compare"] = compared(res, self.gen.generate(prompt, decoder="ar", **common(self.kwargs)))
         return record
 
 
-COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat")
+COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "json_schema", "regex")
+
+
+def read_schema(path: str | None):
+    """--json-schema FILE as a dict; a missing file or one that is not a JSON object is a ValueError
+    naming the fix (the schema itself is checked when it compiles, before any decoding)."""
+    if path is None:
+        return None
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"no JSON schema file {path!r}: pass an existing .json file with --json-schema")
+    try:
+        schema = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--json-schema {path!r} is not valid JSON ({e}): fix the file") from None
+    if not isinstance(schema, dict):
+        raise ValueError(f"--json-schema {path!r} holds a {type(schema).__name__}, not a JSON object: a JSON schema "
+                         "is an object such as {\"type\": \"object\", \"properties\": {...}}")
+    return schema
+
+
+def check_constraint(args, schema) -> None:
+    """--json-schema and --regex exclude each other and a vision-language --model; the schema or regex
+    is checked here, before the model loads (suite.constraint.check)."""
+    if schema is not None and args.regex is not None:
+        raise ValueError("give --json-schema or --regex, not both: drop one of them")
+    if args.regex is not None and not args.regex:
+        raise ValueError("--regex is empty: pass a pattern, e.g. --regex '[0-9]+'")
+    if (schema is not None or args.regex is not None) and (args.image is not None or model_vlm(args.model)):
+        raise ValueError("--json-schema / --regex constrain causal LMs (text.load); drop them for a vision-language --model")
+    if schema is not None or args.regex is not None:
+        from suite.constraint import check
+        check(schema, args.regex)            # a bad schema or regex: exit 2 before the model loads
 
 
 def finish_reason(gen, prompt: str, res, kwargs: dict) -> str:
@@ -215,8 +257,12 @@ def run(args: argparse.Namespace) -> int:
         parent = Path(args.output).expanduser().resolve().parent
         if not parent.is_dir():
             raise FileNotFoundError(f"the folder of --output {args.output!r} does not exist: create it first")
+    schema = read_schema(args.json_schema)
+    check_constraint(args, schema)
     kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
+    if schema is not None or args.regex is not None:
+        kwargs.update(json_schema=schema, regex=args.regex)
     if args.input is None and args.output is None and args.engine == "local":
         return run_one(args, kwargs, read_image(args.image) if args.image else None)
     return run_many(args, prompts, kwargs)
@@ -231,6 +277,7 @@ def run_one(args, kwargs, image=None) -> int:
     if image is not None:
         return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
+    gen.grammar(kwargs.get("json_schema"), kwargs.get("regex"))     # a bad schema or regex: before decoding
     if args.stream:
         s = gen.stream(args.prompt, decoder=args.decoder, **kwargs)
         for chunk in s:
@@ -241,6 +288,8 @@ def run_one(args, kwargs, image=None) -> int:
         res = gen.generate(args.prompt, decoder=args.decoder, **kwargs)
         print(res.text)
     ar = gen.generate(args.prompt, decoder="ar", **common(kwargs)) if args.compare else None
+    if res.parse_error:
+        print(f"note: the output does not parse: {res.parse_error}", file=sys.stderr)
     return summarise(args, res, finish_reason(gen, args.prompt, res, kwargs), ar)
 
 

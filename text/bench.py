@@ -4,6 +4,11 @@ prompt by prompt in one process. Reports forwards, tokens per forward, accepted 
 tokens/s, speedup over `ar`, exact match with `ar`, the draft's share of the decode time and
 auto's choices, per prompt group (the held-out prompts of the EAGLE head's training set are a
 group of their own); then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
+
+`--group structured`: structured output (suite.constraint) on extraction prompts with JSON schemas
+(people, orders, events: nested objects, arrays, enums): each decoder constrained, against
+constrained `ar` (one token per forward, no forced spans): forwards, tokens/s, the share of tokens
+the grammar forced, the grammar's time per step, and how many outputs parse and validate.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from .prompts import CHAT, GROUNDED, GROUPS, held_out_group
 BENCH_DECODERS = tuple(suite.TEXT_DECODERS) + tuple(d for d in ("eagle", "auto") if d not in suite.TEXT_DECODERS)
 
 MARK_START, MARK_END = "<!-- text-bench:start -->", "<!-- text-bench:end -->"
+STRUCTURED_MARKS = ("<!-- text-bench-structured:start -->", "<!-- text-bench-structured:end -->")
+STRUCTURED_DECODERS = ("ar", "auto", "eagle", "ngram", "lookahead")
 
 
 def count_forwards(model):
@@ -134,13 +141,15 @@ def table(rows, groups, labels, title, exact=True) -> str:
     return "\n".join(lines)
 
 
-def write_benchmarks(body: str, path: Path) -> None:
+def write_benchmarks(body: str, path: Path, marks=(MARK_START, MARK_END),
+                     heading: str = "## Text (SmolLM2-135M-Instruct, fp32, CPU)") -> None:
+    start, end = marks
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{MARK_START}\n{body}\n{MARK_END}"
-    if MARK_START in old:
-        new = old[:old.index(MARK_START)] + block + old[old.index(MARK_END) + len(MARK_END):]
+    block = f"{start}\n{body}\n{end}"
+    if start in old:
+        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
     else:
-        new = old.rstrip() + "\n\n## Text (SmolLM2-135M-Instruct, fp32, CPU)\n\n" + block + "\n"
+        new = old.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(new)
     tmp.replace(path)
@@ -152,7 +161,10 @@ def parse_args(argv=None):
                                 epilog="examples:\n  python -m text.bench\n"
                                        "  python -m text.bench --quick --no-write\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
-    p.add_argument("--decoders", nargs="+", default=list(BENCH_DECODERS), choices=BENCH_DECODERS)
+    p.add_argument("--group", choices=("all", "structured"), default="all",
+                   help="structured: only the structured-output group (JSON schemas, against constrained ar)")
+    p.add_argument("--decoders", nargs="+", default=None, choices=BENCH_DECODERS,
+                   help=f"default: every decoder ({', '.join(STRUCTURED_DECODERS)} for --group structured)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--self-layers", type=int, default=8, help="layers of the self-draft (speculative)")
     p.add_argument("--num-draft", type=int, default=3, help="draft tokens per step (speculative)")
@@ -167,6 +179,8 @@ def parse_args(argv=None):
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
                    help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
+    if args.decoders is None:
+        args.decoders = list(STRUCTURED_DECODERS if args.group == "structured" else BENCH_DECODERS)
     if "ar" in args.decoders:
         args.decoders.remove("ar")
     args.decoders.insert(0, "ar")
@@ -186,6 +200,8 @@ def main(argv=None) -> None:
         from suite.cost import forward_cost
         for masked in (False, True):
             forward_cost(suite.as_adapter(gen.model), masked=masked, refresh=True)
+    if args.group == "structured":
+        return structured(gen, args, argv)
     groups = dict(GROUPS)
     held = held_out_group()
     if held:
@@ -218,6 +234,86 @@ def main(argv=None) -> None:
     print(body)
     if args.write:
         write_benchmarks(body, args.out)
+        print(f"\nwrote {args.out}")
+
+
+# -- the structured group ---------------------------------------------------------------------------------
+
+def structured_runs(gen, args) -> list[tuple[str, str, bool]]:
+    """(label, decoder, forced spans): constrained ar first (one token per forward), each decoder with
+    the grammar's forced tokens committed in parallel, and the default decoder without them."""
+    from .generator import DEFAULT_DECODER
+    runs = [("ar", "ar", False)] + [(d, d, True) for d in args.decoders if d != "ar"]
+    if DEFAULT_DECODER in args.decoders:
+        runs.append((f"{DEFAULT_DECODER}, no forced spans", DEFAULT_DECODER, False))
+    return runs
+
+
+def measure_structured(gen, cases, runs, max_new):
+    """Every case decoded by every run in turn (interleaved); per run the totals."""
+    from jsonschema import Draft202012Validator
+    rows = defaultdict(lambda: defaultdict(float))
+    for name, schema, prompt in tqdm(cases, desc="structured"):
+        reference = None
+        for label, decoder, forced in runs:
+            t0 = time.perf_counter()
+            res = gen.generate(prompt, decoder=decoder, chat=True, max_new_tokens=max_new, json_schema=schema,
+                               forced_spans=forced)
+            wall = time.perf_counter() - t0
+            reference = res.token_ids if reference is None else reference
+            s, r = res.stats, rows[label]
+            r["tokens"] += s.num_new_tokens
+            r["forwards"] += s.num_forwards
+            r["time"] += wall
+            r["forced"] += s.num_forced_tokens
+            r["mask"] += s.mask_time_s
+            r["decode"] += s.wall_time_s
+            r["exact"] += res.token_ids == reference
+            r["parsed"] += res.json is not None and not list(Draft202012Validator(schema).iter_errors(res.json))
+            r["prompts"] += 1
+            r["eos"] += res.finish_reason == "eos"
+    return rows
+
+
+def structured_table(rows, runs) -> str:
+    head = ("| decoder | forwards | vs ar forwards | tok/forward | tok/s | speedup vs ar | forced tokens | "
+            "grammar ms/step (share) | parses + validates | exact = ar |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    base = rows[runs[0][0]]
+    for label, _, _ in runs:
+        r = rows[label]
+        tps, base_tps = r["tokens"] / r["time"], base["tokens"] / base["time"]
+        lines.append(f"| {label} | {int(r['forwards'])} | {r['forwards'] / base['forwards']:.2f}x | "
+                     f"{r['tokens'] / r['forwards']:.2f} | {tps:.1f} | {tps / base_tps:.2f}x | "
+                     f"{100 * r['forced'] / max(r['tokens'], 1):.0f}% | {1e3 * r['mask'] / r['forwards']:.2f} "
+                     f"({100 * r['mask'] / max(r['decode'], 1e-9):.1f}%) | {int(r['parsed'])}/{int(r['prompts'])} | "
+                     f"{int(r['exact'])}/{int(r['prompts'])} |")
+    return "\n".join(lines)
+
+
+def structured(gen, args, argv) -> None:
+    from .prompts import STRUCTURED, structured_prompt
+    cases = [(name, schema, structured_prompt(schema, text)) for name, schema, text in
+             (STRUCTURED[::2] if args.quick else STRUCTURED)]
+    runs = structured_runs(gen, args)
+    for _, decoder, forced in runs:      # warm up every path once (first calls pay one-off setup costs)
+        gen.generate("Hi", decoder=decoder, chat=True, max_new_tokens=4, json_schema=cases[0][1], forced_spans=forced)
+    rows = measure_structured(gen, cases, runs, args.max_new_tokens)
+    flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
+    body = "\n\n".join([
+        f"Command: `python -m text.bench{' ' + flags if flags else ''}`; {torch.get_num_threads()} threads, greedy, "
+        f"chat template, max_new_tokens={args.max_new_tokens}, {len(cases)} extraction prompts "
+        f"({', '.join(name for name, _, _ in cases)}; schemas with nested objects, arrays and enums, strings and "
+        "arrays bounded, text/prompts.py). "
+        "Every run is constrained by the prompt's schema (suite.constraint, xgrammar); `ar` is constrained `ar` "
+        "(one token per forward, no forced spans); the others commit the grammar's forced tokens in parallel. "
+        "tok/s from each call's wall time (grammar compile included); grammar ms/step = time in the grammar "
+        "(masks, matchers, forced spans) per forward and its share of the decode time; parses + validates = "
+        "json.loads then jsonschema; exact = ar: the same tokens as constrained ar.",
+        structured_table(rows, runs)])
+    print(body)
+    if args.write:
+        write_benchmarks(body, args.out, STRUCTURED_MARKS, "## Text: structured output (JSON schemas, SmolLM2, CPU)")
         print(f"\nwrote {args.out}")
 
 

@@ -6,7 +6,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -28,6 +28,9 @@ class TextResult:
     token_ids: list[int] | list[list[int]]       # new token ids as generated (a final EOS included)
     stats: suite.DecodeStats                     # for the whole call (the batch together)
     finish_reason: str | list[str] = "length"    # "eos" or "length", per prompt
+    json: Any = None             # json_schema=: the parsed object (per prompt for a list; None where the text
+                                 # does not parse: the budget ended inside the structure); regex=: the text
+    parse_error: str | list[str | None] | None = None   # why `json` is None (per prompt for a list)
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
@@ -104,6 +107,7 @@ class TextGenerator:
         self.draft_folder = draft_folder    # the EAGLE head's weights for decoder="eagle" / "auto"
         self._head = None
         self._scheduler = None
+        self._compiler = None      # suite.constraint.Compiler over this tokenizer (json_schema= / regex=)
         self._lock = threading.Lock()
         self.tokenizer = tokenizer
         self.name = name or type(model).__name__
@@ -178,30 +182,53 @@ class TextGenerator:
 
     def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None, chat: bool = False, **decoder_options) -> TextResult:
+                 seed: int | None = None, chat: bool = False, json_schema: dict | str | None = None,
+                 regex: str | None = None, forced_spans: bool | None = None, **decoder_options) -> TextResult:
         """Decode one prompt (text is a str) or a batch (text is a list; ragged rows, each advancing
         by its own accepted length and leaving the batch when it finishes). Concurrent calls share
-        forwards (`scheduler`)."""
+        forwards (`scheduler`).
+
+        Structured output: json_schema (a dict, or its JSON text) or regex constrains every row
+        (suite.constraint; every decoder, lossless ones stay lossless w.r.t. the constrained
+        distribution); the result's `json` holds the parsed object. forced_spans: commit the tokens
+        the grammar forces in parallel (default: on, except for decoder="ar", the one-token-per-forward
+        baseline). A bad schema or regex raises ValueError before any decoding."""
+        grammar = self.grammar(json_schema, regex)
         out = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
-                           decoder_options).result()
+                           decoder_options, grammar=grammar, forced_spans=forced_spans).result()
         texts = [self.decode(ids) for ids in out.new_tokens]
         reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
+        parsed = [grammar.parse(t) if grammar is not None else (None, None) for t in texts]
         if isinstance(prompt, str):
-            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0])
-        return TextResult(texts, out.new_tokens, out.stats, reasons)
+            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0], parsed[0][0], parsed[0][1])
+        return TextResult(texts, out.new_tokens, out.stats, reasons, [p[0] for p in parsed], [p[1] for p in parsed])
+
+    def grammar(self, json_schema: dict | str | None = None, regex: str | None = None):
+        """The compiled constraint (suite.constraint.Grammar) of a JSON schema or a regex over this model's
+        vocabulary, or None when neither is given; ValueError naming the fix for a bad one or both."""
+        if json_schema is None and regex is None:
+            return None
+        from suite.constraint import Compiler
+        with self._lock:
+            if self._compiler is None:
+                vocab = suite.as_adapter(self.model).config.vocab_size
+                self._compiler = Compiler(self.tokenizer, vocab, self.eos_token_ids)
+        return self._compiler.compile(json_schema=json_schema, regex=regex)
 
     def stream(self, prompt: str, decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128, temperature: float = 0.0,
                top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-               chat: bool = False, **decoder_options) -> "TextStream":
+               chat: bool = False, json_schema: dict | str | None = None, regex: str | None = None,
+               forced_spans: bool | None = None, **decoder_options) -> "TextStream":
         """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
         `generate`; bad input raises here, before iterating. After iteration the returned
         object's `.text`, `.token_ids` and `.stats` hold the whole result; leaving the iteration
         early cancels the request (its rows leave the batch)."""
         if not isinstance(prompt, str):
             raise ValueError("stream takes one prompt (a str); use generate for a list")
+        grammar = self.grammar(json_schema, regex)
         request = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
-                               decoder_options, stream=True)
-        return TextStream(self, request)
+                               decoder_options, stream=True, grammar=grammar, forced_spans=forced_spans)
+        return TextStream(self, request, grammar)
 
     @property
     def scheduler(self):
@@ -214,14 +241,20 @@ class TextGenerator:
             return self._scheduler
 
     def _submit(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options,
-                stream: bool = False):
+                stream: bool = False, grammar=None, forced_spans: bool | None = None):
         """Queue a request: the prompts' rows, built once, through `suite.prepare` (in
-        Scheduler.submit), which checks everything but the prompt text."""
+        Scheduler.submit), which checks everything but the prompt text; a grammar gives each row
+        its own constraint (suite.RequestInputs.constraints)."""
         if isinstance(decoder, str):
             options = self._options(decoder, options)
-        return self.scheduler.submit(self.rows(prompt, chat), decoder=decoder, max_new_tokens=max_new_tokens,
+        rows = self.rows(prompt, chat)
+        inputs = None
+        if grammar is not None:
+            forced = forced_spans if forced_spans is not None else getattr(decoder, "name", decoder) != "ar"
+            inputs = suite.RequestInputs(constraints=grammar.rows(len(rows), bool(forced)))
+        return self.scheduler.submit(rows, decoder=decoder, max_new_tokens=max_new_tokens,
                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stream=stream,
-                                     **options)
+                                     inputs=inputs, **options)
 
     def decoder(self, name: str, **options):
         """The decoder `name` with `options`; eagle and auto get this model's draft head unless
@@ -252,12 +285,14 @@ class TextStream:
     """Iterator of text chunks; the chunks join to `.text`. Token ids are decoded in full each
     step and only the new suffix is yielded, held back while it ends inside a multi-byte character."""
 
-    def __init__(self, gen: TextGenerator, request):
-        self._gen, self._request = gen, request
+    def __init__(self, gen: TextGenerator, request, grammar=None):
+        self._gen, self._request, self._grammar = gen, request, grammar
         self.token_ids: list[int] = []
         self.text = ""          # what has been yielded so far (all of it once iteration ends)
         self.stats = request.stats   # live: updated after every forward
         self.finish_reason: str | None = None
+        self.json: Any = None            # json_schema= / regex=: as TextResult.json, once iteration ends
+        self.parse_error: str | None = None
 
     def __iter__(self) -> Iterator[str]:
         try:
@@ -274,6 +309,8 @@ class TextStream:
             yield chunk
         ids = self.token_ids
         self.finish_reason = "eos" if ids and ids[-1] in self._gen.eos_token_ids else "length"
+        if self._grammar is not None:
+            self.json, self.parse_error = self._grammar.parse(self._gen.decode(ids))
 
     def _advance(self, final: bool) -> str:
         full = self._gen.decode(self.token_ids)

@@ -67,3 +67,48 @@ def held_out_group(per_kind: int = 2) -> list[tuple[str, bool]]:
     for kind in ("chat", "code", "grounded"):
         out += [(p["text"], p["chat"]) for p in prompts if p["kind"] == kind][:per_kind]
     return out
+
+
+# -- the "structured" group (python -m text.bench --group structured): extraction into a JSON schema --------
+
+# strings and arrays are bounded (maxLength, maxItems), as extraction schemas are: the 135M model
+# otherwise repeats list items (or a word inside a string) until max_new_tokens
+_TEXT = {"type": "string", "maxLength": 40}
+_PERSON = {"type": "object", "properties": {
+    "name": _TEXT, "age": {"type": "integer"},
+    "role": {"enum": ["engineer", "manager", "designer", "teacher", "doctor"]},
+    "skills": {"type": "array", "items": _TEXT, "maxItems": 4},
+    "address": {"type": "object", "properties": {"city": _TEXT, "country": _TEXT}, "required": ["city", "country"]}},
+    "required": ["name", "age", "role", "skills", "address"]}
+_ORDER = {"type": "object", "properties": {
+    "order_id": _TEXT, "customer": _TEXT,
+    "items": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {
+        "product": _TEXT, "quantity": {"type": "integer"}, "price": {"type": "number"}},
+        "required": ["product", "quantity", "price"]}},
+    "status": {"enum": ["pending", "shipped", "delivered", "cancelled"]}},
+    "required": ["order_id", "customer", "items", "status"]}
+_EVENT = {"type": "object", "properties": {
+    "title": _TEXT, "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "location": _TEXT,
+    "attendees": {"type": "array", "maxItems": 4, "items": {"type": "object", "properties": {
+        "name": _TEXT, "role": {"enum": ["speaker", "organizer", "guest"]}},
+        "required": ["name", "role"]}},
+    "online": {"type": "boolean"}},
+    "required": ["title", "date", "location", "attendees", "online"]}
+
+# (name, schema, text to extract from); the prompt asks for the schema's fields as JSON
+STRUCTURED = (
+    ("person 1", _PERSON, "Maria Lopez is a 34-year-old engineer from Madrid, Spain. She knows Python, SQL and Docker."),
+    ("person 2", _PERSON, "Dr. Kenji Tanaka, 52, works as a doctor in Osaka, Japan. His skills: surgery, research."),
+    ("order 1", _ORDER, "Order A-1042 from Jane Miller: 2 blue mugs at 8.50 each and 1 teapot at 24.00. "
+                        "It was shipped yesterday."),
+    ("order 2", _ORDER, "Customer Omar Haddad placed order 77-B for 3 notebooks (4.25 each). It is still pending."),
+    ("event 1", _EVENT, "The Data Science Meetup takes place on 2025-05-14 at the Berlin Tech Hub. Anna Schmidt "
+                        "speaks, Tom Becker organizes it. It is not online."),
+    ("event 2", _EVENT, "Join the online workshop 'Intro to Rust' on 2025-09-02, hosted on Zoom. Speaker: "
+                        "Lee Park; organizer: Sara Cole."),
+)
+
+
+def structured_prompt(schema: dict, text: str) -> str:
+    """The extraction prompt of a STRUCTURED case: the fields asked for by name, then the text."""
+    return f"Extract the information as JSON with the keys {', '.join(schema['properties'])}.\nText: {text}"

@@ -164,6 +164,16 @@ class Auto:
         a.step += 1
         return acc
 
+    def observes(self, state: DecodeState) -> bool:
+        """Whether a step no candidate drafted (suite.loop's forced spans) must show eagle its features."""
+        return self._eagle(state.shared) is not None
+
+    def observe(self, state: DecodeState, draft: Draft, keep) -> None:
+        eagle = self._eagle(state.shared)
+        if eagle is not None:
+            with as_candidate(state, eagle):
+                eagle.observe(state, draft, keep)
+
     @staticmethod
     def _eagle(a: AutoShared):
         return next((d for d in a.usable if d.name == "eagle"), None)

@@ -33,6 +33,7 @@ from ...models.adapters import HFCausalLM
 from ...cost import best_size, bind_cost
 from ...models.linear_forms import swap_linears
 from ...loop import Acceptance, DecodeState, Draft
+from ...constraint import draft_masks
 from ...sampling import logits_to_probs
 from .base import chain_draft, room_for_guesses
 from .eagle_head import EagleHead
@@ -203,7 +204,14 @@ class Eagle:
         root_pos = torch.tensor([len(state.tokens[b]) - 1 for b in rows], device=dev)
         calib = s.accepted / s.predicted
         # depth 1: the root's top-k children; every node: token, parent node id (-1 root), depth, log-prob
-        score, pick = torch.log_softmax(h.logits(root[idx]).float(), -1).topk(k, -1)    # (R, k)
+        grammar = state.inputs.constraints       # structured output: the head drafts what the grammar allows
+        logits = h.logits(root[idx]).float()
+        t_mask = time.perf_counter()
+        allowed = draft_masks(grammar, rows, [[()]] * r, h.vocab_ids)
+        state.stats.mask_time_s += time.perf_counter() - t_mask
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed[:, 0], -float("inf"))
+        score, pick = torch.log_softmax(logits, -1).topk(k, -1)                                 # (R, k)
         tok, par, dep = [h.vocab_ids[pick]], [torch.full_like(pick, -1)], [torch.ones_like(pick)]
         scores = [score]
         frontier = torch.arange(k, device=dev)[None].expand(r, -1)     # node ids expanded next (R, k)
@@ -219,7 +227,13 @@ class Eagle:
                                        (root_pos + d - 1)[:, None].expand(-1, k), mask, past=(keys, values),
                                        return_kv=True)
             forwards += 1
-            c_score, c_pick = torch.log_softmax(h.logits(out).float(), -1).topk(k, -1)       # (R, k, k)
+            logits = h.logits(out).float()
+            if allowed is not None:
+                t_mask = time.perf_counter()
+                allowed = draft_masks(grammar, rows, _paths(torch.cat(tok, 1), torch.cat(par, 1), frontier), h.vocab_ids)
+                state.stats.mask_time_s += time.perf_counter() - t_mask
+                logits = logits.masked_fill(~allowed, -float("inf"))
+            c_score, c_pick = torch.log_softmax(logits, -1).topk(k, -1)                         # (R, k, k)
             c_score = (torch.cat(scores, 1).gather(1, frontier)[..., None] + c_score).flatten(1)
             first = sum(t.shape[1] for t in tok)
             tok.append(h.vocab_ids[c_pick].flatten(1))
@@ -310,6 +324,11 @@ class Eagle:
         self.observe(state, draft, keep)
         return Acceptance(committed, keep)
 
+    def observes(self, state: DecodeState) -> bool:
+        """Whether a step this decoder did not draft (suite.loop's forced spans) must show it the kept
+        slots' features (`observe`, with Draft.want_hidden): always."""
+        return True
+
     def observe(self, state: DecodeState, draft: Draft, keep: torch.Tensor) -> None:
         """Record the target's features of the slots a step keeps (any decoder's step, as `auto`
         runs them): the head feeds on them at its next catch-up."""
@@ -342,6 +361,22 @@ class Eagle:
                 return new, path
             path.append(nxt)
             node = nxt
+
+
+def _paths(tok: torch.Tensor, par: torch.Tensor, nodes: torch.Tensor) -> list[list[tuple]]:
+    """Per row, the tokens from the root to each node of `nodes` (R, n): a tree's draft paths."""
+    tok, par = tok.tolist(), par.tolist()
+    out = []
+    for row_tok, row_par, row_nodes in zip(tok, par, nodes.tolist()):
+        paths = []
+        for node in row_nodes:
+            path = []
+            while node >= 0:
+                path.append(row_tok[node])
+                node = row_par[node]
+            paths.append(tuple(reversed(path)))
+        out.append(paths)
+    return out
 
 
 def _mean(old, new, w: float = 0.2):

@@ -105,9 +105,13 @@ class Speculative:
                 logits = drafter(d.tokens, d.positions, cache, forward_mask(drafter, cache, d), logits_from=first)
             cache.append(d.positions, d.valid, dense=d.causal)
             state.stats.num_draft_forwards += 1
+            constraints = state.inputs.constraints or [None] * state.batch
             for b, r in enumerate(rows):
                 if r:
-                    q = logits_to_probs(logits[b, len(r) - 1 - first], state.params)
+                    row = logits[b, len(r) - 1 - first]
+                    if constraints[b] is not None:   # q masked as the loop masks p (suite.constraint)
+                        row = constraints[b].masked(row, drafts[b])
+                    q = logits_to_probs(row, state.params)
                     drafts[b].append(int(sample(q, state.generator)))
                     qs[b].append(q)
             feed = [[x[-1]] if x else [] for x in drafts]
