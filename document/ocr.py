@@ -155,9 +155,9 @@ class OCR:
                     inputs = RequestInputs(
                         ctc=None if ctc is None else (ctc[j],),
                         prior_tokens=None if prior_texts is None else (bound.prior_tokens(prior_texts[owner[i]]),))
-                    requests[i] = self.scheduler.submit([[bound.start_token_id]], decoder=dec, inputs=inputs,
-                                                        max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
-            results = [r.result() for r in requests]
+                    requests[i] = self.scheduler.request([[bound.start_token_id]], decoder=dec, inputs=inputs,
+                                                         max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
+            results = [r.result() for r in self.scheduler.enqueue(requests)]
         except BaseException:
             for r in requests:
                 if r is not None:

@@ -234,7 +234,8 @@ class RowConstraint:
         """(V,) logits after the committed text and `path` (a draft's tokens so far) with what the grammar
         forbids there at -inf (a copy; the logits as they are where the path leaves the grammar): how a
         drafter masks its own distribution q the way the loop masks the target's p."""
-        bits = torch.full((1, (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32)
+        bits = torch.full((1, (logits.shape[-1] + 31) // 32), -1,
+                          dtype=torch.int32)  # host: xgrammar fills its bitmask on the CPU
         if not self.path_masks([tuple(path)], bits, [0])[0]:
             return logits
         out = logits.detach().clone()[None]
@@ -281,7 +282,8 @@ def draft_masks(constraints, rows: list[int], paths: list[list[tuple]], vocab_id
         return None
     n = len(paths[0])
     vocab = next(constraints[b].grammar.vocab_size for b in rows if constraints[b] is not None)
-    bits = torch.full((len(rows) * n, (vocab + 31) // 32), -1, dtype=torch.int32)
+    bits = torch.full((len(rows) * n, (vocab + 31) // 32), -1,
+                      dtype=torch.int32)  # host: xgrammar fills its bitmask on the CPU
     for i, b in enumerate(rows):
         c = constraints[b]
         if c is not None and not c.finished:

@@ -308,7 +308,8 @@ def _mask_logits(state: DecodeState, draft: Draft, logits: torch.Tensor) -> None
         if c is None or state.done[b] or c.finished:
             continue
         if bits is None:
-            bits = torch.full((logits.shape[0] * n, (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32)
+            bits = torch.full((logits.shape[0] * n, (logits.shape[-1] + 31) // 32), -1,
+                              dtype=torch.int32)  # host: xgrammar fills its bitmask on the CPU
             index, tokens, positions = [], draft.tokens.tolist(), draft.positions.tolist()
         p = len(state.pending(b))
         length = draft.lengths[b] if draft.lengths is not None else int(draft.valid[b].sum())

@@ -158,16 +158,30 @@ class Scheduler:
         bound: the request's own adapter over this model, bound to inputs of its rows (an
         encoder-decoder's `adapter.for_images(pixels)`): its cache carries them, so the rows run
         through the scheduler's adapter beside any other request's."""
+        request = self.request(input_ids, attention_mask, decoder, max_new_tokens, temperature, top_k, top_p,
+                               seed, eos_token_id, inputs, stream, bound, **options)
+        return self.enqueue([request])[0]
+
+    def request(self, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
+                temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
+                inputs=None, stream: bool = False, bound=None, **options) -> Request:
+        """A checked request (`submit`'s arguments), not queued yet: `enqueue` queues several at once."""
         if self._closed:
             raise RuntimeError("the scheduler is closed")
         _, dec, state = prepare(bound or self.adapter, input_ids, attention_mask, decoder, max_new_tokens,
                                 temperature, top_k, top_p, seed, eos_token_id, inputs, **options)
-        request = Request(state, dec, stream=stream)
+        return Request(state, dec, stream=stream)
+
+    def enqueue(self, requests: list[Request]) -> list[Request]:
+        """Queue requests made by `request` together: one job's parts (a page's lines) are admitted
+        together, whatever the time it took to make them."""
         with self._wake:
-            self._waiting.append(request)
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            self._waiting.extend(requests)
             self._ensure_thread()
             self._wake.notify()
-        return request
+        return requests
 
     def generate(self, input_ids, **kwargs) -> DecodeResult:
         """Submit and wait: the request's result (what `suite.decode` returns for it alone)."""
