@@ -234,14 +234,15 @@ class TextGenerator:
         draft_head= is given."""
         if name in ("eagle", "auto") and "draft_head" not in options:
             options = {**options, "draft_head": self.draft_head()}
-        if name == "sam_decoding":
+        if name in ("sam_decoding", "token_recycling"):
             options = {**self.sam_options(), **options}
         if name == "auto" and "options" not in options:
-            options = {**options, "options": {"sam_decoding": self.sam_options()}}
+            options = {**options, "options": {n: self.sam_options() for n in ("sam_decoding", "token_recycling")}}
         return options
 
     def sam_options(self) -> dict:
-        """sam_decoding's static corpus (the shipped default, text/weights/sam_corpus) and this model's tokenizer."""
+        """sam_decoding's static corpus and token_recycling's hot start (the shipped default,
+        text/weights/sam_corpus) with this model's tokenizer."""
         return {"corpus": SAM_CORPUS if SAM_CORPUS.is_file() else None, "tokenizer": self.tokenizer}
 
     def draft_head(self):

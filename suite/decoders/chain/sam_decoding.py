@@ -25,15 +25,14 @@ nodes that pay (a lone chain keeps the plain causal mask). Verification is lossl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...cost import bind_cost
 from ...loop import Acceptance, DecodeState, Draft
 from .base import room_for_guesses
 from .token_recycling import RecyclingRow, TokenRecycling, read_scored, recycle
-from .tree import DraftTree, NodeRates, cut_trees, tree_draft, verify_trees
+from .tree import DraftTree, NodeRates, bind_tree_costs, cut_trees, tree_draft, verify_trees
 
 SEPARATOR = -1          # between a corpus's documents: never a token, so no match or draft crosses it
 
@@ -116,6 +115,19 @@ class StaticCorpus:
     automaton: SuffixAutomaton
     source: str          # where it came from (for messages)
     documents: int
+    _successors: dict = field(default_factory=dict, repr=False)
+
+    def successors(self, k: int) -> dict[int, list[int]]:
+        """Each token's k most frequent successors in the corpus (Token Recycling's hot start)."""
+        if k not in self._successors:
+            from collections import Counter
+            counts: dict[int, Counter] = {}
+            tokens = self.automaton.tokens
+            for a, b in zip(tokens, tokens[1:]):
+                if a != SEPARATOR and b != SEPARATOR:
+                    counts.setdefault(a, Counter())[b] += 1
+            self._successors[k] = {a: [t for t, _ in c.most_common(k)] for a, c in counts.items()}
+        return self._successors[k]
 
     def __repr__(self) -> str:
         return f"StaticCorpus({self.source!r}, {len(self.automaton.tokens)} tokens, {self.documents} documents)"
@@ -223,6 +235,7 @@ class SAMDecoding:
     max_corpus_tokens: int = 500_000
     trees: bool = True        # merge the drafts into a tree (bind turns it off without custom masks)
     cost: Any = "auto"        # the target's CostCurve ("auto": measured at bind; None: max_nodes always)
+    chain_cost: Any = None    # the curve of plain causal forwards (bind fills it): a lone chain may pay more
 
     name: ClassVar[str] = "sam_decoding"
     requires: ClassVar[frozenset] = frozenset()
@@ -232,17 +245,16 @@ class SAMDecoding:
         masks (chains only) the auxiliary's trees are left out."""
         from ...models.adapters import as_adapter
         trees = self.trees and bool(getattr(as_adapter(model), "supports_custom_mask", False))
-        aux = self._auxiliary() if trees else None
-        bound = replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer, self.max_corpus_tokens),
-                        auxiliary=aux, trees=trees)
-        return bind_cost(bound, model, masked=aux is not None)
+        bound = replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer, self.max_corpus_tokens), trees=trees)
+        bound = replace(bound, auxiliary=bound._auxiliary() if trees else None)
+        return bind_tree_costs(bound, model)
 
     def _auxiliary(self) -> TokenRecycling | None:
         aux = self.auxiliary
         if aux is None or isinstance(aux, TokenRecycling):
             return aux
         if aux == "token_recycling":
-            return TokenRecycling(cost=None)
+            return TokenRecycling(corpus=self.corpus if isinstance(self.corpus, StaticCorpus) else None, cost=None)
         raise ValueError(f"sam_decoding's auxiliary= takes 'token_recycling', a TokenRecycling or None; got {aux!r}")
 
     def start(self, state: DecodeState) -> None:
@@ -255,7 +267,7 @@ class SAMDecoding:
         state.rows = []
         for b in range(state.batch):
             rates = NodeRates()     # one table for every drafter's nodes, the auxiliary's included
-            recycling = RecyclingRow(aux.new_row(state.tokens[b]).adjacency, rates) if aux else None
+            recycling = RecyclingRow(aux.new_row(state.tokens[b]).adjacency, rates, aux.hot()) if aux else None
             state.rows.append(SamRow(SuffixAutomaton(), recycling=recycling, rates=rates))
 
     # -- matching ---------------------------------------------------------------------------------------
@@ -312,7 +324,7 @@ class SAMDecoding:
                     score *= row.rates.rate(kind, depth, 0)
                     parent = tree.add(parent, token, score, 0, kind)
             trees[b] = tree
-        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes))
+        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         aux = self.auxiliary if isinstance(self.auxiliary, TokenRecycling) and self.trees else None

@@ -14,7 +14,10 @@ Here:
   * M is kept per row and sparse (a dict token -> its k candidates, the rows of the matrix that were
     ever written), seeded from the prompt's own successions (x_i -> x_{i+1}, most recent first) so
     the first steps have candidates; every scored slot then overwrites its token's row, the
-    accepted path last (its contexts are the text's);
+    accepted path last (its contexts are the text's). The paper keeps M from query to query (a hot
+    start); here a request's M starts from the prompt and, for rows never written, from a corpus's
+    most frequent successions (`corpus=`; text.load() passes the model's own earlier outputs,
+    text/weights/sam_corpus), so no request depends on the ones before it;
   * the tree's shape is not a static template: each node's chance of being accepted is the product
     of conditional acceptance rates along its path, measured per (depth, rank in M's row), and the
     tree grows best node first (suite/decoders/chain/tree.py); suite/cost.py keeps as many nodes
@@ -24,15 +27,14 @@ Here:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
-from ...cost import bind_cost
 from ...loop import Acceptance, DecodeState, Draft
 from .base import room_for_guesses
-from .tree import DraftTree, NodeRates, best_first, cut_trees, tree_draft, verify_trees
+from .tree import DraftTree, NodeRates, best_first, bind_tree_costs, cut_trees, tree_draft, verify_trees
 
 KIND = "tr"    # the rate table of Token Recycling's nodes
 
@@ -41,6 +43,7 @@ KIND = "tr"    # the rate table of Token Recycling's nodes
 class RecyclingRow:
     adjacency: dict[int, list[int]]    # M: token -> its k candidate successors, most likely first
     rates: NodeRates                   # conditional acceptance by (kind, depth, rank)
+    hot: dict[int, list[int]] | None = None   # M's hot start (shared, read only): rows M never wrote
 
 
 def seed_adjacency(tokens: list[int], k: int) -> dict[int, list[int]]:
@@ -70,13 +73,27 @@ class TokenRecycling:
     k: int = 8               # candidates kept per token (the matrix's width; the paper's k = 8)
     max_depth: int = 6       # deepest draft node
     max_nodes: int = 24      # tree nodes grown per step (the cost model keeps those that pay)
+    corpus: Any = None       # hot start: a text file or folder (with tokenizer=) or token-id lists whose
+                             # successions fill M's unwritten rows (text.load() passes sam_decoding's corpus)
+    tokenizer: Any = None
     cost: Any = "auto"       # the target's CostCurve ("auto": measured at bind; None: always max_nodes)
+    chain_cost: Any = None   # the curve of plain causal forwards (bind fills it): a lone chain may pay more
 
     name: ClassVar[str] = "token_recycling"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, model) -> "TokenRecycling":
-        return bind_cost(self, model, masked=True)
+        from .sam_decoding import corpus_automaton
+        return bind_tree_costs(replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer)), model)
+
+    def hot(self) -> dict[int, list[int]] | None:
+        """M's hot start: each token's k most frequent successors in the corpus (None without one)."""
+        if self.corpus is None:
+            return None
+        if not hasattr(self.corpus, "successors"):
+            raise ValueError("token_recycling is not bound to a model: pass it through suite.generate / "
+                             "suite.prepare (which read its corpus)")
+        return self.corpus.successors(self.k)
 
     def start(self, state: DecodeState) -> None:
         self.check()
@@ -87,16 +104,16 @@ class TokenRecycling:
             raise ValueError("token_recycling needs k >= 1, max_depth >= 1, max_nodes >= 0")
 
     def new_row(self, tokens: list[int]) -> RecyclingRow:
-        return RecyclingRow(seed_adjacency(tokens, self.k), NodeRates())
+        return RecyclingRow(seed_adjacency(tokens, self.k), NodeRates(), self.hot())
 
     # -- the draft tree -----------------------------------------------------------------------------
 
     def grow(self, row: RecyclingRow, root: int, room: int) -> DraftTree:
         """The best `max_nodes` nodes reachable from `root` through M, at most `room` deep."""
-        adj, rates = row.adjacency, row.rates
+        adj, rates, hot = row.adjacency, row.rates, row.hot or {}
 
         def children(token: int, depth: int):
-            return [(c, rates.rate(KIND, depth, r)) for r, c in enumerate(adj.get(token, ()))]
+            return [(c, rates.rate(KIND, depth, r)) for r, c in enumerate(adj.get(token) or hot.get(token, ()))]
         return best_first(root, children, self.max_nodes, min(room, self.max_depth), KIND)
 
     def propose(self, state: DecodeState) -> Draft:
@@ -105,7 +122,7 @@ class TokenRecycling:
             room = room_for_guesses(state, b, self.max_depth)
             if not state.done[b] and room:
                 trees[b] = self.grow(state.rows[b], state.tokens[b][-1], room)
-        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes))
+        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
 
     # -- verification and recycling -----------------------------------------------------------------
 

@@ -13,12 +13,12 @@ candidates are functions of the history only, drawn before this step's uniforms)
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ...acceptance import accept_multi_draft
-from ...cost import best_size
+from ...cost import best_size, bind_cost
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs
 
@@ -85,10 +85,13 @@ def best_first(root: int, children, max_nodes: int, max_depth: int, source: str 
     return tree
 
 
-def cut_trees(state: DecodeState, trees: dict[int, DraftTree], curve, max_nodes: int) -> dict[int, DraftTree]:
+def cut_trees(state: DecodeState, trees: dict[int, DraftTree], curve, max_nodes: int,
+              chain_curve=None) -> dict[int, DraftTree]:
     """Each row's best nodes by score (ancestor-closed: a child never outscores its parent; ties go
     to the shallower), as many as the cost curve pays for across the batch (`best_size`: every row
-    takes the same count); curve None: max_nodes."""
+    takes the same count); curve None: max_nodes. With chain_curve (the cost of plain causal
+    forwards, cheaper than tree attention on a CPU), each row's best chain (the best child at each
+    depth) is weighed against the tree too, and the batch takes whichever pays more."""
     if not trees:
         return {}
     order = {}
@@ -96,17 +99,37 @@ def cut_trees(state: DecodeState, trees: dict[int, DraftTree], curve, max_nodes:
         depth = t.depth()
         order[b] = sorted(range(len(t.tokens)), key=lambda i: (-t.scores[i], depth[i], i))[:max_nodes]
     if curve is None:
-        n = max_nodes
-    else:
-        gains = []
-        for b, t in trees.items():
-            total, row = 0.0, [0.0]
-            for i in order[b]:
-                total += t.scores[i]
-                row.append(total)
-            gains.append(row)
-        n = best_size(gains, curve)
+        return {b: _subtree(t, order[b]) for b, t in trees.items()}
+    n, rate = _best_cut({b: [trees[b].scores[i] for i in order[b]] for b in trees}, curve)
+    if chain_curve is not None:
+        chains = {b: _best_chain(t)[:max_nodes] for b, t in trees.items()}
+        n_chain, rate_chain = _best_cut({b: [trees[b].scores[i] for i in c] for b, c in chains.items()}, chain_curve)
+        if rate_chain > rate:
+            return {b: _subtree(t, chains[b][:n_chain]) for b, t in trees.items()}
     return {b: _subtree(t, order[b][:n]) for b, t in trees.items()}
+
+
+def _best_cut(scores: dict[int, list[float]], curve) -> tuple[int, float]:
+    """(n, expected tokens per second) of the best common count of nodes, scores best first."""
+    gains = []
+    for row in scores.values():
+        total, acc = 0.0, [0.0]
+        for x in row:
+            total += x
+            acc.append(total)
+        gains.append(acc)
+    n = best_size(gains, curve)
+    rows = len(gains)
+    return n, rows * min(1 + g[min(n, len(g) - 1)] for g in gains) / curve.step(rows, 1 + n)
+
+
+def _best_chain(tree: DraftTree) -> list[int]:
+    """The nodes of the path that follows the best-scored child from the root."""
+    kids, node, path = tree.children(), -1, []
+    while kids.get(node):
+        node = max(kids[node], key=lambda i: tree.scores[i])
+        path.append(node)
+    return path
 
 
 def _subtree(tree: DraftTree, keep: list[int]) -> DraftTree:
@@ -235,3 +258,9 @@ class NodeRates:
                 key = self._key(kinds[i], depth[i], tree.ranks[i])
                 self.tries[key] = self.tries.get(key, 0.0) + 1.0
                 self.hits[key] = self.hits.get(key, 0.0) + float(i in on_path)
+
+
+def bind_tree_costs(decoder, model):
+    """`decoder` with `cost` resolved for tree forwards (custom masks) and `chain_cost` for plain
+    causal ones (suite.cost.bind_cost)."""
+    return replace(bind_cost(decoder, model, masked=True), chain_cost=bind_cost(decoder, model).cost)
