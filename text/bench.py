@@ -160,6 +160,7 @@ def parse_args(argv=None):
     p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
     p.add_argument("--no-assisted", dest="assisted", action="store_false",
                    help="skip transformers' assisted generate (the slowest peer)")
+    p.add_argument("--greedy-only", action="store_true", help="every prompt, greedy batch 1 only (no batch/sampling runs)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
@@ -196,7 +197,7 @@ def main(argv=None) -> None:
              f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
              table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), list(groups), labels,
                    "Greedy, batch 1")]
-    if not args.quick:
+    if not (args.quick or args.greedy_only):
         batch = [("batch of 4", GROUNDED[:2] + CHAT[:2], True)]
         runners = configs(gen, args_without_hf(args))
         parts.append(table(measure(gen, batch, runners, args.max_new_tokens, "batch"), ["batch of 4"],

@@ -25,6 +25,7 @@ nodes that pay (a lone chain keeps the plain causal mask). Verification is lossl
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -304,6 +305,7 @@ class SAMDecoding:
     # -- propose / accept -------------------------------------------------------------------------------
 
     def propose(self, state: DecodeState) -> Draft:
+        t0 = time.perf_counter()
         aux = self.auxiliary if isinstance(self.auxiliary, TokenRecycling) and self.trees else None
         trees = {}
         for b in range(state.batch):
@@ -324,7 +326,9 @@ class SAMDecoding:
                     score *= row.rates.rate(kind, depth, 0)
                     parent = tree.add(parent, token, score, 0, kind)
             trees[b] = tree
-        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
+        draft = tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
+        state.stats.draft_time_s += time.perf_counter() - t0
+        return draft
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         aux = self.auxiliary if isinstance(self.auxiliary, TokenRecycling) and self.trees else None

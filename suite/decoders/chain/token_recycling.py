@@ -27,6 +27,7 @@ Here:
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -117,12 +118,15 @@ class TokenRecycling:
         return best_first(root, children, self.max_nodes, min(room, self.max_depth), KIND)
 
     def propose(self, state: DecodeState) -> Draft:
+        t0 = time.perf_counter()
         trees = {}
         for b in range(state.batch):
             room = room_for_guesses(state, b, self.max_depth)
             if not state.done[b] and room:
                 trees[b] = self.grow(state.rows[b], state.tokens[b][-1], room)
-        return tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
+        draft = tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
+        state.stats.draft_time_s += time.perf_counter() - t0
+        return draft
 
     # -- verification and recycling -----------------------------------------------------------------
 
