@@ -160,6 +160,7 @@ def parse_args(argv=None):
     p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
     p.add_argument("--no-assisted", dest="assisted", action="store_false",
                    help="skip transformers' assisted generate (the slowest peer)")
+    p.add_argument("--groups", nargs="+", default=None, help="prompt groups to run (default: all)")
     p.add_argument("--greedy-only", action="store_true", help="every prompt, greedy batch 1 only (no batch/sampling runs)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
@@ -185,6 +186,11 @@ def main(argv=None) -> None:
     held = held_out_group()
     if held:
         groups["held-out"] = held
+    if args.groups:
+        unknown = sorted(set(args.groups) - set(groups))
+        if unknown:
+            raise SystemExit(f"unknown group(s) {', '.join(unknown)}; choose from: {', '.join(groups)}")
+        groups = {g: groups[g] for g in args.groups}
     cases = [(g, [p], chat) for g, prompts in groups.items() for p, chat in
              (prompts[:1] if args.quick else prompts)]
     greedy = configs(gen, args)
