@@ -35,6 +35,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from .base import room_for_guesses
+from .suffix_automaton import corpus_automaton
 from .tree import DraftTree, NodeRates, best_first, bind_tree_costs, cut_trees, tree_draft, verify_trees
 
 KIND = "tr"    # the rate table of Token Recycling's nodes
@@ -84,7 +85,6 @@ class TokenRecycling:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, model) -> "TokenRecycling":
-        from .sam_decoding import corpus_automaton
         return bind_tree_costs(replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer)), model)
 
     def hot(self) -> dict[int, list[int]] | None:
