@@ -172,6 +172,8 @@ def parse_args(argv=None):
     p.add_argument("--no-hf", dest="hf", action="store_false", help="skip transformers' generate")
     p.add_argument("--no-assisted", dest="assisted", action="store_false",
                    help="skip transformers' assisted generate (the slowest peer)")
+    p.add_argument("--groups", nargs="+", default=None, help="prompt groups to run (default: all)")
+    p.add_argument("--greedy-only", action="store_true", help="every prompt, greedy batch 1 only (no batch/sampling runs)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     p.add_argument("--peers", action="store_true", help="instead: ar against transformers' generate and llama.cpp "
@@ -206,6 +208,11 @@ def main(argv=None) -> None:
     held = held_out_group()
     if held:
         groups["held-out"] = held
+    if args.groups:
+        unknown = sorted(set(args.groups) - set(groups))
+        if unknown:
+            raise SystemExit(f"unknown group(s) {', '.join(unknown)}; choose from: {', '.join(groups)}")
+        groups = {g: groups[g] for g in args.groups}
     cases = [(g, [p], chat) for g, prompts in groups.items() for p, chat in
              (prompts[:1] if args.quick else prompts)]
     greedy = configs(gen, args)
@@ -218,7 +225,7 @@ def main(argv=None) -> None:
              f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
              table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), list(groups), labels,
                    "Greedy, batch 1")]
-    if not args.quick:
+    if not (args.quick or args.greedy_only):
         batch = [("batch of 4", GROUNDED[:2] + CHAT[:2], True)]
         runners = configs(gen, args_without_hf(args))
         parts.append(table(measure(gen, batch, runners, args.max_new_tokens, "batch"), ["batch of 4"],

@@ -15,6 +15,7 @@ import suite
 from .model import load_embedded, quiet_transformers
 
 EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
+SAM_CORPUS = Path(__file__).parent / "weights" / "sam_corpus" / "corpus.txt"   # sam_decoding's default corpus
 DEFAULT_DECODER = "auto"
 
 # files any transformers tokenizer folder has at least one of
@@ -265,8 +266,17 @@ class TextGenerator:
         """`options` for the decoder `name`: eagle and auto get this model's draft head unless
         draft_head= is given."""
         if name in ("eagle", "auto") and "draft_head" not in options:
-            return {**options, "draft_head": self.draft_head()}
+            options = {**options, "draft_head": self.draft_head()}
+        if name in ("sam_decoding", "token_recycling"):
+            options = {**self.sam_options(), **options}
+        if name == "auto" and "options" not in options:
+            options = {**options, "options": {n: self.sam_options() for n in ("sam_decoding", "token_recycling")}}
         return options
+
+    def sam_options(self) -> dict:
+        """sam_decoding's static corpus and token_recycling's hot start (the shipped default,
+        text/weights/sam_corpus) with this model's tokenizer."""
+        return {"corpus": SAM_CORPUS if SAM_CORPUS.is_file() else None, "tokenizer": self.tokenizer}
 
     def draft_head(self):
         """The EAGLE draft head of this model (loaded once), or where its weights should be when

@@ -1,7 +1,7 @@
 """`auto`: a per-request bandit over lossless decoders, by measured tokens per second.
 
-The request starts by trying each candidate (eagle, ngram, lookahead, ar by default) for
-`probe` steps in turn; then every step runs the candidate with the best running tokens/s (an
+The request starts by trying each candidate (eagle, ngram, lookahead, token_recycling,
+sam_decoding, ar by default) for `probe` steps in turn; then every step runs the candidate with the best running tokens/s (an
 exponential mean of committed tokens over the wall time of propose + forward + accept; in a batch,
 the rows times the least any row committed, as suite.cost.best_size counts them), and
 every `recheck` steps the runner-up gets one step so its estimate stays fresh. Each step is one
@@ -77,8 +77,9 @@ def as_candidate(state: DecodeState, dec):
 
 @dataclass(frozen=True)
 class Auto:
-    candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "ar")
+    candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
+    options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
     probe: int = 2            # steps per candidate before exploiting
     recheck: int = 12         # the runner-up gets one step this often
     decoders: tuple = ()      # the bound candidates (bind fills this)
@@ -95,6 +96,7 @@ class Auto:
             if name == "auto":
                 raise ValueError("auto cannot be its own candidate")
             options = {"draft_head": self.draft_head} if name == "eagle" else {}
+            options.update((self.options or {}).get(name, {}))
             try:
                 dec = make_decoder(name, **options)
                 missing = [c for c in dec.requires if not getattr(adapter, f"supports_{c}", False)]
