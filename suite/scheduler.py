@@ -12,7 +12,8 @@ context fails that call alone). The stepping thread admits waiting requests firs
 served, up to `max_rows` live rows, in groups (`join_rows`): it starts them (`begin`), prefills
 them together in one forward, then appends their rows to the running batch of the same decoder
 and settings; each step runs one forward per batch, and rows that finish (or whose request is
-cancelled) leave it before the next. Requests with different decoders, options, sampling parameters or stop tokens
+cancelled) leave it before the next. `request` + `enqueue` queue one job's parts together (they are
+admitted together). Requests with different decoders, options, sampling parameters or stop tokens
 run in batches of their own, stepped in turn on the same thread. A request sampled with a seed
 runs in a batch of its own too (its rows share one random stream), so its tokens never depend on
 other requests; a greedy request's tokens never do. Decoders whose batch-wide state cannot move
