@@ -165,7 +165,7 @@ class OCR:
             raise
         eos = self.adapter.config.eos_token_ids
         tokens = [res.new_tokens[0] for res in results]
-        texts = [bound.decode_text([t for t in new if t not in eos]) for new in tokens]
+        texts = [self.adapter.decode_text([t for t in new if t not in eos]) for new in tokens]
         confs = [0.0] * len(pieces)
         if score:
             for bound, rows in chunks:
