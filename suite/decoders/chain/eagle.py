@@ -28,15 +28,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from ...acceptance import accept_multi_draft
 from ...models.adapters import HFCausalLM
 from ...cost import best_size, bind_cost
 from ...models.linear_forms import swap_linears
 from ...loop import Acceptance, DecodeState, Draft
 from ...constraint import draft_masks
-from ...sampling import logits_to_probs
 from .base import chain_draft, room_for_guesses
 from .eagle_head import EagleHead
+from .tree import walk_tree
 
 TRAIN_HINT = "python -m text.train_draft"
 
@@ -313,7 +312,7 @@ class Eagle:
             if state.done[b] or t.num_pending == 0:
                 committed.append([])
                 continue
-            new, path = self._walk(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
+            new, path = walk_tree(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
             committed.append(new)
             keep[b, :t.num_pending] = True
             slots = list(range(t.num_pending)) + [t.num_pending + i for i in path]
@@ -338,29 +337,6 @@ class Eagle:
                 continue
             new = draft.hidden[b, slots.to(draft.hidden.device)]
             row.features = new if row.features is None else torch.cat([row.features, new])
-
-    @staticmethod
-    def _walk(state, t: Tree, logits, targets, offset: int):
-        """From the root, follow accepted children; returns the new tokens and the accepted nodes."""
-        children: dict[int, list[int]] = {}
-        for i, par in enumerate(t.parents):
-            children.setdefault(par, []).append(i)
-        node, new, path = -1, [], []
-        while True:
-            slot = (t.num_pending - 1 if node < 0 else t.num_pending + node) - offset
-            kids = children.get(node, [])
-            if targets is not None:
-                token = targets[slot]
-                nxt = next((c for c in kids if t.tokens[c] == token), None)
-            else:
-                p = logits_to_probs(logits[slot], state.params)
-                token, ok = accept_multi_draft(p, [t.tokens[c] for c in kids], state.generator)
-                nxt = next((c for c in kids if t.tokens[c] == token), None) if ok else None
-            new.append(token)
-            if nxt is None:
-                return new, path
-            path.append(nxt)
-            node = nxt
 
 
 def _paths(tok: torch.Tensor, par: torch.Tensor, nodes: torch.Tensor) -> list[list[tuple]]:

@@ -188,7 +188,7 @@ def verify_trees(state: DecodeState, draft: Draft, logits: torch.Tensor, targets
         if state.done[b] or t.num_pending == 0:
             committed.append([]), paths.append([]), kept_slots.append([])
             continue
-        new, path = _walk(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
+        new, path = walk_tree(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
         committed.append(new), paths.append(path)
         kept_slots.append(list(range(t.num_pending)) + [t.num_pending + i for i in path])
     if all(s == list(range(len(s))) for s in kept_slots):      # every row keeps a prefix of its slots
@@ -205,9 +205,13 @@ def verify_trees(state: DecodeState, draft: Draft, logits: torch.Tensor, targets
     return Acceptance(committed, torch.tensor(keep, dtype=torch.bool, device=draft.valid.device)), paths
 
 
-def _walk(state: DecodeState, t: DraftTree, logits: torch.Tensor, targets, offset: int):
-    """From the root, follow accepted children; returns the new tokens and the accepted nodes."""
-    children = t.children()
+def walk_tree(state: DecodeState, t, logits: torch.Tensor, targets, offset: int):
+    """From the root of one row's verified tree `t` (`tokens`, `parents` with -1 for the root,
+    `num_pending`: a DraftTree or eagle's Tree), follow accepted children: greedy by `targets`
+    (the argmax per slot), else by the multi-draft rule; returns the new tokens and the accepted nodes."""
+    children: dict[int, list[int]] = {}
+    for i, par in enumerate(t.parents):
+        children.setdefault(par, []).append(i)
     node, new, path = -1, [], []
     while True:
         slot = (t.num_pending - 1 if node < 0 else t.num_pending + node) - offset
