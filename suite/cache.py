@@ -215,20 +215,15 @@ def _join_row_inputs(cache: KVCache, other: KVCache) -> dict[str, torch.Tensor]:
         theirs = other.row_inputs[name]
         length = max(mine.shape[1], theirs.shape[1])
         cache.inputs_padded |= other.inputs_padded or mine.shape[1] != theirs.shape[1]
-        joined[name] = torch.cat([_pad_axis1(mine, length), _pad_axis1(theirs, length)])
+        joined[name] = torch.cat([_pad_slots(mine, length), _pad_slots(theirs, length)])
     return joined
 
 
-def _pad_axis1(t: torch.Tensor, length: int) -> torch.Tensor:
-    """(B, L, ...) -> (B, length, ...), zeros after L."""
-    if t.shape[1] == length:
-        return t
-    return torch.cat([t, t.new_zeros(t.shape[0], length - t.shape[1], *t.shape[2:])], 1)
-
-
 def _pad_slots(t: torch.Tensor, length: int) -> torch.Tensor:
-    """(B, S) -> (B, length): new slots are zero (dead, for `valid`)."""
-    return torch.nn.functional.pad(t, (0, length - t.shape[1])) if t.shape[1] < length else t
+    """(B, S, ...) -> (B, length, ...): the new slots are zero (dead, for `valid`)."""
+    if t.shape[1] >= length:
+        return t
+    return torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, length - t.shape[1]))
 
 
 def _kv(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
