@@ -132,15 +132,18 @@ class Scheduler:
 
     gather_s = 0.02      # an idle scheduler waits this long for the rest of a burst before it starts
 
-    def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", join_rows: int | None = None):
+    def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", join_rows: int | None = None,
+                 fuse_tokens: int = 4):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.adapter = as_adapter(model)
         self.max_rows, self.name = max_rows, name
-        # newcomers join a running batch once this many rows are free (or all that wait fit): their
-        # prefill is a forward of its own, so a queue joins in groups (OCR, 200 lines, 32 rows, ar:
-        # 177 forwards joining every freed row, 135 in groups of 8)
+        # newcomers whose prefill is a forward of its own (prompts over fuse_tokens, `_fuses`) join a
+        # running batch once this many rows are free (or all that wait fit), so a queue joins in
+        # groups (OCR before fill_cross, 200 lines, 32 rows, ar: 177 forwards joining every freed
+        # row, 135 in groups of 8); fused newcomers join as soon as a row is free (126 forwards)
         self.join_rows = max(1, max_rows // 4) if join_rows is None else join_rows
+        self.fuse_tokens = fuse_tokens
         self._waiting: deque[Request] = deque()
         self._batches: list[_Batch] = []
         self._wake = threading.Condition()
@@ -253,7 +256,8 @@ class Scheduler:
         `join_rows` rows are free (a request larger than the cap runs alone once nothing else is live)."""
         out, live = [], self.live_rows
         waiting_rows = sum(r.batch for r in self._waiting)
-        if live and self.max_rows - live < min(self.join_rows, waiting_rows):
+        grouped = not self._fuses(self._waiting[0].state) if self._waiting else False
+        if live and grouped and self.max_rows - live < min(self.join_rows, waiting_rows):
             return out
         while self._waiting:
             request = self._waiting[0]
@@ -267,9 +271,10 @@ class Scheduler:
         return out
 
     def _join(self, admitted: list[Request]) -> None:
-        """Start the admitted requests, prefill those of one key together in one forward, and
-        append their rows to the running batch of that key."""
-        groups: dict[object, _Batch] = {}
+        """Start the admitted requests and append their rows to the running batch of their key:
+        short prompts (`_fuses`) as they are, prefilled by that batch's next forward; the others
+        prefilled first, those of one key together in one forward of their own."""
+        groups: dict[tuple, _Batch] = {}
         for request in admitted:
             try:
                 first = begin(request.decoder, request.state)
@@ -279,20 +284,34 @@ class Scheduler:
             if first is not None:
                 self._deliver(_Batch.of(request), first, 0.0)
             request.key = self._key(request.decoder, request.state)       # its decoder state exists now
-            group = groups.get(request.key)
+            movable = self._movable(request.state)
+            fused = movable and self._fuses(request.state)
+            group = groups.get((request.key, fused))
             if group is None:
-                groups[request.key] = _Batch.of(request, self._movable(request.state))
+                groups[request.key, fused] = _Batch.of(request, movable)
             else:
                 group.state.extend(request.state)
                 group.owners += [(request, r) for r in range(request.batch)]
-        for key, incoming in groups.items():
-            self._step(incoming)                          # the prefill of every newcomer of this key
+        for (key, fused), incoming in sorted(groups.items(), key=lambda item: item[0][1]):   # prefilled groups first
             running = next((b for b in self._batches if b.key == key), None)
+            if running is None or not fused:
+                self._step(incoming)                      # the prefill of every newcomer of the group
+            elif getattr(incoming.state.cache, "encdec", None) is not None:
+                self.adapter.fill_cross(incoming.state.cache)
             if running is None:
                 self._batches.append(incoming)
             else:
                 running.state.extend(incoming.state)
                 running.owners += incoming.owners
+
+    def _fuses(self, state: DecodeState) -> bool:
+        """Whether a request prefills inside the running batch's next forward rather than in one of
+        its own: when its prompts are at most `fuse_tokens` long (a start token: OCR), the wider
+        forward costs less than a separate one (a long prompt would pad every running row), and an
+        encoder-decoder's adapter can compute their cross-attention K/V first (`fill_cross`)."""
+        if max(len(state.pending(b)) for b in range(state.batch)) > self.fuse_tokens:
+            return False
+        return getattr(state.cache, "encdec", None) is None or getattr(self.adapter, "fills_cross", False)
 
     def _step(self, batch: _Batch) -> None:
         """One forward of `batch`; its steps delivered to their requests. An error fails every

@@ -53,6 +53,26 @@ class CrossAttentionAdapter:
         bound.encoder_states = self.encoder_states[torch.as_tensor(index, device=self.encoder_states.device)]
         return bound
 
+    @property
+    def fills_cross(self) -> bool:
+        """Whether `fill_cross` knows this decoder's layout: GPT-2's `crossattention.c_attn` (our
+        OCR and grounding models)."""
+        blocks = getattr(getattr(self.model.decoder, "transformer", None), "h", None)
+        return bool(blocks) and getattr(blocks[0], "crossattention", None) is not None
+
+    def fill_cross(self, cache: KVCache) -> None:
+        """Compute the cross-attention K/V of `cache`'s rows now, as their first forward would, so
+        they may join a running batch before a forward of their own (suite.scheduler then prefills
+        them inside its next step). Needs `fills_cross`."""
+        states = cache.row_inputs["encoder_states"]
+        with torch.no_grad():
+            for i, block in enumerate(self.model.decoder.transformer.h):
+                attn = block.crossattention
+                k, v = attn.c_attn(states).split(attn.split_size, dim=2)
+                shape = (*states.shape[:2], -1, attn.head_dim)
+                cache.encdec.cross_attention_cache.update(k.view(shape).transpose(1, 2), v.view(shape).transpose(1, 2), i)
+                cache.encdec.is_updated[i] = True
+
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         out = self.model.decoder(input_ids=tokens, position_ids=positions, cache=cache.encdec,
                                  attention_mask=attention_mask, **encoder_inputs(cache),

@@ -35,6 +35,21 @@ def test_requests_joining_mid_flight_get_their_alone_output(llama, decoder):
     sched.close()
 
 
+def test_short_prompts_prefill_inside_the_running_forward(llama):
+    sched = Scheduler(llama, max_rows=8)
+    first = sched.submit([PROMPTS[0]], max_new_tokens=40, stream=True)
+    steps = first.steps()
+    next(steps)
+    short = sched.submit([PROMPTS[3]], max_new_tokens=5)              # 2 tokens: joins before any forward
+    long = sched.submit([PROMPTS[0] + PROMPTS[2]], max_new_tokens=5)  # 15 tokens: a prefill forward of its own
+    list(steps)
+    assert short.result().new_tokens[0] == alone(llama, PROMPTS[3], budget=5)
+    assert long.result().new_tokens[0] == alone(llama, PROMPTS[0] + PROMPTS[2], budget=5)
+    assert short.forward_ids[0] in first.forward_ids
+    assert long.forward_ids[0] not in first.forward_ids
+    sched.close()
+
+
 def test_a_multi_row_request_and_its_stats(llama):
     sched = Scheduler(llama)
     req = sched.submit(PROMPTS[:3], decoder="ngram", max_new_tokens=10)
