@@ -154,6 +154,7 @@ def theme():
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from suite.models.dtypes import CHOICES as DTYPE_CHOICES
     p = argparse.ArgumentParser(prog="python -m apps", description="Serve parasuite's demos as tabs of one app.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     host = os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
@@ -172,6 +173,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="model folders loaded at once in this process, all tabs together (default: 2)")
     p.add_argument("--max-folder-gb", type=float, default=None, metavar="G",
                    help="largest model folder loaded, in GB of files (default: 4)")
+    p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES,
+                   help="the dtype every tab's models run in (default: $PARASUITE_DTYPE or float32); auto = bfloat16 "
+                        "where the CPU runs it natively or on CUDA. In bfloat16 lossless decoders agree with ar computed "
+                        "in bfloat16, up to ties within bf16's rounding.")
     return p.parse_args(argv)
 
 
@@ -225,6 +230,9 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
+    if args.dtype is not None:               # every tab's loader reads it (suite.models.dtypes.default_dtype)
+        from suite.models.dtypes import DTYPE_ENV
+        os.environ[DTYPE_ENV] = args.dtype
     busy = port_busy(args.host, args.port)
     if busy:
         print(f"error: cannot serve on {args.host}:{args.port} ({busy}): pass a free --port", file=sys.stderr)

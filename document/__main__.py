@@ -103,7 +103,7 @@ class DocumentWorker:
     """The batch worker (suite.runtime.jobs): loads the OCR model once, reads one file per call."""
 
     def __init__(self, weights=None, threads=1, decoder=DEFAULT_DECODER, detector=None, dpi=200, options=None,
-                 overlay=False, model=None, max_new_tokens=None, regions=False):
+                 overlay=False, model=None, max_new_tokens=None, regions=False, dtype="float32"):
         import torch
 
         from .hf_reader import MAX_NEW_TOKENS, load_reader
@@ -112,7 +112,7 @@ class DocumentWorker:
             torch.set_num_threads(threads)
             self.ocr, model = None, load_reader(model, max_new_tokens or MAX_NEW_TOKENS)
         else:
-            self.ocr = load_ocr(weights, threads=threads)
+            self.ocr = load_ocr(weights, threads=threads, dtype=dtype)
         self.args = argparse.Namespace(decoder=decoder, detector=detector, dpi=dpi, options=options or {},
                                        overlay=overlay, model=model, regions=regions)
 
@@ -128,6 +128,7 @@ def summary_table(rows: list[tuple[str, str, str, str, str, str]]) -> str:
 
 
 def parse(argv):
+    from suite.models.dtypes import add_dtype_argument
     from suite.runtime.jobs import add_batch_arguments
     ap = argparse.ArgumentParser(prog="python -m document", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,6 +164,7 @@ def parse(argv):
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="--model: tokens per page (per region with --regions) at most (default 1024)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy machine)")
+    add_dtype_argument(ap)
     add_batch_arguments(ap)
     return ap.parse_args(argv)
 
@@ -180,7 +182,8 @@ def build_job(args, root: Path, out: Path, files: list[Path]):
     items = [Item(str(src), {"src": str(src)}) for src in files]
     worker_args = {"weights": args.weights, "threads": args.threads, "decoder": args.decoder,
                    "detector": args.detector, "dpi": args.dpi, "options": args.options, "overlay": args.overlay,
-                   "model": args.model, "max_new_tokens": args.max_new_tokens, "regions": args.regions}
+                   "model": args.model, "max_new_tokens": args.max_new_tokens, "regions": args.regions,
+                   "dtype": args.dtype}
     return BatchJob("document", items, DocumentWorker, worker_args, lambda item, c: write_outputs(base_of(item), c),
                     fields=("text", "json", "overlays", "pages", "lines"), manifest=out / "manifest.jsonl",
                     is_done=done, echo_errors=False)

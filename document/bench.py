@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from suite.models.dtypes import add_dtype_argument
 from suite.registry import DEFAULTS
 from suite.runtime.metrics import cer as suite_cer
 from suite.runtime.options import settings_text
@@ -465,6 +466,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--no-engines", action="store_true", help="skip tesseract and rapidocr")
     ap.add_argument("--weights", default=None)
+    add_dtype_argument(ap)
     ap.add_argument("--model", default=None, metavar="DIR",
                     help="bench a page-reading VLM folder instead (GOT-OCR2, Qwen2-VL class, Florence-2)")
     ap.add_argument("--decoders", nargs="+", default=None, help="--model: its decoders to run (default: every exact "
@@ -490,7 +492,7 @@ def main(argv=None) -> int:
         return main_family(args)
     from .ocr import load_ocr
     try:
-        ocr = load_ocr(args.weights)
+        ocr = load_ocr(args.weights, dtype=args.dtype)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -207,5 +207,6 @@ class OCRAdapter(CrossAttentionAdapter):
     def for_images(self, pixels: torch.Tensor) -> "OCRAdapter":
         """pixels (B, 1, H, W) in [0, 1], on any device (moved once to the model's) -> an adapter
         holding their encoder states."""
+        weight = next(self.model.parameters())
         with torch.no_grad():
-            return OCRAdapter(self.model, self.model.encoder(pixels.to(next(self.model.parameters()).device)))
+            return OCRAdapter(self.model, self.model.encoder(pixels.to(weight.device, weight.dtype)))

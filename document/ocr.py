@@ -215,19 +215,25 @@ def confidence(bound, new_tokens: list[list[int]]) -> list[float]:
     return out
 
 
-def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None) -> OCR:
+def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None, dtype=None) -> OCR:
     """The trained OCR model (document/weights/ocr-small), or the model in the folder `path`:
     our own (config.json + model.safetensors from `python -m document.train`) or a transformers
     VisionEncoderDecoder checkpoint with its tokenizer and image processor (TrOCR and the like,
-    loaded offline from the folder)."""
+    loaded offline from the folder). dtype: float32, bfloat16 or auto (suite.models.dtypes; None:
+    the process default)."""
     import json
+
+    from suite.models.dtypes import cast
     if threads is not None:
         torch.set_num_threads(threads)
     folder = Path(path or DEFAULT_WEIGHTS)
     cfg = folder / "config.json"
     if cfg.is_file() and json.loads(cfg.read_text()).get("model_type") == "vision-encoder-decoder":
         from .ved import VEDAdapter
-        return OCR(VEDAdapter.load(folder), batch_size=batch_size)
+        reader = VEDAdapter.load(folder)
+        cast(reader.model, dtype)
+        return OCR(reader, batch_size=batch_size)
     model = OCRModel.load(folder)
     model.encoder.fold_batch_norms()          # reading only: no BatchNorm pass at run time
+    cast(model, dtype)
     return OCR(model, batch_size=batch_size)

@@ -78,7 +78,7 @@ class VEDAdapter(CrossAttentionAdapter):
         """pixels (B, C, H, W) from `pixels` -> an adapter holding their encoder states."""
         m = self.model
         with torch.no_grad():
-            states = m.encoder(pixel_values=pixels).last_hidden_state
+            states = m.encoder(pixel_values=pixels.to(m.device, m.dtype)).last_hidden_state
             if (m.encoder.config.hidden_size != m.decoder.config.hidden_size
                     and m.decoder.config.cross_attention_hidden_size is None):
                 states = m.enc_to_dec_proj(states)          # as VisionEncoderDecoderModel.forward does

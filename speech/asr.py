@@ -81,7 +81,8 @@ class ASR:
         audio = check_audio(audio, sample_rate)
         t0 = time.perf_counter()
         with torch.no_grad():
-            mel = features.log_mel(torch.from_numpy(audio))[None].to(next(self.model.parameters()).device)
+            weight = next(self.model.parameters())
+            mel = features.log_mel(torch.from_numpy(audio))[None].to(weight.device, weight.dtype)
             enc, log_probs, enc_len = self.model.encode(mel, torch.tensor([mel.shape[-1]], device=mel.device))
             if decoder == "ctc_beam":
                 from .ctc_lm import prefix_beam_search
@@ -112,10 +113,12 @@ class ASR:
         return self(audio, sr, decoder=decoder)
 
 
-def load_asr(folder=None, draft_model=None):
+def load_asr(folder=None, draft_model=None, dtype=None):
     """The embedded recogniser (speech/weights/asr), offline, with its character LM when present;
     or a folder of our recogniser, or of a transformers family (Whisper: speech/hf_asr.py, with
-    draft_model= another Whisper folder for `speculative`)."""
+    draft_model= another Whisper folder for `speculative`). dtype: our recogniser's, float32,
+    bfloat16 or auto (suite.models.dtypes; None: the process default)."""
+    from suite.models.dtypes import cast
     from .asr_model import WEIGHTS, Recogniser
     from .ctc_lm import CharNGramLM
     from .hf_folder import model_type
@@ -124,7 +127,9 @@ def load_asr(folder=None, draft_model=None):
         return WhisperASR.load(folder, draft_model=draft_model)
     folder = Path(folder or WEIGHTS / "asr")
     lm_path, gate = folder / "char_lm.json.gz", folder / "decoding.json"
-    return ASR(Recogniser.load(folder), CharNGramLM.load(lm_path) if lm_path.exists() else None,
+    model = Recogniser.load(folder)
+    cast(model, dtype)
+    return ASR(model, CharNGramLM.load(lm_path) if lm_path.exists() else None,
                json.loads(gate.read_text()) if gate.exists() else None)
 
 
@@ -142,8 +147,8 @@ def _files(target: Path) -> list[Path]:
 class ASRWorker:
     """The batch worker (suite.runtime.jobs): loads the recogniser once, transcribes one file per call."""
 
-    def __init__(self, decoder: str | None = None, model=None, draft_model=None, threads=None):
-        self.asr = load_asr(model, draft_model=draft_model)
+    def __init__(self, decoder: str | None = None, model=None, draft_model=None, threads=None, dtype="float32"):
+        self.asr = load_asr(model, draft_model=draft_model, dtype=dtype)
         self.decoder = decoder or getattr(self.asr, "default_decoder", DEFAULT_DECODER)    # a family's, or ours
         from suite.runtime.options import guarantee_note, quality_costs
         kind = "lossy" if self.decoder in ("ctc", "ctc_beam") else None     # CTC head readers: no decoder of ar's
@@ -168,6 +173,7 @@ def default_note() -> str:
 
 
 def main(argv=None) -> int:
+    from suite.models.dtypes import add_dtype_argument
     from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
     from suite.runtime.storage import write_json, write_text
     parser = argparse.ArgumentParser(prog="python -m speech.asr", description=__doc__,
@@ -186,6 +192,7 @@ def main(argv=None) -> int:
                              "saved with save_pretrained; long audio in 30 s windows)")
     parser.add_argument("--draft-model", default=None, metavar="DIR", help="speculative: the draft model's folder")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_dtype_argument(parser)
     add_batch_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -214,7 +221,7 @@ def main(argv=None) -> int:
         else:
             print(f"{row['file']}\t{row['text']}" if len(files) > 1 else row["text"])
 
-    worker_args = {"decoder": args.decoder, "model": args.model, "draft_model": args.draft_model,
+    worker_args = {"decoder": args.decoder, "model": args.model, "draft_model": args.draft_model, "dtype": args.dtype,
                    "threads": args.threads}
     job = BatchJob("asr", [Item(str(p), {"src": str(p)}, outputs(p)) for p in files], ASRWorker,
                    worker_args, write, fields=("file", "text"),

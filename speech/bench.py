@@ -34,6 +34,7 @@ import time
 import numpy as np
 import torch
 
+from suite.models.dtypes import add_dtype_argument
 from suite.runtime.storage import write_json
 
 from . import data
@@ -235,6 +236,7 @@ def main(argv=None) -> int:
     parser.add_argument("--asr", type=int, default=150, help="held-out utterances for ASR (0 skips)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    add_dtype_argument(parser)
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--asr-weights", default=None,
                         help="recogniser folder to bench (default speech/weights/asr), e.g. a new training run")
@@ -275,11 +277,11 @@ def main(argv=None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     import speech
-    asr = speech.load_asr(args.asr_weights)
+    asr = speech.load_asr(args.asr_weights, dtype=args.dtype)
     tts = None
     if args.tts:                            # loaded first: a decoder its checkpoints lack fails before any data
         tts = speech.load_tts(frame=args.tts_weights, delay=args.tts_delay_weights, stack=args.tts_stack_weights,
-                              flat=args.tts_flat_weights)
+                              flat=args.tts_flat_weights, dtype=args.dtype)
         missing = [d for d in args.tts_decoders or () if d not in tts.decoders]
         if missing:
             print(f"error: --tts-decoders {' '.join(missing)}: the loaded TTS checkpoints run "

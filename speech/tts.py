@@ -199,12 +199,14 @@ def _sanitise(codes: torch.Tensor, codebook_size: int) -> torch.Tensor:
     return codes
 
 
-def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None):
+def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None, dtype=None):
     """The embedded codec and TTS models (speech/weights), offline. frame / delay / stack / flat:
     another folder for the frame model (`tts`), the delay model (`tts_delay`), the stack model
     (`tts_stack`) or the flat model (`tts_flat`), e.g. a new training run; the others stay the
     embedded ones. A folder of a transformers family (MusicGen: speech/hf_tts.py;
-    Dia: speech/hf_dia.py; CSM: speech/hf_csm.py) loads that model."""
+    Dia: speech/hf_dia.py; CSM: speech/hf_csm.py) loads that model. dtype: our TTS models' (the codec
+    stays float32), float32, bfloat16 or auto (suite.models.dtypes; None: the process default)."""
+    from suite.models.dtypes import cast
     from .codec import WEIGHTS, Codec
     from .hf_folder import model_type
     from .tts_model import TTSModel
@@ -215,10 +217,15 @@ def load_tts(folder=None, frame=None, delay=None, stack=None, flat=None):
     def folder_of(given, name: str) -> Path:
         return Path(given) if given else root / name
 
-    def optional(path: Path):
-        return TTSModel.load(path) if (path / "model.safetensors").exists() else None
+    def model(path: Path):
+        loaded = TTSModel.load(path)
+        cast(loaded, dtype)
+        return loaded
 
-    return TTS(TTSModel.load(folder_of(frame, "tts")), Codec.load(root / "codec"),
+    def optional(path: Path):
+        return model(path) if (path / "model.safetensors").exists() else None
+
+    return TTS(model(folder_of(frame, "tts")), Codec.load(root / "codec"),
                optional(folder_of(flat, "tts_flat")), optional(folder_of(delay, "tts_delay")),
                optional(folder_of(stack, "tts_stack")))
 
@@ -277,7 +284,9 @@ def main(argv=None) -> int:
                         help="a text file (one sentence per line -> OUT/line_0001.wav ...) or a folder of .txt "
                              "files (each one utterance -> OUT/<name>.wav), with OUT/manifest.jsonl; resumable")
     parser.add_argument("--threads", type=int, default=None, help="--input: torch threads (default: torch's)")
+    from suite.models.dtypes import add_dtype_argument
     from suite.runtime.jobs import add_batch_arguments
+    add_dtype_argument(parser)
     add_batch_arguments(parser)
     args = parser.parse_args(argv)
     if (args.text is None) == (args.input is None):
@@ -290,7 +299,7 @@ def main(argv=None) -> int:
             raise ValueError(f"folder of --out {args.out} does not exist; create it first")
         options = request_options(args)
         text = checked_text(args.text, args.model)
-        tts = load_tts(args.model)
+        tts = load_tts(args.model, dtype=args.dtype)
         res = tts(text, **options)
         write_wav(args.out, res.audio, res.sample_rate)
     except (ValueError, FileNotFoundError) as exc:
@@ -342,8 +351,8 @@ class TTSWorker:
     """The batch worker (suite.runtime.jobs): loads the TTS models once, speaks one text per call into
     WAV bytes (16-bit PCM)."""
 
-    def __init__(self, decoder=None, seed=0, temperature=0.7, threads=None, model=None, seconds=None):
-        self.model, self.tts = model, load_tts(model)
+    def __init__(self, decoder=None, seed=0, temperature=0.7, threads=None, model=None, seconds=None, dtype="float32"):
+        self.model, self.tts = model, load_tts(model, dtype=dtype)
         options = {"decoder": decoder, "seed": seed, "temperature": temperature, "seconds": seconds}
         self.options = {k: v for k, v in options.items() if v is not None}   # None: the model's own default
 
@@ -399,7 +408,7 @@ def main_batch(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    worker_args = {**options, "threads": args.threads, "model": args.model}
+    worker_args = {**options, "threads": args.threads, "model": args.model, "dtype": args.dtype}
     job = BatchJob("tts", [Item(key, {"text": text}, (wav,)) for key, text, wav in inputs], TTSWorker, worker_args,
                    write, fields=("wav", "seconds", "frames", "forwards"), manifest=out / "manifest.jsonl", unit="utt")
     return run_cli(job, engine)

@@ -43,7 +43,7 @@ with --.
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
     from suite.runtime.jobs import add_batch_arguments
-    from suite.models.dtypes import CHOICES as DTYPE_CHOICES
+    from suite.models.dtypes import add_dtype_argument
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
     names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
@@ -73,10 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--input", metavar="FILE", help="prompts, one per line ('-' = stdin)")
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
-    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
-                   help="the model's dtype (default: float32); auto = bfloat16 where the CPU runs it natively "
-                        "(avx512_bf16 / amx_bf16) or on CUDA, else float32. In bfloat16 lossless decoders agree "
-                        "with ar computed in bfloat16, up to ties within bf16's rounding")
+    add_dtype_argument(p)
     add_batch_arguments(p)
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):

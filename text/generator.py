@@ -35,13 +35,13 @@ class TextResult:
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
-         dtype: str | torch.dtype = torch.float32, progress: bool = True) -> "TextGenerator":
+         dtype: str | torch.dtype | None = None, progress: bool = True) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
-    (config, weights and tokenizer). Never downloads. dtype: torch.float32 (the default),
-    torch.bfloat16, or "auto" (bf16 on CUDA or where the CPU runs bf16 natively, else fp32; see
-    suite.models.dtypes, also for what "exact" means in bf16)."""
-    from suite.models.dtypes import resolve_dtype
-    dtype = resolve_dtype(dtype, device)
+    (config, weights and tokenizer). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
+    CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
+    or float32). See suite.models.dtypes, also for what "exact" means in bf16."""
+    from suite.models.dtypes import default_dtype, resolve_dtype
+    dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
         from suite.models.vlm import load_vlm
 

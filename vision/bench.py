@@ -151,7 +151,7 @@ def _main(args) -> int:
         check_specs(args.decoders)                  # before the model loads or a decoder runs
     if args.quick:
         args.seeds, args.no_fd = 1, True
-    pipe = load_image_pipeline(args.weights)
+    pipe = load_image_pipeline(args.weights, args.dtype)
     sampling = default_sampling(pipe)
     guidance = args.guidance_scale if args.guidance_scale is not None else sampling["guidance_scale"]
     temperature = args.temperature if args.temperature is not None else sampling["temperature"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from suite.models.dtypes import add_dtype_argument
 from suite.runtime.training import exit_status
 
 
@@ -15,6 +16,7 @@ def run_bench(p: argparse.ArgumentParser, argv, run) -> int:
     p.add_argument("--no-fd", action="store_true", help="skip the Frechet distance")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--weights", default=None)
+    add_dtype_argument(p)
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
     import torch

@@ -37,7 +37,8 @@ def parse_options(pairs, decoder: str | None = None) -> dict:
 
 def add_generation_arguments(p: argparse.ArgumentParser, decoder: str, unit: str = "images", per_label: str = "") -> None:
     """The flags vision.generate and vision.generate_video share: labels, decoder (`decoder`: its
-    pipeline's DEFAULT_DECODER, which the app's tab shows too), sampling, weights."""
+    pipeline's DEFAULT_DECODER, which the app's tab shows too), sampling, weights, dtype."""
+    from suite.models.dtypes import add_dtype_argument
     p.add_argument("--labels", nargs="+", default=None, help="class names or ids, or 'all' (our own prior)")
     p.add_argument("--num-per-label", type=int, default=1, help=f"{unit} per label{per_label}")
     p.add_argument("--decoder", default=decoder, help=f"default: {decoder}, the fastest lossless one measured here "
@@ -49,6 +50,7 @@ def add_generation_arguments(p: argparse.ArgumentParser, decoder: str, unit: str
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", default=None, help="weights folder (default: vision/weights)")
     p.add_argument("--threads", type=int, default=1)
+    add_dtype_argument(p)
 
 
 def label_list(labels: list, classes: list[str]) -> list:
@@ -96,7 +98,7 @@ def run(args) -> dict:
     if not args.labels:
         raise ValueError("give --labels (class names or ids, or 'all'), or --hf-model with --prompt")
     options = parse_options(args.option, args.decoder)
-    pipe = load_image_pipeline(args.weights)
+    pipe = load_image_pipeline(args.weights, args.dtype)
     sampling = default_sampling(pipe)
     settings = {"guidance_scale": sampling["guidance_scale"] if args.guidance_scale is None else args.guidance_scale,
                 "temperature": sampling["temperature"] if args.temperature is None else args.temperature,
@@ -121,10 +123,10 @@ class GenerateWorker:
     """The batch worker (suite.runtime.jobs): loads the image pipeline once; one call generates one batch
     of labels with its seed into PNG bytes and the batch's stats."""
 
-    def __init__(self, weights=None, decoder=None, settings=None, options=None, threads=None):
+    def __init__(self, weights=None, decoder=None, settings=None, options=None, threads=None, dtype="float32"):
         from . import load_image_pipeline
         from .pipeline import DEFAULT_DECODER
-        self.pipe = load_image_pipeline(weights)
+        self.pipe = load_image_pipeline(weights, dtype)
         self.decoder, self.settings, self.options = decoder or DEFAULT_DECODER, settings or {}, options or {}
 
     def __call__(self, payload: dict) -> dict:
@@ -168,7 +170,7 @@ def _run_label_batches(args, classes, jobs, settings, options, head) -> dict:
                                      "images": entries, "decoder_options": result["decoder_options"]})
 
     worker_args = {"weights": args.weights, "decoder": args.decoder, "settings": settings, "options": options,
-                   "threads": args.threads}
+                   "threads": args.threads, "dtype": args.dtype}
     job = BatchJob(f"generate ({args.decoder})", items, GenerateWorker, worker_args, write,
                    fields=("pngs", "stats", "decoder_options"), manifest=Path(marks) / "manifest.jsonl",
                    settings={**head, "options": options, "weights": args.weights}, unit="batch")

@@ -175,10 +175,10 @@ def safe_name(text: str) -> str:
 class VideoWorker:
     """Loads the video pipeline once; one call generates one clip into its frames and stats."""
 
-    def __init__(self, weights=None, decoder=None, options=None, sampling=None, threads=None):
+    def __init__(self, weights=None, decoder=None, options=None, sampling=None, threads=None, dtype="float32"):
         from . import load_video_pipeline
         from .video.pipeline import DEFAULT_DECODER
-        self.pipe = load_video_pipeline(weights)
+        self.pipe = load_video_pipeline(weights, dtype)
         self.decoder, self.options, self.sampling = decoder or DEFAULT_DECODER, options or {}, sampling or {}
 
     def __call__(self, payload: dict) -> dict:
@@ -272,7 +272,7 @@ def build_job(args):
     items = [Item(key, {**request, "stem": stem}, outputs(stem) if stem else (), error=request.get("error"))
              for key, stem, request in requests]                  # a bad line: an error row, no worker
     worker_args = {"weights": args.weights, "decoder": decoder, "options": options, "sampling": sampling,
-                   "threads": args.threads}
+                   "threads": args.threads, "dtype": args.dtype}
     return BatchJob(f"generate video ({decoder})", items, VideoWorker, worker_args, write, fields=FIELDS,
                     manifest=out / "manifest.jsonl", settings={"settings_id": fp}, is_done=done, unit="clip"), head
 

@@ -54,9 +54,9 @@ class GroundWorker:
     """The batch worker (suite.runtime.jobs): loads the grounding model once, grounds `query` in one image
     per call into the drawn image's bytes and its JSON record."""
 
-    def __init__(self, query: str, decoder=None, task="aabb", weights=None, threads=None):
+    def __init__(self, query: str, decoder=None, task="aabb", weights=None, threads=None, dtype="float32"):
         from vision.grounding.pipeline import load_grounding_pipeline
-        self.grd = load_grounding_pipeline(weights, threads=threads)
+        self.grd = load_grounding_pipeline(weights, threads=threads, dtype=dtype)
         decoder = decoder or self.grd.default_decoder     # ours: pipeline.DEFAULT_DECODER (the app's too); a family's: ar
         self.grd.decoder_for(decoder, {}, task)    # an unknown decoder fails before the first image
         self.query, self.decoder, self.task = query, decoder, task
@@ -90,6 +90,7 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 
 def main(argv=None) -> int:
+    from suite.models.dtypes import add_dtype_argument
     from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
     from vision.grounding.pipeline import DECODERS, DEFAULT_DECODER
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
@@ -106,6 +107,7 @@ def main(argv=None) -> int:
                     help="model folder: ours (default vision/weights/grounding) or a transformers family's "
                          "(Florence-2, PaliGemma, Kosmos-2, saved with its processor)")
     ap.add_argument("--threads", type=int, default=None)
+    add_dtype_argument(ap)
     add_batch_arguments(ap)
     args = ap.parse_args(argv)
 
@@ -123,7 +125,7 @@ def main(argv=None) -> int:
         jobs = targets(src, args.out)
         engine = engine_from_args(args, threads=args.threads)
         worker_args = {"query": args.query, "decoder": args.decoder, "task": args.task, "weights": args.weights,
-                       "threads": args.threads}
+                       "threads": args.threads, "dtype": args.dtype}
         job = BatchJob("grounding", [Item(str(s), {"src": str(s), "dst": str(d)}, (d,)) for s, d in jobs],
                        GroundWorker, worker_args, write, fields=("image", "record"), unit="img", ordered=True,
                        manifest=jobs[0][1].parent / "manifest.jsonl" if src.is_dir() else None)

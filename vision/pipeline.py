@@ -173,14 +173,17 @@ def _plain(dec) -> dict:
     return out
 
 
-def load_image_pipeline(weights: str | None = None) -> ImagePipeline:
-    """The embedded tokenizer + prior from `weights` (default: vision/weights/), offline."""
+def load_image_pipeline(weights: str | None = None, dtype=None) -> ImagePipeline:
+    """The embedded tokenizer + prior from `weights` (default: vision/weights/), offline; the prior
+    in `dtype` (float32, bfloat16 or auto: suite.models.dtypes; None: the process default)."""
+    from suite.models.dtypes import cast
     root = weights or DEFAULT_WEIGHTS
     if not os.path.isdir(root):
         raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
                          "and `python -m vision.train prior`")
-    return ImagePipeline(VQTokenizer.load(os.path.join(root, "tokenizer")),
-                         ImagePrior.load(os.path.join(root, "prior")))
+    prior = ImagePrior.load(os.path.join(root, "prior"))
+    cast(prior.model, dtype)
+    return ImagePipeline(VQTokenizer.load(os.path.join(root, "tokenizer")), prior)
 
 
 SAMPLING_DEFAULTS = {"guidance_scale": 3.0, "temperature": 1.0, "top_k": None}

@@ -2,7 +2,9 @@
 
 "auto" is bfloat16 on CUDA or where the CPU runs bf16 matmuls natively (AVX-512 BF16 or AMX, as
 `/proc/cpuinfo` and oneDNN see them), float32 elsewhere. bfloat16 on a CPU without native bf16
-still runs (emulated, slowly) and says so once.
+still runs (emulated, slowly) and says so once. Every domain's loader takes `dtype=` (None: the
+process default, $PARASUITE_DTYPE or float32, which `python -m apps --dtype` sets) and casts the
+model that decodes with `cast`; every CLI takes `--dtype` (`add_dtype_argument`).
 
 What "exact" means per dtype: in float32 every lossless decoder returns `ar`'s tokens (the
 suite's proofs, tests/core/test_exact.py). In bfloat16 a lossless decoder agrees with `ar`
@@ -13,6 +15,7 @@ outputs).
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -20,6 +23,7 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16"}
 CHOICES = ("auto", *DTYPES)
+DTYPE_ENV = "PARASUITE_DTYPE"        # the process default (python -m apps --dtype sets it)
 _WARNED: set[str] = set()
 
 
@@ -48,4 +52,26 @@ def resolve_dtype(dtype="auto", device=None) -> torch.dtype:
     return chosen
 
 
-__all__ = ["CHOICES", "DTYPES", "resolve_dtype"]
+def default_dtype() -> str:
+    """The process default: $PARASUITE_DTYPE (set by `python -m apps --dtype`), else float32."""
+    return os.environ.get(DTYPE_ENV) or "float32"
+
+
+def cast(model: torch.nn.Module, dtype=None) -> torch.dtype:
+    """Cast `model` (floating parameters and buffers) to `dtype` resolved on its device (None: the
+    process default); returns the dtype it runs in."""
+    device = next(model.parameters()).device
+    chosen = resolve_dtype(default_dtype() if dtype is None else dtype, device)
+    model.to(chosen)
+    return chosen
+
+
+def add_dtype_argument(parser, default: str = "float32") -> None:
+    """A CLI's --dtype option."""
+    parser.add_argument("--dtype", default=default, choices=CHOICES,
+                        help=f"the model's dtype (default: {default}); auto = bfloat16 where the CPU runs it natively "
+                             "(avx512_bf16 / amx_bf16) or on CUDA, else float32. In bfloat16 lossless decoders agree "
+                             "with ar computed in bfloat16, up to ties within bf16's rounding.")
+
+
+__all__ = ["CHOICES", "DTYPE_ENV", "DTYPES", "add_dtype_argument", "cast", "default_dtype", "resolve_dtype"]

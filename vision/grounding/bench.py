@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from suite.models.dtypes import add_dtype_argument
 from suite.runtime.options import cli_parser
 from suite.runtime.storage import write_json
 
@@ -253,6 +254,7 @@ def main(argv=None) -> int:
                     help="model folder: ours (default vision/weights/grounding) or a transformers family's "
                          "(Florence-2, PaliGemma, Kosmos-2)")
     ap.add_argument("--threads", type=int, default=1)
+    add_dtype_argument(ap)
     ap.add_argument("--json", default=None, help="also write the numbers here (atomically)")
     args = ap.parse_args(argv)
     if args.n < 1 or args.batch < 1 or args.obb_n < 0:
@@ -261,7 +263,7 @@ def main(argv=None) -> int:
     from . import data
     from .pipeline import load_grounding_pipeline
     try:
-        pipe = load_grounding_pipeline(args.weights, threads=args.threads)
+        pipe = load_grounding_pipeline(args.weights, threads=args.threads, dtype=args.dtype)
         family = getattr(pipe, "vlm", None) is not None           # a transformers family (hf_grounding.py)
         if args.decoders is None:
             args.decoders = [d for d in pipe.decoders if d != "speculative"] if family else list(DECODERS)

@@ -156,7 +156,7 @@ class GroundingModel(nn.Module):
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """(B, S, FEATURE_DIM) frozen features -> (B, S, D) encoder states."""
-        return self.proj(features.float()) + self.pos
+        return self.proj(features.to(self.pos.dtype)) + self.pos
 
     def decoder_logits(self, tokens, positions, mask, encoder_states, hidden: bool = False):
         """tokens/positions (B, N), mask (B, 1, N, N) bool, encoder_states (B, S, D) -> (B, N, V)
@@ -269,8 +269,9 @@ class GroundingAdapter(CrossAttentionAdapter):
     def for_images(self, features: torch.Tensor, task: str = "aabb") -> "GroundingAdapter":
         """features (B, S, FEATURE_DIM), on any device (moved once to the model's) -> an adapter
         holding their encoder states."""
+        weight = next(self.model.parameters())
         with torch.no_grad():
-            features = features.to(next(self.model.parameters()).device)
+            features = features.to(weight.device, weight.dtype)
             return GroundingAdapter(self.model, self.model.encode(features), task)
 
 

@@ -279,15 +279,19 @@ class GroundingPipeline:
 
 
 def load_grounding_pipeline(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None,
-                            grammar: bool = True):
+                            grammar: bool = True, dtype=None):
     """The trained grounding model (vision/weights/grounding unless `path` names another folder);
     grammar=False lets the model break the block layout (malformed blocks are then dropped). A
     folder of a transformers family (Florence-2, PaliGemma, Kosmos-2: its config.json names a
-    model_type) loads through vision.hf_grounding."""
+    model_type) loads through vision.hf_grounding. dtype: float32, bfloat16 or auto for our model
+    (suite.models.dtypes; None: the process default)."""
+    from suite.models.dtypes import cast
     if threads is not None:
         torch.set_num_threads(threads)
     config = Path(path or DEFAULT_WEIGHTS) / "config.json"
     if config.is_file() and "model_type" in read_json(config):
         from ..hf_grounding import load_hf_grounding
         return load_hf_grounding(path)
-    return GroundingPipeline(GroundingModel.load(path or DEFAULT_WEIGHTS), batch_size=batch_size, grammar=grammar)
+    model = GroundingModel.load(path or DEFAULT_WEIGHTS)
+    cast(model, dtype)
+    return GroundingPipeline(model, batch_size=batch_size, grammar=grammar)

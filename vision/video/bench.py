@@ -144,7 +144,7 @@ def _main(args) -> int:
     from .data import make_clips
     from .metrics import load_motion_classifier
     from .pipeline import DEFAULT_WEIGHTS, load_video_pipeline
-    pipe = load_video_pipeline(args.weights)
+    pipe = load_video_pipeline(args.weights, args.dtype)
     weights = args.weights or DEFAULT_WEIGHTS
     frames = args.frames or pipe.max_frames
     specs = args.decoders or list(DEFAULT_DECODERS)

@@ -223,14 +223,17 @@ class VideoPipeline:
         return [Image.fromarray(a) for a in to_uint8(pixels)]
 
 
-def load_video_pipeline(weights: str | None = None) -> VideoPipeline:
-    """The embedded tokenizer (weights/tokenizer) + video prior (weights/video/prior), offline."""
+def load_video_pipeline(weights: str | None = None, dtype=None) -> VideoPipeline:
+    """The embedded tokenizer (weights/tokenizer) + video prior (weights/video/prior), offline; the
+    prior in `dtype` (float32, bfloat16 or auto: suite.models.dtypes; None: the process default)."""
+    from suite.models.dtypes import cast
     root = weights or DEFAULT_WEIGHTS
     if not os.path.isdir(root):
         raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
                          "and `python -m vision.video.train prior`")
-    return VideoPipeline(VQTokenizer.load(os.path.join(root, "tokenizer")),
-                         VideoPrior.load(os.path.join(root, "video", "prior")))
+    prior = VideoPrior.load(os.path.join(root, "video", "prior"))
+    cast(prior.model, dtype)
+    return VideoPipeline(VQTokenizer.load(os.path.join(root, "tokenizer")), prior)
 
 
 __all__ = ["VideoFrame", "VideoPipeline", "VideoResult", "load_video_pipeline"]
