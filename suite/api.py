@@ -37,6 +37,9 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         decoder = make_decoder(decoder, **options)
     elif options:
         raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
+    only = getattr(adapter, "only_decoders", None)     # a model that only some decoders drive (a canvas model)
+    if only is not None and decoder.name not in only:
+        raise ValueError(f"decoder {decoder.name!r} does not run on {type(adapter).__name__}; use one of: {', '.join(only)}")
     if hasattr(decoder, "bind"):
         decoder = decoder.bind(model)
     missing = {c for c in decoder.requires if not getattr(adapter, f"supports_{c}", False)}

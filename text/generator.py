@@ -48,6 +48,9 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         from .vlm_chat import VLMChat
         with quiet_transformers():
             return VLMChat(load_vlm(path, device=device), name=str(path))
+    if path is not None and _model_type(path) == "diffusion_gemma":    # a block-diffusion LM: text.diffusion_gemma
+        from .diffusion_gemma import load as load_diffusion_gemma
+        return load_diffusion_gemma(path, device=device, dtype=dtype)
     if path is None:
         model, tokenizer = load_embedded(progress=progress, dtype=dtype)
         name = "SmolLM2-135M-Instruct (embedded)" + ("" if dtype == torch.float32 else f", {str(dtype)[6:]}")
@@ -62,15 +65,19 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
 def vlm_family(path) -> str | None:
     """The image-text-to-text family (suite.models.vlm.FAMILIES) of a model folder, else None (a causal LM,
     or no readable config.json: the loader names what is wrong)."""
-    from suite.runtime.storage import read_json
     from suite.models.vlm import FAMILIES
-    family = read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
+    family = _model_type(path)
     return family if family in FAMILIES else None
 
 
-def _load_folder(path, dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _model_type(path) -> str | None:
+    """config.json's model_type of a folder (None without a readable one)."""
+    from suite.runtime.storage import read_json
+    return read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
 
+
+def check_folder(path) -> Path:
+    """The model folder at `path`, or ValueError naming what is wrong (no folder, no config.json, no tokenizer)."""
     folder = Path(path).expanduser()
     if not folder.exists():
         raise ValueError(f"no model folder at {str(path)!r}: pass an existing local folder saved with "
@@ -81,12 +88,25 @@ def _load_folder(path, dtype):
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         raise ValueError(f"the folder {str(path)!r} has no tokenizer: save one there with "
                          f"tokenizer.save_pretrained({str(path)!r})")
+    return folder
+
+
+def load_tokenizer(folder: Path, path):
+    from transformers import AutoTokenizer
     with quiet_transformers():
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"cannot load the tokenizer in {str(path)!r} ({_first_line(e)}): save a working one "
                              "there with tokenizer.save_pretrained()") from e
+
+
+def _load_folder(path, dtype):
+    from transformers import AutoModelForCausalLM
+
+    folder = check_folder(path)
+    tokenizer = load_tokenizer(folder, path)
+    with quiet_transformers():
         try:
             model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -1,0 +1,185 @@
+"""DiffusionGemma (transformers' `DiffusionGemmaForBlockDiffusion`) as a parasuite model: what
+`text.load(folder)` returns for a folder whose config says `"model_type": "diffusion_gemma"`.
+
+The family is a block-diffusion LM: an encoder reads the committed text into a K/V cache, and a
+decoder denoises a canvas of `canvas_length` tokens that attends to that cache and to itself
+(bidirectionally), predicting each canvas slot's own token. `DiffusionGemmaAdapter` exposes it as a
+canvas model (`suite.loop.Canvas`): one forward = the encoder over a draft's committed-text slots
+(their K/V kept in the suite's cache), then the decoder over its canvas slots, through the model's
+public forward. Decoders that apply: `diffusion_gemma` (the family's own sampler, equal to its
+`generate`) and the block commit rules (block_diffusion, fast_dllm_factor, prophet, credit,
+entropy_bounded), whose unfilled canvas slots the adapter fills with uniform-noise tokens (the
+family's canvas noise), drawn from a fixed hash of the position (the adapter keeps no RNG).
+No weights ship: bring a folder saved with `save_pretrained` (model and tokenizer).
+"""
+from __future__ import annotations
+
+import torch
+
+from suite.cache import KVCache
+from suite.models.adapters import AdapterConfig, _as_set
+
+from .generator import TextGenerator, _first_line, check_folder, load_tokenizer
+
+DECODERS = ("diffusion_gemma", "block_diffusion", "fast_dllm_factor", "prophet", "credit", "entropy_bounded")
+GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
+NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
+
+
+
+
+def generation_settings(model) -> dict:
+    """The folder's own diffusion settings (its generation_config.json), None where unset; refuses the
+    ones no decoder here can honour, naming the setting."""
+    gen = getattr(model, "generation_config", None)
+    cache = getattr(gen, "cache_implementation", None)
+    if cache not in (None, "dynamic", "static"):
+        raise ValueError(f"the folder's generation_config sets cache_implementation={cache!r}: parasuite keeps its own "
+                         "exact cache (the numbers of 'dynamic'), so it cannot honour that; remove the setting")
+    out = {k: getattr(gen, k, None) for k in GENERATION_KEYS}
+    sampler = getattr(gen, "sampler_config", None)
+    out["entropy_bound"] = getattr(sampler, "entropy_bound", None)
+    return out
+
+
+class DiffusionGemmaAdapter:
+    """`DiffusionGemmaForBlockDiffusion` as a suite canvas model (see the module docstring)."""
+
+    supports_custom_mask = True
+    supports_rollback = True
+    supports_row_moves = True     # holds nothing per row
+    canvas_model = True           # drafts carry `suite.loop.Canvas`; only `only_decoders` drive it
+    only_decoders = DECODERS
+
+    def __init__(self, model):
+        self.model = model.eval()
+        self._param = next(model.parameters())
+        cfg, text = model.config, model.config.text_config
+        if getattr(text, "use_bidirectional_attention", None) == "all":
+            raise ValueError("text_config.use_bidirectional_attention='all' (a bidirectional encoder) cannot be "
+                             "honoured: parasuite encodes committed text causally, a step at a time")
+        if not cfg.canvas_length or cfg.canvas_length < 1:
+            raise ValueError(f"the folder's config has canvas_length={cfg.canvas_length!r}: DiffusionGemma's sampler "
+                             "needs a canvas length (the block size it was trained with); set canvas_length in config.json")
+        gen = getattr(model, "generation_config", None)
+        eos = _as_set(getattr(gen, "eos_token_id", None))   # as the family's generate: only its generation config stops it
+        pad = getattr(gen, "pad_token_id", None)
+        pad = pad if pad is not None else (text.pad_token_id if text.pad_token_id is not None else 0)
+        self.vocab_size = text.vocab_size
+        self.window = getattr(text, "sliding_window", None) if "sliding_attention" in (text.layer_types or ()) else None
+        self.config = AdapterConfig(
+            vocab_size=text.vocab_size, eos_token_ids=eos, pad_token_id=int(pad),
+            max_length=text.max_position_embeddings,
+            extra={"mask_token_id": text.vocab_size,     # a sentinel outside the vocabulary: the adapter puts noise there
+                   "canvas_length": cfg.canvas_length, "generation": generation_settings(model)})
+
+    @property
+    def device(self) -> torch.device:
+        return self._param.device
+
+    def eval(self):
+        return self
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        return KVCache(batch, device=self.device)
+
+    def noise(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """tokens with every mask sentinel replaced by a uniform-noise token (a hash of its position)."""
+        hashed = (positions * NOISE_MULTIPLIER) % (2 ** 32) % self.vocab_size
+        return torch.where(tokens >= self.vocab_size, hashed, tokens)
+
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, canvas=None):
+        """tokens/positions (B, N); attention_mask (B, 1, N, S+N) from the loop; canvas: the layout
+        (suite.loop.Canvas). Returns (B, N - logits_from, V): each canvas slot's logits (its own
+        token), zeros for committed-text slots."""
+        if canvas is None:
+            raise ValueError(f"DiffusionGemma denoises a canvas: decode with one of {', '.join(DECODERS)}")
+        dev = self.device
+        tokens, positions = self.noise(tokens.to(dev), positions.to(dev)), positions.to(dev)
+        c = canvas.width
+        starts = torch.tensor(canvas.starts, device=dev)
+        lengths = torch.tensor(canvas.ends, device=dev) - starts                           # (B,) canvas slots per row
+        width = int(lengths.max())
+        idx = (starts[:, None] + torch.arange(width, device=dev)[None]).clamp(max=tokens.shape[1] - 1)   # (B, L)
+        real = torch.arange(width, device=dev)[None] < lengths[:, None]                     # (B, L)
+        s = cache.num_slots
+        live = cache.valid.to(dev) if s else torch.zeros(tokens.shape[0], 0, dtype=torch.bool, device=dev)
+        text = torch.arange(c, device=dev)[None] < starts[:, None]                          # (B, C)
+        key_pos = torch.cat([cache.positions.to(dev), positions[:, :c]], 1)                 # (B, S+C)
+        plain = not cache.holes and min(canvas.starts) == c and bool(real.all()) and self._fits(positions, c)
+        enc_mask = None if plain or c == 0 else self._encoder_mask(attention_mask.to(dev)[:, :, :c, :s + c],
+                                                                   positions[:, :c], key_pos)
+        dec_mask = None if plain else self._decoder_mask(torch.cat([live, text], 1), key_pos, positions, starts, real)
+        sc = canvas.self_conditioning
+        out = self.model(
+            input_ids=tokens[:, :c] if c else None, position_ids=positions[:, :c] if c else None,
+            attention_mask=enc_mask, cache=cache.backend,
+            decoder_input_ids=tokens.gather(1, idx), decoder_position_ids=positions.gather(1, idx),
+            decoder_attention_mask=dec_mask, self_conditioning_logits=None if sc is None else sc.to(dev),
+            self_conditioning_mask=None if canvas.conditioned is None else canvas.conditioned.to(dev))
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1] - logits_from, out.logits.shape[-1],
+                             dtype=out.logits.dtype, device=dev)
+        rows, cols = real.nonzero(as_tuple=True)
+        logits[rows, idx[rows, cols] - logits_from] = out.logits[rows, cols]
+        return logits
+
+    def _fits(self, positions: torch.Tensor, c: int) -> bool:
+        """Whether no sliding-window layer would drop a key here (short sequences: the model's own masks)."""
+        return self.window is None or int(positions.max()) < self.window - 1
+
+    def _encoder_mask(self, mask: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor) -> dict:
+        """The loop's (B, 1, C, S+C) causal mask, and for sliding layers the same within the window
+        (a key at most `sliding_window - 1` positions back, as the family's sliding layers see)."""
+        out = {"full_attention": mask}
+        if self.window is not None:
+            near = (query_pos[:, :, None] - key_pos[:, None, :]) < self.window
+            out["sliding_attention"] = mask & near[:, None]
+        return out
+
+    def _decoder_mask(self, seen: torch.Tensor, key_pos: torch.Tensor, positions: torch.Tensor,
+                      starts: torch.Tensor, real: torch.Tensor) -> dict:
+        """(B, 1, L, S+C+L): every canvas slot sees the row's live cached text and its real canvas
+        slots; sliding layers see only the last `sliding_window - 1` positions of the text (what the
+        family's sliding cache layers keep)."""
+        width = real.shape[1]
+        keys = torch.cat([seen, real], 1)[:, None, None, :].expand(-1, 1, width, -1)
+        out = {"full_attention": keys}
+        if self.window is not None:
+            last = positions.gather(1, (starts - 1).clamp(min=0)[:, None])                  # (B, 1) last text position
+            recent = torch.cat([key_pos > last - (self.window - 1), real], 1)
+            out["sliding_attention"] = keys & recent[:, None, None, :]
+        return out
+
+
+def load(path, device=None, dtype=torch.float32) -> "DiffusionGemmaGenerator":
+    """A DiffusionGemma folder (config, weights, tokenizer) -> a generator over its adapter."""
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from .model import quiet_transformers
+    folder = check_folder(path)
+    tok = load_tokenizer(folder, path)
+    with quiet_transformers():
+        try:
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot load DiffusionGemma from {str(path)!r} ({_first_line(e)}): pass a folder saved "
+                             "from DiffusionGemmaForBlockDiffusion.save_pretrained") from e
+    if device is not None:
+        model.to(device)
+    return DiffusionGemmaGenerator(DiffusionGemmaAdapter(model), tok, name=str(path))
+
+
+class DiffusionGemmaGenerator(TextGenerator):
+    """`text.TextGenerator` over a DiffusionGemma adapter: `generate`/`stream` as for any model, with the
+    decoders that drive a canvas (`decoders`); the default ("auto") is the family's own sampler."""
+
+    decoders = DECODERS
+
+    def _options(self, name: str, options: dict) -> dict:
+        return options
+
+    def _submit(self, prompt, decoder, *args, **kwargs):
+        return super()._submit(prompt, "diffusion_gemma" if decoder == "auto" else decoder, *args, **kwargs)
+
+    def draft_head(self):
+        return None
