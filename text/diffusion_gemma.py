@@ -14,6 +14,8 @@ No weights ship: bring a folder saved with `save_pretrained` (model and tokenize
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from suite.cache import KVCache
@@ -67,6 +69,7 @@ class DiffusionGemmaAdapter:
         pad = pad if pad is not None else (text.pad_token_id if text.pad_token_id is not None else 0)
         self.vocab_size = text.vocab_size
         self.window = getattr(text, "sliding_window", None) if "sliding_attention" in (text.layer_types or ()) else None
+        self.sliding = [kind == "sliding_attention" for kind in text.layer_types]
         self.config = AdapterConfig(
             vocab_size=text.vocab_size, eos_token_ids=eos, pad_token_id=int(pad),
             max_length=text.max_position_embeddings,
@@ -106,15 +109,25 @@ class DiffusionGemmaAdapter:
         live = cache.valid.to(dev) if s else torch.zeros(tokens.shape[0], 0, dtype=torch.bool, device=dev)
         text = torch.arange(c, device=dev)[None] < starts[:, None]                          # (B, C)
         key_pos = torch.cat([cache.positions.to(dev), positions[:, :c]], 1)                 # (B, S+C)
-        plain = not cache.holes and min(canvas.starts) == c and bool(real.all()) and self._fits(positions, c)
-        enc_mask = None if plain or c == 0 else self._encoder_mask(attention_mask.to(dev)[:, :, :c, :s + c],
-                                                                   positions[:, :c], key_pos)
-        dec_mask = None if plain else self._decoder_mask(torch.cat([live, text], 1), key_pos, positions, starts, real)
+        plain = not cache.holes and min(canvas.starts) == c and bool(real.all())    # no padding, no dead slot
+        sliding = self.window is not None and not self._fits(positions, c)
+        if c:     # the encoder writes the committed text's K/V into the cache, as the family's encoder does
+            enc_cache = SlidingView(cache.backend, self.sliding, self.window) if plain and sliding else cache.backend
+            enc_mask = None
+            if not plain or sliding:
+                enc_mask = self._encoder_mask(attention_mask.to(dev)[:, :, :c, :s + c], positions[:, :c], key_pos,
+                                              truncate=plain)
+            self.model.model.encoder(input_ids=tokens[:, :c], position_ids=positions[:, :c], attention_mask=enc_mask,
+                                     cache=enc_cache)
+        if plain:  # what the family's decoder reads: sliding layers' last `sliding_window - 1` slots, no masks
+            view = SlidingView(cache.backend, self.sliding, self.window) if sliding else cache.backend
+            dec_mask = {"full_attention": None, "sliding_attention": None}
+        else:
+            view = cache.backend
+            dec_mask = self._decoder_mask(torch.cat([live, text], 1), key_pos, positions, starts, real)
         sc = canvas.self_conditioning
         out = self.model(
-            input_ids=tokens[:, :c] if c else None, position_ids=positions[:, :c] if c else None,
-            attention_mask=enc_mask, cache=cache.backend,
-            decoder_input_ids=tokens.gather(1, idx), decoder_position_ids=positions.gather(1, idx),
+            cache=view, decoder_input_ids=tokens.gather(1, idx), decoder_position_ids=positions.gather(1, idx),
             decoder_attention_mask=dec_mask, self_conditioning_logits=None if sc is None else sc.to(dev),
             self_conditioning_mask=None if canvas.conditioned is None else canvas.conditioned.to(dev))
         logits = torch.zeros(tokens.shape[0], tokens.shape[1] - logits_from, out.logits.shape[-1],
@@ -127,13 +140,19 @@ class DiffusionGemmaAdapter:
         """Whether no sliding-window layer would drop a key here (short sequences: the model's own masks)."""
         return self.window is None or int(positions.max()) < self.window - 1
 
-    def _encoder_mask(self, mask: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor) -> dict:
+    def _encoder_mask(self, mask: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor,
+                      truncate: bool = False) -> dict:
         """The loop's (B, 1, C, S+C) causal mask, and for sliding layers the same within the window
-        (a key at most `sliding_window - 1` positions back, as the family's sliding layers see)."""
+        (a key less than `sliding_window` positions back); truncate: over the keys a SlidingView's
+        sliding layers return (the last `sliding_window - 1` cached ones, then the new ones)."""
         out = {"full_attention": mask}
         if self.window is not None:
             near = (query_pos[:, :, None] - key_pos[:, None, :]) < self.window
-            out["sliding_attention"] = mask & near[:, None]
+            sliding = mask & near[:, None]
+            if truncate:
+                c = query_pos.shape[1]
+                sliding = sliding[..., -(min(key_pos.shape[1] - c, self.window - 1) + c):]
+            out["sliding_attention"] = sliding
         return out
 
     def _decoder_mask(self, seen: torch.Tensor, key_pos: torch.Tensor, positions: torch.Tensor,
@@ -145,9 +164,40 @@ class DiffusionGemmaAdapter:
         keys = torch.cat([seen, real], 1)[:, None, None, :].expand(-1, 1, width, -1)
         out = {"full_attention": keys}
         if self.window is not None:
-            last = positions.gather(1, (starts - 1).clamp(min=0)[:, None])                  # (B, 1) last text position
+            last = positions.gather(1, starts[:, None]) - 1                                 # (B, 1) last text position
             recent = torch.cat([key_pos > last - (self.window - 1), real], 1)
             out["sliding_attention"] = keys & recent[:, None, None, :]
+        return out
+
+
+class SlidingView:
+    """The suite cache's backend (every layer keeps every slot) as the family's DynamicCache shows it to
+    the model: a sliding layer attends to its last `window - 1` cached slots (then the new ones). `update`
+    still stores everything in the backend; the decoder only reads `layers`. Used where every row's
+    slots are dense (no padding, no dead slot), so the last slots are the last positions."""
+
+    is_compileable = False
+
+    def __init__(self, backend, sliding: list[bool], window: int | None):
+        self.backend, self.sliding, self.window = backend, sliding, window
+
+    def _keep(self, i: int, new: int = 0):
+        return self.window is not None and self.sliding[i], self.window - 1 + new if self.window else 0
+
+    def update(self, keys, values, layer_idx, *args, **kwargs):
+        """Store the new K/V; return what the family's layer returns: a sliding layer its last
+        `window - 1` cached slots and the new ones."""
+        k, v = self.backend.update(keys, values, layer_idx, *args, **kwargs)
+        short, keep = self._keep(layer_idx, keys.shape[-2])
+        return (k[:, :, -keep:], v[:, :, -keep:]) if short else (k, v)
+
+    @property
+    def layers(self):
+        out = []
+        for i, layer in enumerate(self.backend.layers):
+            short, keep = self._keep(i)
+            out.append(SimpleNamespace(keys=layer.keys[:, :, -keep:], values=layer.values[:, :, -keep:])
+                       if short else layer)
         return out
 
 

@@ -74,6 +74,7 @@ class DiffusionGemmaSampler:
 
     name: ClassVar[str] = "diffusion_gemma"
     vocab_size: ClassVar[int | None] = None    # set by `bind` from the adapter
+    always_samples: ClassVar[bool] = True      # draws from the request's stream whatever the temperature (scheduler)
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, adapter) -> "DiffusionGemmaSampler":

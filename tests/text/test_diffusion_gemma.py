@@ -1,0 +1,110 @@
+"""DiffusionGemma (transformers' block-diffusion LM) through text.load(folder): a tiny random model saved
+with save_pretrained. The family's own sampler (decoder="diffusion_gemma") gives the same tokens as the
+family's `generate` for the same settings and seed; every block commit rule decodes it with fewer forwards
+than new tokens; settings no decoder can honour are refused, naming the setting."""
+import json
+
+import pytest
+import torch
+from tinymodels import tiny_diffusion_gemma, tiny_word_tokenizer
+
+import text
+
+PROMPT = "w5 w6 w7 w8 w9"
+RULES = ("block_diffusion", "fast_dllm_factor", "prophet", "credit", "entropy_bounded")
+
+
+def save(folder, model):
+    model.save_pretrained(str(folder))
+    tiny_word_tokenizer().save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    # sliding_window 8: the prompt and two canvases pass it, so the sliding layers' masks are checked too
+    return save(tmp_path_factory.mktemp("dgemma"), tiny_diffusion_gemma(sliding_window=8))
+
+
+@pytest.fixture(scope="module")
+def gen(folder):
+    return text.load(folder)
+
+
+def family(gen, seed, max_new_tokens, **settings):
+    """The family's own generate on the same weights: its new tokens (the first max_new_tokens: it fills
+    whole canvases), cut after the first EOS as our rows end."""
+    model = gen.model.model
+    ids = torch.tensor([gen.rows(PROMPT)[0]])
+    torch.manual_seed(seed)
+    out = model.generate(ids, max_new_tokens=max_new_tokens, **settings).sequences[0, ids.shape[1]:].tolist()
+    out = out[:max_new_tokens]
+    eos = settings.get("eos_token_id")
+    return out[:out.index(eos) + 1] if eos in out else out
+
+
+def test_load_gives_a_diffusion_gemma_generator(gen):
+    from text.diffusion_gemma import DiffusionGemmaGenerator
+    assert isinstance(gen, DiffusionGemmaGenerator)
+    assert gen.decoders[0] == "diffusion_gemma" and set(RULES) <= set(gen.decoders)
+
+
+@pytest.mark.parametrize("settings", [
+    {},                                                             # the family's defaults: 48 steps, adaptive stop
+    {"max_denoising_steps": 5},
+    {"max_denoising_steps": 6, "stability_threshold": 0, "confidence_threshold": 50.0},   # stops at the first step
+    {"max_denoising_steps": 8, "entropy_bound": 2.0, "t_min": 0.1, "t_max": 2.0},
+], ids=["defaults", "steps5", "adaptive-stop", "bound-and-schedule"])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_sampler_equals_the_familys_generate(gen, settings, seed):
+    ours = gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=20, seed=seed, **settings)
+    theirs = family(gen, seed, 20, **{k: v for k, v in settings.items() if k != "entropy_bound"},
+                    **({"sampler_config": _sampler(settings["entropy_bound"])} if "entropy_bound" in settings else {}))
+    assert ours.token_ids == theirs
+    assert ours.stats.num_forwards <= 3 * (settings.get("max_denoising_steps") or 48)
+
+
+def _sampler(bound):
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+    return EntropyBoundSamplerConfig(entropy_bound=bound)
+
+
+def test_sampler_equals_the_familys_generate_with_another_block_size_and_eos(tmp_path):
+    """canvas_length 4 (the block size), EOS from the folder's generation config: the row ends at it."""
+    model = tiny_diffusion_gemma(canvas_length=4)
+    probe = save(tmp_path / "probe", model)
+    eos = text.load(probe).generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=12, seed=3,
+                                    max_denoising_steps=4).token_ids[6]
+    model.generation_config.eos_token_id = eos
+    g = text.load(save(tmp_path / "eos", model))
+    ours = g.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=12, seed=3, max_denoising_steps=4)
+    assert ours.token_ids == family(g, 3, 12, max_denoising_steps=4, eos_token_id=eos)
+    assert ours.token_ids[-1] == eos and ours.finish_reason == "eos" and len(ours.token_ids) <= 7
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_block_rules_take_fewer_forwards_than_tokens(gen, rule):
+    res = gen.generate(PROMPT, decoder=rule, max_new_tokens=24)
+    assert len(res.token_ids) == 24
+    assert res.stats.num_forwards < res.stats.num_new_tokens
+
+
+def test_causal_decoders_are_refused_naming_the_ones_that_apply(gen):
+    for name in ("ar", "jacobi", "s2d2"):
+        with pytest.raises(ValueError, match="diffusion_gemma, block_diffusion"):
+            gen.generate(PROMPT, decoder=name, max_new_tokens=4)
+
+
+def test_settings_a_decoder_cannot_honour_are_refused(gen, tmp_path):
+    with pytest.raises(ValueError, match="temperature"):
+        gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=4, temperature=0.7)
+    model = tiny_diffusion_gemma()
+    model.generation_config.cache_implementation = "quantized"
+    with pytest.raises(ValueError, match="cache_implementation"):
+        text.load(save(tmp_path / "quantized", model))
+    both = save(tmp_path / "bidirectional", tiny_diffusion_gemma())
+    cfg = json.loads((both / "config.json").read_text())
+    cfg["text_config"]["use_bidirectional_attention"] = "all"
+    (both / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="use_bidirectional_attention"):
+        text.load(both)
