@@ -30,14 +30,22 @@ NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a 
 
 
 
+def refuse_settings(bidirectional, canvas_length, cache_implementation) -> None:
+    """ValueError naming a folder setting no decoder here can honour (checked before the weights load)."""
+    if bidirectional == "all":
+        raise ValueError("text_config.use_bidirectional_attention='all' (a bidirectional encoder) cannot be "
+                         "honoured: parasuite encodes committed text causally, a step at a time")
+    if not isinstance(canvas_length, int) or canvas_length < 1:
+        raise ValueError(f"the folder's config has canvas_length={canvas_length!r}: DiffusionGemma's sampler "
+                         "needs a canvas length (the block size it was trained with); set canvas_length in config.json")
+    if cache_implementation not in (None, "dynamic", "static"):
+        raise ValueError(f"the folder's generation_config sets cache_implementation={cache_implementation!r}: parasuite "
+                         "keeps its own exact cache (the numbers of 'dynamic'), so it cannot honour that; remove the setting")
+
+
 def generation_settings(model) -> dict:
-    """The folder's own diffusion settings (its generation_config.json), None where unset; refuses the
-    ones no decoder here can honour, naming the setting."""
+    """The folder's own diffusion settings (its generation_config.json), None where unset."""
     gen = getattr(model, "generation_config", None)
-    cache = getattr(gen, "cache_implementation", None)
-    if cache not in (None, "dynamic", "static"):
-        raise ValueError(f"the folder's generation_config sets cache_implementation={cache!r}: parasuite keeps its own "
-                         "exact cache (the numbers of 'dynamic'), so it cannot honour that; remove the setting")
     out = {k: getattr(gen, k, None) for k in GENERATION_KEYS}
     sampler = getattr(gen, "sampler_config", None)
     out["entropy_bound"] = getattr(sampler, "entropy_bound", None)
@@ -57,13 +65,9 @@ class DiffusionGemmaAdapter:
         self.model = model.eval()
         self._param = next(model.parameters())
         cfg, text = model.config, model.config.text_config
-        if getattr(text, "use_bidirectional_attention", None) == "all":
-            raise ValueError("text_config.use_bidirectional_attention='all' (a bidirectional encoder) cannot be "
-                             "honoured: parasuite encodes committed text causally, a step at a time")
-        if not cfg.canvas_length or cfg.canvas_length < 1:
-            raise ValueError(f"the folder's config has canvas_length={cfg.canvas_length!r}: DiffusionGemma's sampler "
-                             "needs a canvas length (the block size it was trained with); set canvas_length in config.json")
         gen = getattr(model, "generation_config", None)
+        refuse_settings(getattr(text, "use_bidirectional_attention", None), cfg.canvas_length,
+                        getattr(gen, "cache_implementation", None))
         eos = _as_set(getattr(gen, "eos_token_id", None))   # as the family's generate: only its generation config stops it
         pad = getattr(gen, "pad_token_id", None)
         pad = pad if pad is not None else (text.pad_token_id if text.pad_token_id is not None else 0)
@@ -206,7 +210,11 @@ def load(path, device=None, dtype=torch.float32) -> "DiffusionGemmaGenerator":
     from transformers import DiffusionGemmaForBlockDiffusion
 
     from .model import quiet_transformers
+    from suite.runtime.storage import read_json
     folder = check_folder(path)
+    cfg = read_json(folder / "config.json", default={})
+    refuse_settings((cfg.get("text_config") or {}).get("use_bidirectional_attention"), cfg.get("canvas_length", 256),
+                    read_json(folder / "generation_config.json", default={}).get("cache_implementation"))
     tok = load_tokenizer(folder, path)
     with quiet_transformers():
         try:

@@ -3,6 +3,7 @@ with save_pretrained. The family's own sampler (decoder="diffusion_gemma") gives
 family's `generate` for the same settings and seed; every block commit rule decodes it with fewer forwards
 than new tokens; settings no decoder can honour are refused, naming the setting."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -29,6 +30,18 @@ def folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gen(folder):
     return text.load(folder)
+
+
+def variant(folder, dest, config=None, text_config=None, generation=None):
+    """A copy of the saved folder with some settings changed in its JSON files (no new model built)."""
+    shutil.copytree(folder, dest)
+    for name, changes, sub in (("config.json", config, None), ("config.json", text_config, "text_config"),
+                               ("generation_config.json", generation, None)):
+        if changes:
+            data = json.loads((dest / name).read_text())
+            (data[sub] if sub else data).update(changes)
+            (dest / name).write_text(json.dumps(data))
+    return dest
 
 
 def family(gen, seed, max_new_tokens, **settings):
@@ -69,14 +82,12 @@ def _sampler(bound):
     return EntropyBoundSamplerConfig(entropy_bound=bound)
 
 
-def test_sampler_equals_the_familys_generate_with_another_block_size_and_eos(tmp_path):
+def test_sampler_equals_the_familys_generate_with_another_block_size_and_eos(folder, tmp_path):
     """canvas_length 4 (the block size), EOS from the folder's generation config: the row ends at it."""
-    model = tiny_diffusion_gemma(canvas_length=4)
-    probe = save(tmp_path / "probe", model)
+    probe = variant(folder, tmp_path / "probe", config={"canvas_length": 4})
     eos = text.load(probe).generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=12, seed=3,
                                     max_denoising_steps=4).token_ids[6]
-    model.generation_config.eos_token_id = eos
-    g = text.load(save(tmp_path / "eos", model))
+    g = text.load(variant(probe, tmp_path / "eos", generation={"eos_token_id": eos}))
     ours = g.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=12, seed=3, max_denoising_steps=4)
     assert ours.token_ids == family(g, 3, 12, max_denoising_steps=4, eos_token_id=eos)
     assert ours.token_ids[-1] == eos and ours.finish_reason == "eos" and len(ours.token_ids) <= 7
@@ -95,16 +106,12 @@ def test_causal_decoders_are_refused_naming_the_ones_that_apply(gen):
             gen.generate(PROMPT, decoder=name, max_new_tokens=4)
 
 
-def test_settings_a_decoder_cannot_honour_are_refused(gen, tmp_path):
+def test_settings_a_decoder_cannot_honour_are_refused(gen, folder, tmp_path):
     with pytest.raises(ValueError, match="temperature"):
         gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=4, temperature=0.7)
-    model = tiny_diffusion_gemma()
-    model.generation_config.cache_implementation = "quantized"
+    with pytest.raises(ValueError, match="top_k"):
+        gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=4, top_k=5)
     with pytest.raises(ValueError, match="cache_implementation"):
-        text.load(save(tmp_path / "quantized", model))
-    both = save(tmp_path / "bidirectional", tiny_diffusion_gemma())
-    cfg = json.loads((both / "config.json").read_text())
-    cfg["text_config"]["use_bidirectional_attention"] = "all"
-    (both / "config.json").write_text(json.dumps(cfg))
+        text.load(variant(folder, tmp_path / "quantized", generation={"cache_implementation": "quantized"}))
     with pytest.raises(ValueError, match="use_bidirectional_attention"):
-        text.load(both)
+        text.load(variant(folder, tmp_path / "bidirectional", text_config={"use_bidirectional_attention": "all"}))
