@@ -129,6 +129,10 @@ class _LazyDecoders(Mapping):
 
 DECODERS: Mapping[str, type] = _LazyDecoders()
 TEXT_DECODERS: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.modalities == ("any",))
+# the decoders that drive a canvas model (an adapter with `canvas_model`: DiffusionGemma): its own sampler and the
+# block commit rules (s2d2 verifies with causal next-token predictions, which a canvas model does not make)
+CANVAS_DECODERS: tuple[str, ...] = ("diffusion_gemma", "block_diffusion", "fast_dllm_factor", "prophet", "credit",
+                                    "entropy_bounded")
 
 
 def list_decoders(modality: str | None = None, adapter=None, guarantee: str | None = None,

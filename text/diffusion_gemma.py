@@ -20,10 +20,9 @@ import torch
 
 from suite.cache import KVCache
 from suite.models.adapters import AdapterConfig, _as_set
+from suite.registry import CANVAS_DECODERS as DECODERS
 
 from .generator import TextGenerator, _first_line, check_folder, load_tokenizer
-
-DECODERS = ("diffusion_gemma", "block_diffusion", "fast_dllm_factor", "prophet", "credit", "entropy_bounded")
 GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
 

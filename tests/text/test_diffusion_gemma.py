@@ -115,3 +115,14 @@ def test_settings_a_decoder_cannot_honour_are_refused(gen, folder, tmp_path):
         text.load(variant(folder, tmp_path / "quantized", generation={"cache_implementation": "quantized"}))
     with pytest.raises(ValueError, match="use_bidirectional_attention"):
         text.load(variant(folder, tmp_path / "bidirectional", text_config={"use_bidirectional_attention": "all"}))
+
+
+def test_cli_decodes_a_diffusion_gemma_folder(folder, capsys):
+    from text.__main__ import main
+    assert main([PROMPT, "--model", str(folder), "--seed", "0", "--max-new-tokens", "8",
+                 "--option", "max_denoising_steps=4"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() and "forward" in err
+    assert main([PROMPT, "--model", str(folder), "--decoder", "entropy_bounded", "--max-new-tokens", "8"]) == 0
+    assert main([PROMPT, "--model", str(folder), "--decoder", "ngram", "--max-new-tokens", "4"]) == 2
+    assert "diffusion_gemma" in capsys.readouterr().err
