@@ -91,8 +91,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def model_diffusion_gemma(model) -> bool:
     """Whether --model is a DiffusionGemma folder (its default decoder is the family's own sampler)."""
-    from text.generator import _model_type
-    return model is not None and _model_type(model) == "diffusion_gemma"
+    from text.generator import model_type
+    return model is not None and model_type(model) == "diffusion_gemma"
 
 
 VLM_DECODER = "ar"      # a vision-language family runs no auto (text.vlm_chat.VLMChat.decoders)

@@ -10,7 +10,9 @@ public forward. Decoders that apply: `diffusion_gemma` (the family's own sampler
 `generate`) and the block commit rules (block_diffusion, fast_dllm_factor, prophet, credit,
 entropy_bounded), whose unfilled canvas slots the adapter fills with uniform-noise tokens (the
 family's canvas noise), drawn from a fixed hash of the position (the adapter keeps no RNG).
-No weights ship: bring a folder saved with `save_pretrained` (model and tokenizer).
+`text.load(folder)` gives a `text.TextGenerator` over this adapter (its `decoders` are the ones above;
+"auto" means the family's sampler). No weights ship: bring a folder saved with `save_pretrained`
+(model and tokenizer).
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from types import SimpleNamespace
 import torch
 
 from suite.cache import KVCache
-from suite.models.adapters import AdapterConfig, _as_set
+from suite.models.adapters import AdapterConfig
 from suite.registry import CANVAS_DECODERS as DECODERS
 
-from .generator import TextGenerator, _first_line, check_folder, load_tokenizer
+from .folders import check_folder, first_line, load_tokenizer
 GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
 
@@ -67,7 +69,8 @@ class DiffusionGemmaAdapter:
         gen = getattr(model, "generation_config", None)
         refuse_settings(getattr(text, "use_bidirectional_attention", None), cfg.canvas_length,
                         getattr(gen, "cache_implementation", None))
-        eos = _as_set(getattr(gen, "eos_token_id", None))   # as the family's generate: only its generation config stops it
+        eos = getattr(gen, "eos_token_id", None)    # as the family's generate: only its generation config stops it
+        eos = frozenset([eos] if isinstance(eos, int) else eos or ())
         pad = getattr(gen, "pad_token_id", None)
         pad = pad if pad is not None else (text.pad_token_id if text.pad_token_id is not None else 0)
         self.vocab_size = text.vocab_size
@@ -204,12 +207,14 @@ class SlidingView:
         return out
 
 
-def load(path, device=None, dtype=torch.float32) -> "DiffusionGemmaGenerator":
-    """A DiffusionGemma folder (config, weights, tokenizer) -> a generator over its adapter."""
+def load_folder(path, device=None, dtype=torch.float32) -> tuple[DiffusionGemmaAdapter, object]:
+    """A DiffusionGemma folder (config, weights, tokenizer) -> (its adapter, its tokenizer); settings no
+    decoder can honour are refused before the weights load."""
     from transformers import DiffusionGemmaForBlockDiffusion
 
-    from .model import quiet_transformers
     from suite.runtime.storage import read_json
+
+    from .model import quiet_transformers
     folder = check_folder(path)
     cfg = read_json(folder / "config.json", default={})
     refuse_settings((cfg.get("text_config") or {}).get("use_bidirectional_attention"), cfg.get("canvas_length", 256),
@@ -219,24 +224,8 @@ def load(path, device=None, dtype=torch.float32) -> "DiffusionGemmaGenerator":
         try:
             model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot load DiffusionGemma from {str(path)!r} ({_first_line(e)}): pass a folder saved "
+            raise ValueError(f"cannot load DiffusionGemma from {str(path)!r} ({first_line(e)}): pass a folder saved "
                              "from DiffusionGemmaForBlockDiffusion.save_pretrained") from e
     if device is not None:
         model.to(device)
-    return DiffusionGemmaGenerator(DiffusionGemmaAdapter(model), tok, name=str(path))
-
-
-class DiffusionGemmaGenerator(TextGenerator):
-    """`text.TextGenerator` over a DiffusionGemma adapter: `generate`/`stream` as for any model, with the
-    decoders that drive a canvas (`decoders`); the default ("auto") is the family's own sampler."""
-
-    decoders = DECODERS
-
-    def _options(self, name: str, options: dict) -> dict:
-        return options
-
-    def _submit(self, prompt, decoder, *args, **kwargs):
-        return super()._submit(prompt, "diffusion_gemma" if decoder == "auto" else decoder, *args, **kwargs)
-
-    def draft_head(self):
-        return None
+    return DiffusionGemmaAdapter(model), tok

@@ -56,10 +56,11 @@ def family(gen, seed, max_new_tokens, **settings):
     return out[:out.index(eos) + 1] if eos in out else out
 
 
-def test_load_gives_a_diffusion_gemma_generator(gen):
-    from text.diffusion_gemma import DiffusionGemmaGenerator
-    assert isinstance(gen, DiffusionGemmaGenerator)
+def test_load_gives_a_generator_over_the_diffusion_gemma_adapter(gen):
+    from text.diffusion_gemma import DiffusionGemmaAdapter
+    assert isinstance(gen.model, DiffusionGemmaAdapter)
     assert gen.decoders[0] == "diffusion_gemma" and set(RULES) <= set(gen.decoders)
+    assert gen.generate(PROMPT, max_new_tokens=8, seed=0, max_denoising_steps=2).stats.num_forwards == 2   # auto
 
 
 @pytest.mark.parametrize("settings", [
