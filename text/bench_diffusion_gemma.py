@@ -23,6 +23,11 @@ MARKS = ("<!-- text-bench-dgemma:start -->", "<!-- text-bench-dgemma:end -->")
 HEADING = "## Text: DiffusionGemma (block diffusion, tiny random config, CPU)"
 
 
+# DiffusionGemma always builds Gemma 4's vision tower (16 layers of 768 by default): a tiny one keeps it cheap
+TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                   head_dim=8, position_embedding_size=64)
+
+
 def tiny_model(canvas_length: int = 8, init: float = 2.0, seed: int = 0):
     """A random DiffusionGemma (vocab 99, hidden 32, 2 layers, 2 experts); `init` scales the weights so the
     predictions are confident, as a trained model's are (the default init gives near-uniform ones)."""
@@ -32,7 +37,7 @@ def tiny_model(canvas_length: int = 8, init: float = 2.0, seed: int = 0):
                 layer_types=["sliding_attention", "full_attention"], num_experts=2, top_k_experts=1,
                 moe_intermediate_size=32, initializer_range=init)
     torch.manual_seed(seed)
-    config = DiffusionGemmaConfig(text_config=text, vision_config=None, canvas_length=canvas_length,
+    config = DiffusionGemmaConfig(text_config=text, vision_config=TINY_VISION, canvas_length=canvas_length,
                                   initializer_range=init)
     return DiffusionGemmaForBlockDiffusion(config).eval()
 

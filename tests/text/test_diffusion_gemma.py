@@ -127,3 +127,19 @@ def test_cli_decodes_a_diffusion_gemma_folder(folder, capsys):
     assert main([PROMPT, "--model", str(folder), "--decoder", "entropy_bounded", "--max-new-tokens", "8"]) == 0
     assert main([PROMPT, "--model", str(folder), "--decoder", "ngram", "--max-new-tokens", "4"]) == 2
     assert "diffusion_gemma" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rule", ["block_diffusion", "entropy_bounded"])
+def test_a_ragged_batch_decodes_each_row_as_alone(gen, rule):
+    """Rows of other lengths (padding, dead slots, sliding layers past their window: the masked path)."""
+    prompts = [PROMPT + " w10 w11", "w20 w21 w22"]
+    both = gen.generate(prompts, decoder=rule, max_new_tokens=16)
+    assert both.token_ids == [gen.generate(p, decoder=rule, max_new_tokens=16).token_ids for p in prompts]
+
+
+def test_bench_group_reports_every_rule_and_the_familys_agreement(capsys):
+    from text.bench import main
+    main(["--group", "diffusion_gemma", "--prompts", "1", "--max-new-tokens", "8", "--steps", "2", "--no-write"])
+    out = capsys.readouterr().out
+    assert all(f"| {rule} |" in out for rule in RULES)
+    assert "| diffusion_gemma, 2 steps | 8 | 2 |" in out and out.count("| 1/1 | 100% |") >= 4
