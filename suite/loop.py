@@ -458,7 +458,8 @@ def _append_text(cache: KVCache, draft: Draft) -> None:
     [0, starts[b])), padded to the longest row; a canvas takes no cache slot."""
     c = draft.canvas
     width = c.width
-    valid = torch.arange(width, device=draft.valid.device)[None] < torch.tensor(c.starts, device=draft.valid.device)[:, None]
+    dev = draft.valid.device
+    valid = torch.arange(width, device=dev)[None] < torch.tensor(c.starts, device=dev)[:, None]
     cache.append(draft.positions[:, :width], valid, dense=min(c.starts, default=0) == width)
 
 

@@ -78,8 +78,8 @@ def tiny_eagle_head(model, k=64, seed=0):
 
 
 # DiffusionGemma always builds Gemma 4's vision tower (16 layers of 768 by default): a tiny one keeps it cheap
-TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                   head_dim=8, position_embedding_size=64)
+TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                   num_key_value_heads=2, head_dim=8, position_embedding_size=64)
 
 
 def tiny_diffusion_gemma(canvas_length: int = 8, sliding_window: int = 64, init: float = 2.0, seed: int = 0, **text):
@@ -91,7 +91,8 @@ def tiny_diffusion_gemma(canvas_length: int = 8, sliding_window: int = 64, init:
               num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=sliding_window,
               max_position_embeddings=256, layer_types=["sliding_attention", "full_attention"], num_experts=2,
               top_k_experts=1, moe_intermediate_size=32, initializer_range=init, **text)
-    config = DiffusionGemmaConfig(text_config=tc, vision_config=TINY_VISION, canvas_length=canvas_length, initializer_range=init)
+    config = DiffusionGemmaConfig(text_config=tc, vision_config=TINY_VISION, canvas_length=canvas_length,
+                                  initializer_range=init)
     torch.manual_seed(seed)
     return DiffusionGemmaForBlockDiffusion(config).eval()
 

@@ -201,7 +201,7 @@ def main(argv=None) -> None:
         return peers([a for a in argv if a != "--peers"])
     if "diffusion_gemma" in argv:    # --group diffusion_gemma: its own model (text/bench_diffusion_gemma.py)
         from .bench_diffusion_gemma import main as dgemma
-        return dgemma(argv)
+        return dgemma(argv, write_benchmarks)
     import text
     args = parse_args(argv)
     torch.manual_seed(0)

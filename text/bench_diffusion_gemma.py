@@ -10,7 +10,6 @@ the parallelism each rule gets from confident predictions and that the sampler i
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -24,8 +23,8 @@ HEADING = "## Text: DiffusionGemma (block diffusion, tiny random config, CPU)"
 
 
 # DiffusionGemma always builds Gemma 4's vision tower (16 layers of 768 by default): a tiny one keeps it cheap
-TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                   head_dim=8, position_embedding_size=64)
+TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                   num_key_value_heads=2, head_dim=8, position_embedding_size=64)
 
 
 def tiny_model(canvas_length: int = 8, init: float = 2.0, seed: int = 0):
@@ -64,12 +63,12 @@ def runners(adapter, steps: int):
     its defaults and with `steps` denoising steps at most, then the block commit rules."""
     passes = {"n": 0}
     adapter.model.model.decoder.register_forward_hook(lambda *_: passes.__setitem__("n", passes["n"] + 1))
-    fast = {"max_denoising_steps": steps}
-    out = [("family generate", family_runner(adapter.model, passes), "family generate"),
-           ("diffusion_gemma", suite_runner(adapter, "diffusion_gemma"), "family generate"),
-           (f"family generate, {steps} steps", family_runner(adapter.model, passes, **fast), f"family generate, {steps} steps"),
-           (f"diffusion_gemma, {steps} steps", suite_runner(adapter, "diffusion_gemma", **fast), f"family generate, {steps} steps")]
-    return out + [(n, suite_runner(adapter, n), "family generate") for n in CANVAS_DECODERS[1:]]
+    fast, family, budget = {"max_denoising_steps": steps}, "family generate", f"family generate, {steps} steps"
+    out = [(family, family_runner(adapter.model, passes), family),
+           ("diffusion_gemma", suite_runner(adapter, "diffusion_gemma"), family),
+           (budget, family_runner(adapter.model, passes, **fast), budget),
+           (f"diffusion_gemma, {steps} steps", suite_runner(adapter, "diffusion_gemma", **fast), budget)]
+    return out + [(n, suite_runner(adapter, n), family) for n in CANVAS_DECODERS[1:]]
 
 
 def measure(runs, prompts, max_new):
@@ -94,7 +93,8 @@ def measure(runs, prompts, max_new):
 
 
 def table(rows, n) -> str:
-    head = "| decoder | new tokens | forwards | forwards/token | tokens/forward | ms/token | same tokens as the family | positions equal |"
+    head = ("| decoder | new tokens | forwards | forwards/token | tokens/forward | ms/token | same tokens as the family "
+            "| positions equal |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for label, r in rows.items():
         lines.append(f"| {label} | {r['tokens']} | {r['forwards']} | {r['forwards'] / r['tokens']:.2f} | "
@@ -109,16 +109,16 @@ def parse_args(argv):
     p.add_argument("--model", metavar="FOLDER", help="a DiffusionGemma folder (default: a tiny random config)")
     p.add_argument("--prompts", type=int, default=6, help="random prompts, one seed each (default 6)")
     p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--steps", type=int, default=8, help="the sampler's step budget of the second pair of runs (default 8)")
+    p.add_argument("--steps", type=int, default=8,
+                   help="the sampler's step budget in the second pair of runs (default 8)")
     p.add_argument("--no-write", dest="write", action="store_false", help="print only")
     p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     return p.parse_args(argv)
 
 
-def main(argv=None) -> None:
-    from .bench import write_benchmarks
+def main(argv, write_benchmarks) -> None:
+    """Run from `python -m text.bench --group diffusion_gemma` (which passes its BENCHMARKS.md writer)."""
     from .diffusion_gemma import DiffusionGemmaAdapter, load_folder
-    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args([a for a in argv if a not in ("--group", "diffusion_gemma")])
     adapter = load_folder(args.model)[0] if args.model else DiffusionGemmaAdapter(tiny_model())
     vocab = adapter.config.vocab_size
@@ -135,8 +135,8 @@ def main(argv=None) -> None:
         f"Command: `python -m text.bench {flags}`; {model}; {args.prompts} random 8-token prompts, prompt i with "
         f"seed i, max_new_tokens={args.max_new_tokens}, {torch.get_num_threads()} threads. The family's generate and "
         "`diffusion_gemma` run its defaults (48 denoising steps at most, entropy bound 0.1, temperature 0.8 to 0.4, "
-        f"stop when stable and confident), then with max_denoising_steps={args.steps}; the block commit rules their own "
-        "defaults (block_size 8). forwards = "
+        f"stop when stable and confident), then with max_denoising_steps={args.steps}; the block commit rules their "
+        "own defaults (block_size 8). forwards = "
         "decoder passes (each of ours also encodes the tokens committed since the last one, as the family's encoder "
         "does once per canvas). Agreement is with the family's generate for the same prompt, seed and settings "
         "(its defaults for the block commit rules).",

@@ -5,9 +5,11 @@ The family is a block-diffusion LM: an encoder reads the committed text into a K
 decoder denoises a canvas of `canvas_length` tokens that attends to that cache and to itself
 (bidirectionally), predicting each canvas slot's own token. `DiffusionGemmaAdapter` exposes it as a
 canvas model (`suite.loop.Canvas`): one forward = the encoder over a draft's committed-text slots
-(their K/V kept in the suite's cache), then the decoder over its canvas slots, through the model's
-public forward. Decoders that apply: `diffusion_gemma` (the family's own sampler, equal to its
-`generate`) and the block commit rules (block_diffusion, fast_dllm_factor, prophet, credit,
+(their K/V kept in the suite's cache), then the decoder over its canvas slots, as the family's
+`generate` calls them (`model.model.encoder`, then the model's forward without input_ids). Where rows
+are dense (one prompt), the model sees the cache as the family's own cache shows it (`SlidingView`),
+so the numbers are the family's bit for bit; ragged rows go through explicit masks (the same maths).
+Decoders that apply: `diffusion_gemma` (the family's own sampler, equal to its `generate`) and the block commit rules (block_diffusion, fast_dllm_factor, prophet, credit,
 entropy_bounded), whose unfilled canvas slots the adapter fills with uniform-noise tokens (the
 family's canvas noise), drawn from a fixed hash of the position (the adapter keeps no RNG).
 `text.load(folder)` gives a `text.TextGenerator` over this adapter (its `decoders` are the ones above;
@@ -25,10 +27,9 @@ from suite.models.adapters import AdapterConfig
 from suite.registry import CANVAS_DECODERS as DECODERS
 
 from .folders import check_folder, first_line, load_tokenizer
+
 GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
-
-
 
 
 def refuse_settings(bidirectional, canvas_length, cache_implementation) -> None:
@@ -40,8 +41,9 @@ def refuse_settings(bidirectional, canvas_length, cache_implementation) -> None:
         raise ValueError(f"the folder's config has canvas_length={canvas_length!r}: DiffusionGemma's sampler "
                          "needs a canvas length (the block size it was trained with); set canvas_length in config.json")
     if cache_implementation not in (None, "dynamic", "static"):
-        raise ValueError(f"the folder's generation_config sets cache_implementation={cache_implementation!r}: parasuite "
-                         "keeps its own exact cache (the numbers of 'dynamic'), so it cannot honour that; remove the setting")
+        raise ValueError(f"the folder's generation_config sets cache_implementation={cache_implementation!r}: "
+                         "parasuite keeps its own exact cache (the numbers of 'dynamic'), so it cannot honour that; "
+                         "remove the setting")
 
 
 def generation_settings(model) -> dict:
@@ -79,7 +81,8 @@ class DiffusionGemmaAdapter:
         self.config = AdapterConfig(
             vocab_size=text.vocab_size, eos_token_ids=eos, pad_token_id=int(pad),
             max_length=text.max_position_embeddings,
-            extra={"mask_token_id": text.vocab_size,     # a sentinel outside the vocabulary: the adapter puts noise there
+            # mask_token_id: a sentinel outside the vocabulary, where the adapter puts noise
+            extra={"mask_token_id": text.vocab_size,
                    "canvas_length": cfg.canvas_length, "generation": generation_settings(model)})
 
     @property

@@ -87,7 +87,7 @@ class DiffusionGemmaSampler:
         unset = {f.name: folder.get(f.name) if folder.get(f.name) is not None else FAMILY_DEFAULTS.get(f.name)
                  for f in dataclasses.fields(self) if getattr(self, f.name) is None}
         bound = dataclasses.replace(self, **unset)
-        object.__setattr__(bound, "vocab_size", adapter.config.vocab_size)   # the canvas noise's range: bound, not an option
+        object.__setattr__(bound, "vocab_size", adapter.config.vocab_size)   # the noise's range: bound, not an option
         return bound
 
     def start(self, state: DecodeState) -> None:
@@ -122,7 +122,8 @@ class DiffusionGemmaSampler:
                 logits.append(None)
                 continue
             if row.canvas is None:                       # a new canvas: x_T ~ U(V)
-                row.canvas = torch.randint(0, self.vocab_size, (1, length), device=state.device, generator=state.generator)[0]
+                row.canvas = torch.randint(0, self.vocab_size, (1, length), device=state.device,
+                                           generator=state.generator)[0]
                 row.logits, row.step, row.history = None, self.max_denoising_steps, None
             pending = state.pending(b)
             start = state.num_cached[b]
