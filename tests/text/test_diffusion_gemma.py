@@ -102,9 +102,12 @@ def test_block_rules_take_fewer_forwards_than_tokens(gen, rule):
 
 
 def test_causal_decoders_are_refused_naming_the_ones_that_apply(gen):
+    import suite
     for name in ("ar", "jacobi", "s2d2"):
         with pytest.raises(ValueError, match="diffusion_gemma, block_diffusion"):
             gen.generate(PROMPT, decoder=name, max_new_tokens=4)
+    with pytest.raises(ValueError, match="DiffusionGemmaAdapter"):      # the bare model is no causal LM
+        suite.generate(gen.model.model, [[5, 6]], decoder="ar")
 
 
 def test_settings_a_decoder_cannot_honour_are_refused(gen, folder, tmp_path):
