@@ -64,7 +64,7 @@ def vlm_families() -> str:
 
 
 def known_families() -> str:
-    return f"any transformers causal LM, or a vision-language model ({vlm_families()})"
+    return f"any transformers causal LM, a vision-language model ({vlm_families()}), or a DiffusionGemma folder"
 
 
 def decoder_choices() -> list[str]:
