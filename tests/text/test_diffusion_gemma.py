@@ -115,6 +115,8 @@ def test_settings_a_decoder_cannot_honour_are_refused(gen, folder, tmp_path):
         gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=4, temperature=0.7)
     with pytest.raises(ValueError, match="top_k"):
         gen.generate(PROMPT, decoder="diffusion_gemma", max_new_tokens=4, top_k=5)
+    with pytest.raises(ValueError, match="regex"):
+        gen.generate(PROMPT, max_new_tokens=4, regex="w[0-9]+")
     with pytest.raises(ValueError, match="cache_implementation"):
         text.load(variant(folder, tmp_path / "quantized", generation={"cache_implementation": "quantized"}))
     with pytest.raises(ValueError, match="use_bidirectional_attention"):
