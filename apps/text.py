@@ -64,7 +64,7 @@ def vlm_families() -> str:
 
 
 def known_families() -> str:
-    return f"any transformers causal LM, or a vision-language model ({vlm_families()})"
+    return f"any transformers causal LM, a vision-language model ({vlm_families()}), or a DiffusionGemma folder"
 
 
 def decoder_choices() -> list[str]:
@@ -251,8 +251,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
             raise ValueError("the JSON schema constrains causal LMs; this folder holds a vision-language model: "
                              "use Generate without a schema, or a causal LM folder")
         runs = [text_run(gen, decoder, prompt, image, args, parse_options(decoder, options))]
-        if compare and decoder != "ar":
-            runs.insert(0, text_run(gen, "ar", prompt, image, args, {}))
+        base = (getattr(gen, "decoders", None) or ["ar"])[0]    # ar; a DiffusionGemma folder: its own sampler
+        if compare and decoder != base:
+            runs.insert(0, text_run(gen, base, prompt, image, args, {}))
         chosen, baseline = runs[-1], (runs[0] if len(runs) == 2 else None)
 
         def view():

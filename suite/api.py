@@ -37,6 +37,9 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         decoder = make_decoder(decoder, **options)
     elif options:
         raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
+    only = getattr(adapter, "only_decoders", None)     # a model that only some decoders drive (a canvas model)
+    if only is not None and decoder.name not in only:
+        raise ValueError(f"decoder {decoder.name!r} does not run on {type(adapter).__name__}; use one of: {', '.join(only)}")
     if hasattr(decoder, "bind"):
         decoder = decoder.bind(model)
     missing = {c for c in decoder.requires if not getattr(adapter, f"supports_{c}", False)}
@@ -53,6 +56,9 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
             raise ValueError(f"{where} is {len(r)} tokens, the model's context is {limit}: shorten it "
                              f"to at most {limit - 1} tokens")
     constraints = inputs.constraints if inputs is not None else None
+    if constraints is not None and getattr(adapter, "canvas_model", False):
+        raise ValueError(f"structured output (json_schema=, regex=) constrains next-token predictions; "
+                         f"{type(adapter).__name__} denoises a canvas: decode without a schema or regex")
     if constraints is not None and len(constraints) != len(rows):
         raise ValueError(f"inputs.constraints has {len(constraints)} rows for {len(rows)} prompts: give one "
                          "suite.constraint.RowConstraint (or None) per prompt")

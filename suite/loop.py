@@ -44,11 +44,13 @@ class Draft:
     lengths: list[int] | None = None        # real slots per row, on the host (from_rows fills it)
     causal: bool = False                    # every row has N real slots and a causal mask: with no past_mask
                                             # and a cache without holes, the model's own causal mask is this one
+    canvas: "Canvas | None" = None          # for a canvas model (suite.models: `canvas_model`): where each row's
+                                            # canvas starts; None for a causal model
 
     @staticmethod
     def from_rows(tokens: list[list[int]], positions: list[list[int]],
                   masks: list[torch.Tensor | None] | None = None, meta: Any = None,
-                  logits_from: int = 0, *, device: torch.device) -> "Draft":
+                  logits_from: int = 0, *, device: torch.device, canvas: "Canvas | None" = None) -> "Draft":
         """Pad per-row drafts to one (B, N) block on `device` (the request's, `state.device`);
         a row's mask (on that device too) defaults to causal."""
         lengths = [len(t) for t in tokens]
@@ -57,7 +59,7 @@ class Draft:
                              [list(p) + [0] * (n - len(p)) for p in positions]], dtype=torch.long, device=device)
         if min(lengths) == n and not any(m is not None for m in masks or []):          # no padding: the common case
             mask, valid = _causal_block(len(tokens), n, torch.device(device))
-            return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, causal=True)
+            return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, causal=True, canvas=canvas)
         causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()              # (N, N)
         valid = torch.arange(n, device=device)[None] < torch.tensor(lengths, device=device)[:, None]   # (B, N)
         # real slots see the real slots before them; padding sees itself only
@@ -65,7 +67,24 @@ class Draft:
         for b, row_mask in enumerate(masks or []):
             if row_mask is not None:
                 mask[b, :len(tokens[b]), :len(tokens[b])] = row_mask
-        return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths)
+        return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, canvas=canvas)
+
+
+@dataclass
+class Canvas:
+    """A canvas model's draft layout (an encoder over the committed text, a decoder that denoises a
+    canvas, e.g. DiffusionGemma). Row b's slots [0, starts[b]) are committed text for the encoder
+    (their K/V is cached and kept: only these slots take cache slots); slots [starts[b], ends[b])
+    are its canvas, and the logits of a canvas slot predict that slot's own token (no shift)."""
+    starts: list[int]
+    ends: list[int]
+    self_conditioning: torch.Tensor | None = None   # (B, L, V) logits of the previous denoising step, or None
+    conditioned: torch.Tensor | None = None         # (B,) bool: rows whose self_conditioning is real (None: all)
+
+    @property
+    def width(self) -> int:
+        """Cache slots this forward writes: the longest row's committed text."""
+        return max(self.starts, default=0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -84,6 +103,8 @@ class Acceptance:
     committed: list[list[int]]
     keep: torch.Tensor
     kept: list[int] | None = None    # given: keep is each row's first kept[b] slots, known on the host (no sync)
+    refining: bool = False           # a canvas step: a row may commit nothing while its canvas is refined
+                                     # (the decoder bounds its steps itself)
 
 
 @dataclass
@@ -164,7 +185,7 @@ class DecodeState:
                     break
             self.num_cached[b] += kept[b]
             self.tokens[b].extend(new)
-            if scored and not new and not kept[b]:
+            if scored and not new and not kept[b] and not acc.refining:
                 raise RuntimeError(f"decoder made no progress on row {b}")
             self.done[b] = self.room(b) == 0 or (bool(new) and new[-1] in self.eos_token_ids)
             out.append(new)
@@ -252,9 +273,16 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
         if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
             logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
                                          logits_from=draft.logits_from, output_hidden=True)
+        elif draft.canvas is not None:
+            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from,
+                           canvas=draft.canvas)
         else:
             logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
-    slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+    if draft.canvas is not None:       # only the committed text took cache slots, and it all stays
+        _append_text(state.cache, draft)
+        slots = None
+    else:
+        slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
     state.stats.num_forwards += 1
     if constrained:
         _mask_logits(state, draft, logits)
@@ -264,7 +292,8 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
             decoder.observe(state, draft, acc.keep)
     else:
         acc = decoder.accept(state, draft, logits)
-    _drop_rejected(state.cache, draft, acc, slots)
+    if slots is not None:
+        _drop_rejected(state.cache, draft, acc, slots)
     committed = state.commit(acc)
     state.cache.compact()
     forced = None
@@ -422,6 +451,16 @@ def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:
     state.stats.num_new_tokens += sum(len(c) for c in committed)
     state.stats.accepted_lengths.append([len(c) for c in committed])
     state.stats.wall_time_s += time.perf_counter() - t0
+
+
+def _append_text(cache: KVCache, draft: Draft) -> None:
+    """Record the cache slots a canvas model's forward wrote: each row's committed text (slots
+    [0, starts[b])), padded to the longest row; a canvas takes no cache slot."""
+    c = draft.canvas
+    width = c.width
+    dev = draft.valid.device
+    valid = torch.arange(width, device=dev)[None] < torch.tensor(c.starts, device=dev)[:, None]
+    cache.append(draft.positions[:, :width], valid, dense=min(c.starts, default=0) == width)
 
 
 def _drop_rejected(cache: KVCache, draft: Draft, acc: Acceptance, slots: slice) -> None:

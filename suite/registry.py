@@ -87,6 +87,9 @@ ENTRIES: tuple[DecoderEntry, ...] = (
                  "lowest-entropy slots while their summed entropy minus the largest stays within gamma"),
     DecoderEntry("s2d2", _D + "blocks.s2d2:S2D2", ("document",), "in distribution",
                  "block-diffusion drafts verified by the causal model (self-speculative)"),
+    DecoderEntry("diffusion_gemma", _D + "blocks.diffusion_gemma:DiffusionGemmaSampler", ("text",), "exact",
+                 "DiffusionGemma's own sampler: entropy-bounded canvas denoising with adaptive stopping",
+                 reference="DiffusionGemma's generate"),
     DecoderEntry("parallel_box", "vision.grounding.parallel_box:ParallelBox", ("grounding",), "lossy",
                  "a whole box block per forward"),
     DecoderEntry("hybrid", "vision.grounding.hybrid_box:HybridBox", ("grounding",), "lossy",
@@ -126,6 +129,10 @@ class _LazyDecoders(Mapping):
 
 DECODERS: Mapping[str, type] = _LazyDecoders()
 TEXT_DECODERS: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.modalities == ("any",))
+# the decoders that drive a canvas model (an adapter with `canvas_model`: DiffusionGemma): its own sampler and the
+# block commit rules (s2d2 verifies with causal next-token predictions, which a canvas model does not make)
+CANVAS_DECODERS: tuple[str, ...] = ("diffusion_gemma", "block_diffusion", "fast_dllm_factor", "prophet", "credit",
+                                    "entropy_bounded")
 
 
 def list_decoders(modality: str | None = None, adapter=None, guarantee: str | None = None,

@@ -209,7 +209,8 @@ class Scheduler:
         stop rules; a seeded sampled request (its own random stream) or a decoder that cannot
         move rows gets a key of its own."""
         p = state.params
-        if (not p.greedy and p.seed is not None) or not self._movable(state):
+        sampled = not p.greedy or getattr(decoder, "always_samples", False)   # draws even when greedy (a canvas sampler)
+        if (sampled and p.seed is not None) or not self._movable(state):
             return ("solo", next(self._solo))
         try:
             hash(decoder)

@@ -75,3 +75,33 @@ def tiny_eagle_head(model, k=64, seed=0):
     with torch.no_grad():
         head.fc.weight.mul_(4.0)
     return head.eval()
+
+
+# DiffusionGemma always builds Gemma 4's vision tower (16 layers of 768 by default): a tiny one keeps it cheap
+TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                   num_key_value_heads=2, head_dim=8, position_embedding_size=64)
+
+
+def tiny_diffusion_gemma(canvas_length: int = 8, sliding_window: int = 64, init: float = 2.0, seed: int = 0, **text):
+    """A tiny random DiffusionGemmaForBlockDiffusion (vocab 99, hidden 32, 2 layers: one sliding, one full;
+    2 experts). init: the weights' init scale; a large one makes the canvas predictions confident, as a
+    trained model's are, so the block commit rules fill several slots per forward."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+    tc = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+              num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=sliding_window,
+              max_position_embeddings=256, layer_types=["sliding_attention", "full_attention"], num_experts=2,
+              top_k_experts=1, moe_intermediate_size=32, initializer_range=init, **text)
+    config = DiffusionGemmaConfig(text_config=tc, vision_config=TINY_VISION, canvas_length=canvas_length,
+                                  initializer_range=init)
+    torch.manual_seed(seed)
+    return DiffusionGemmaForBlockDiffusion(config).eval()
+
+
+def tiny_word_tokenizer(vocab: int = VOCAB):
+    """A word-level tokenizer of `vocab` ids ("<pad>", "<eos>", "<bos>", then "w3" .. ), built in-process."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    words = {"<pad>": 0, "<eos>": 1, "<bos>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>")

@@ -19,6 +19,8 @@ examples:
   python -m text "Hello" --model ./my-model-folder
   python -m text "def fib(n):" --decoder ngram --compare
   python -m text "caption en" --model ./paligemma-folder --image photo.jpg --decoder ngram
+  python -m text "Why is the sky blue?" --model ./diffusiongemma-folder --seed 0       # its own sampler
+  python -m text "Why is the sky blue?" --model ./diffusiongemma-folder --decoder entropy_bounded
   python -m text --input prompts.txt --output out.jsonl --engine ray --workers 2
   python -m text "Extract the person: Ada, 36, engineer." --chat --json-schema person.schema.json
   python -m text "Give a date:" --regex "[0-9]{4}-[0-9]{2}-[0-9]{2}"
@@ -42,11 +44,12 @@ with --.
 
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
+    from suite.registry import CANVAS_DECODERS
     from suite.runtime.jobs import add_batch_arguments
     from suite.models.dtypes import add_dtype_argument
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
-    names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"})
+    names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"} | set(CANVAS_DECODERS))
     p = argparse.ArgumentParser(prog="python -m text", description="Generate text with parasuite's parallel decoders.",
                                 epilog=describe_registered(names) + "\n\n" + EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,8 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"decoding algorithm (default: {DEFAULT_DECODER}, the fastest lossless one measured per request; "
                         f"{VLM_DECODER} for a vision-language folder)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
-    p.add_argument("--model", metavar="PATH", help="a local transformers causal LM or vision-language model folder "
-                                                   "(default: embedded SmolLM2)")
+    p.add_argument("--model", metavar="PATH", help="a local transformers causal LM, vision-language or DiffusionGemma "
+                                                   "model folder (default: embedded SmolLM2)")
     p.add_argument("--image", metavar="PATH", help="with a vision-language --model: the image to ask about")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
@@ -78,8 +81,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):
         p.error("give either a prompt or --input FILE (not both)")
-    args.decoder = args.decoder or (VLM_DECODER if model_vlm(args.model) else DEFAULT_DECODER)
+    args.decoder = args.decoder or (VLM_DECODER if model_vlm(args.model) else
+                                    CANVAS_DECODERS[0] if model_diffusion_gemma(args.model) else DEFAULT_DECODER)
     return args
+
+
+def model_diffusion_gemma(model) -> bool:
+    """Whether --model is a DiffusionGemma folder (its default decoder is the family's own sampler)."""
+    from text.generator import model_type
+    return model is not None and model_type(model) == "diffusion_gemma"
 
 
 VLM_DECODER = "ar"      # a vision-language family runs no auto (text.vlm_chat.VLMChat.decoders)

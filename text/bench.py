@@ -5,6 +5,9 @@ tokens/s, speedup over `ar`, exact match with `ar`, the draft's share of the dec
 auto's choices, per prompt group (the held-out prompts of the EAGLE head's training set are a
 group of their own); then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
 
+`--group diffusion_gemma`: DiffusionGemma (block diffusion) on a tiny random config: the family's
+generate, its sampler as our decoder, the block commit rules (text/bench_diffusion_gemma.py).
+
 `--group structured`: structured output (suite.constraint) on extraction prompts with JSON schemas
 (people, orders, events: nested objects, arrays, enums): each decoder constrained, against
 constrained `ar` (one token per forward, no forced spans): forwards, tokens/s, the share of tokens
@@ -161,8 +164,10 @@ def parse_args(argv=None):
                                 epilog="examples:\n  python -m text.bench\n"
                                        "  python -m text.bench --quick --no-write\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
-    p.add_argument("--group", choices=("all", "structured"), default="all",
-                   help="structured: only the structured-output group (JSON schemas, against constrained ar)")
+    p.add_argument("--group", choices=("all", "structured", "diffusion_gemma"), default="all",
+                   help="structured: only the structured-output group (JSON schemas, against constrained ar); "
+                        "diffusion_gemma: DiffusionGemma on a tiny random config, its sampler and the block commit "
+                        "rules (python -m text.bench --group diffusion_gemma --help)")
     p.add_argument("--decoders", nargs="+", default=None, choices=BENCH_DECODERS,
                    help=f"default: every decoder ({', '.join(STRUCTURED_DECODERS)} for --group structured)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -194,6 +199,9 @@ def main(argv=None) -> None:
     if "--peers" in argv:            # ar against transformers' generate and llama.cpp (text/bench_peers.py)
         from .bench_peers import main as peers
         return peers([a for a in argv if a != "--peers"])
+    if "diffusion_gemma" in argv:    # --group diffusion_gemma: its own model (text/bench_diffusion_gemma.py)
+        from .bench_diffusion_gemma import main as dgemma
+        return dgemma(argv, write_benchmarks)
     import text
     args = parse_args(argv)
     torch.manual_seed(0)

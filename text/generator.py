@@ -12,15 +12,12 @@ import torch
 
 import suite
 
+from .folders import check_folder, first_line, load_tokenizer
 from .model import load_embedded, quiet_transformers
 
 EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
 SAM_CORPUS = Path(__file__).parent / "weights" / "sam_corpus" / "corpus.txt"   # sam_decoding's default corpus
 DEFAULT_DECODER = "auto"
-
-# files any transformers tokenizer folder has at least one of
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
-                   "spiece.model", "vocab.txt", "sentencepiece.bpe.model")
 
 
 @dataclass
@@ -48,6 +45,10 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         from .vlm_chat import VLMChat
         with quiet_transformers():
             return VLMChat(load_vlm(path, device=device), name=str(path))
+    if path is not None and model_type(path) == "diffusion_gemma":    # a block-diffusion LM: text.diffusion_gemma
+        from .diffusion_gemma import load_folder
+        adapter, tokenizer = load_folder(path, device=device, dtype=dtype)
+        return TextGenerator(adapter, tokenizer, name=str(path))
     if path is None:
         model, tokenizer = load_embedded(progress=progress, dtype=dtype)
         name = "SmolLM2-135M-Instruct (embedded)" + ("" if dtype == torch.float32 else f", {str(dtype)[6:]}")
@@ -62,42 +63,29 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
 def vlm_family(path) -> str | None:
     """The image-text-to-text family (suite.models.vlm.FAMILIES) of a model folder, else None (a causal LM,
     or no readable config.json: the loader names what is wrong)."""
-    from suite.runtime.storage import read_json
     from suite.models.vlm import FAMILIES
-    family = read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
+    family = model_type(path)
     return family if family in FAMILIES else None
 
 
-def _load_folder(path, dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def model_type(path) -> str | None:
+    """config.json's model_type of a folder (None without a readable one)."""
+    from suite.runtime.storage import read_json
+    return read_json(Path(path).expanduser() / "config.json", default={}).get("model_type")
 
-    folder = Path(path).expanduser()
-    if not folder.exists():
-        raise ValueError(f"no model folder at {str(path)!r}: pass an existing local folder saved with "
-                         "save_pretrained (hub ids are not fetched), or omit the path for the embedded model")
-    if not folder.is_dir() or not (folder / "config.json").is_file():
-        raise ValueError(f"{str(path)!r} is not a transformers model folder (no config.json): pass the folder "
-                         "that model.save_pretrained() wrote")
-    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
-        raise ValueError(f"the folder {str(path)!r} has no tokenizer: save one there with "
-                         f"tokenizer.save_pretrained({str(path)!r})")
+
+def _load_folder(path, dtype):
+    from transformers import AutoModelForCausalLM
+
+    folder = check_folder(path)
+    tokenizer = load_tokenizer(folder, path)
     with quiet_transformers():
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot load the tokenizer in {str(path)!r} ({_first_line(e)}): save a working one "
-                             "there with tokenizer.save_pretrained()") from e
         try:
             model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot load a causal LM from {str(path)!r} ({_first_line(e)}): pass a folder "
+            raise ValueError(f"cannot load a causal LM from {str(path)!r} ({first_line(e)}): pass a folder "
                              "saved from a transformers *ForCausalLM model") from e
     return model.eval(), tokenizer
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
 
 
 class TextGenerator:
@@ -118,7 +106,9 @@ class TextGenerator:
                 tokenizer.pad_token = tokenizer.eos_token
             else:   # any id works: padded slots are masked out
                 tokenizer.pad_token_id = 0
-        self.eos_token_ids = suite.as_adapter(model).config.eos_token_ids
+        adapter = suite.as_adapter(model)
+        self.eos_token_ids = adapter.config.eos_token_ids
+        self.decoders = getattr(adapter, "only_decoders", None)   # a model only some decoders drive (DiffusionGemma)
 
     @property
     def max_length(self) -> int | None:
@@ -246,6 +236,8 @@ class TextGenerator:
         """Queue a request: the prompts' rows, built once, through `suite.prepare` (in
         Scheduler.submit), which checks everything but the prompt text; a grammar gives each row
         its own constraint (suite.RequestInputs.constraints)."""
+        if decoder == "auto" and self.decoders:        # a canvas model: its own sampler
+            decoder = self.decoders[0]
         if isinstance(decoder, str):
             options = self._options(decoder, options)
         rows = self.rows(prompt, chat)

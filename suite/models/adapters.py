@@ -97,6 +97,9 @@ def as_adapter(model) -> ModelAdapter:
     """Wrap a transformers model; pass adapters through unchanged."""
     if isinstance(model, ModelAdapter):
         return model
+    if getattr(getattr(model, "config", None), "model_type", None) == "diffusion_gemma":
+        raise ValueError("DiffusionGemma is a block-diffusion model, not a causal LM: wrap it with "
+                         "text.diffusion_gemma.DiffusionGemmaAdapter(model), or load its folder with text.load(folder)")
     if hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
         return HFCausalLM(model)
     raise ValueError(f"cannot decode with a {type(model).__name__}: pass a transformers causal LM "

@@ -17,6 +17,11 @@ Lossy: filled tokens are not verified. Quality cost is reported by the benchmark
 block_size=1, or a threshold above 1, is exactly `ar`. threshold=1.0 fills only slots whose
 softmax confidence is exactly 1.0 in float32 (a model that is certain); otherwise it is `ar`.
 The mask token id comes from the adapter config (extra["mask_token_id"]) via `bind`.
+
+Canvas models (an adapter with `canvas_model`, e.g. DiffusionGemma: an encoder over the committed
+text, a decoder that denoises a canvas and predicts each canvas slot's own token): the block is B
+canvas slots at s+1 .. s+B, the first of them the head (committed every forward, like the causal
+head, but a denoised prediction, not an exact AR one). `bind` switches this on from the adapter.
 `BlockCommit` is this loop with the commit law left to a method (`commit`): `BlockDiffusion` is
 the threshold law; the sibling files of this folder (fast_dllm_factor, prophet, credit,
 entropy_bounded) are the other laws.
@@ -30,7 +35,7 @@ from typing import ClassVar
 import torch
 
 from ...acceptance import accept_by_confidence
-from ...loop import Acceptance, DecodeState, Draft
+from ...loop import Acceptance, Canvas, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
 
 
@@ -42,11 +47,12 @@ class BlockMeta:
     head_pos: list[int]        # position of the first target of the noisy block's row (s + 1)
 
 
-def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[int]]) -> Draft:
+def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[int]], canvas: bool = False) -> Draft:
     """Per row: pending clean tokens ++ chain (clean, causal, verifiable) ++ noisy block slots.
 
     Clean slots (pending + chain) attend causally; noisy slots attend every clean slot and each
-    other (bidirectional), never the other way round. Returns a Draft with BlockMeta."""
+    other (bidirectional), never the other way round. Returns a Draft with BlockMeta; with canvas,
+    the noisy slots are a canvas model's canvas (`Draft.canvas`) and logits start at the first."""
     rows, positions, masks, pend, nch, nno, heads = [], [], [], [], [], [], []
     for b in range(state.batch):
         if state.done[b]:
@@ -62,6 +68,11 @@ def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[in
         masks.append(block_mask(len(clean), len(noisy[b]), state.device))
         pend.append(len(pending)), nch.append(len(chains[b])), nno.append(len(noisy[b]))
         heads.append(start + len(clean))
+    if canvas:
+        starts = [p + c for p, c in zip(pend, nch)]
+        first = min((n for n, d in zip(starts, state.done) if not d), default=0)
+        return Draft.from_rows(rows, positions, masks, meta=BlockMeta(pend, nch, nno, heads), logits_from=first,
+                               device=state.device, canvas=Canvas(starts, [n + m for n, m in zip(starts, nno)]))
     active = [n - 1 for n in pend if n > 0]
     return Draft.from_rows(rows, positions, masks, meta=BlockMeta(pend, nch, nno, heads),
                            logits_from=min(active, default=0), device=state.device)
@@ -76,8 +87,12 @@ def block_mask(num_clean: int, num_noisy: int, device: torch.device) -> torch.Te
 
 
 def row_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
-    """(1 + chain + noisy, V) logits of row b from its last pending slot on."""
+    """(1 + chain + noisy, V) logits of row b from its last pending slot on (a canvas model's:
+    (noisy, V) from its first canvas slot, each predicting its own position)."""
     m: BlockMeta = draft.meta
+    if draft.canvas is not None:
+        start = draft.canvas.starts[b] - draft.logits_from
+        return logits[b, start:start + m.num_noisy[b]]
     start = m.num_pending[b] - 1 - draft.logits_from
     return logits[b, start:start + 1 + m.num_chain[b] + m.num_noisy[b]]
 
@@ -106,10 +121,14 @@ def mask_token_of(adapter) -> int | None:
 
 
 def with_mask_token(decoder, adapter):
-    """The decoder with its mask_token_id taken from the adapter config, unless it has one."""
-    if decoder.mask_token_id is not None:
-        return decoder
-    return dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
+    """The decoder with its mask_token_id taken from the adapter config, unless it has one; on a
+    canvas model (`canvas_model`), in canvas mode (`canvas`: set here, not an option)."""
+    if decoder.mask_token_id is None:
+        decoder = dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
+    if getattr(adapter, "canvas_model", False):
+        decoder = dataclasses.replace(decoder)
+        object.__setattr__(decoder, "canvas", True)     # bound to this adapter, like the mask token
+    return decoder
 
 
 def check_blocks(decoder) -> None:
@@ -166,6 +185,7 @@ class BlockCommit:
 
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
     row_type: ClassVar[type] = BlockRow     # the per-row state `start` makes (a rule that keeps more extends it)
+    canvas: ClassVar[bool] = False          # on a canvas model (set by `bind`): the block is the canvas
 
     def bind(self, adapter):
         return with_mask_token(self, adapter)
@@ -189,10 +209,10 @@ class BlockCommit:
                 noisy.append([])
                 continue
             s = len(state.tokens[b]) - 1
-            n = max(0, min(self.block_size - 1, state.room(b) - 1))
+            n = max(0, min(self.block_size - 1, state.room(b) - 1)) + self.canvas   # a canvas holds the head too
             filled = state.rows[b].filled
             noisy.append([filled.get(s + j, self.mask_token_id) for j in range(1, n + 1)])
-        return block_draft(state, [[] for _ in range(state.batch)], noisy)
+        return block_draft(state, [[] for _ in range(state.batch)], noisy, self.canvas)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         committed = []
