@@ -125,7 +125,9 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
     if name == "ar":
         return "ar: the baseline"
     kind, ref = (kind, "ar") if name not in REGISTRY else (REGISTRY[name].guarantee, REGISTRY[name].reference)
-    words = {"exact": f"exact (greedy output equals {ref}'s token for token)",
+    same = f"greedy output equals {ref}'s token for token" if ref == "ar" else \
+        f"the same tokens as {ref} for the same settings and seed"
+    words = {"exact": f"exact ({same})",
              "in distribution": f"lossless (exact when greedy, {ref}'s distribution when sampling)",
              "lossy": f"lossy (its output may differ from {ref}'s)"}[kind]
     listed = (costs or {}).get(name) if kind == "lossy" else None
