@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -82,6 +83,7 @@ class TTS:
             if stack_model is not None and stack_model.config.local_frames > 1 else None
         self.sample_rate = codec.config.sample_rate
         self.frame_rate = codec.config.frame_rate
+        self._schedulers, self._lock = {}, threading.Lock()
 
     # ------------------------------------------------------------ public API
     @property
@@ -95,32 +97,42 @@ class TTS:
 
     def __call__(self, text: str, decoder: str = DEFAULT_DECODER, seed: int | None = 0, temperature: float = 0.7,
                  top_k: int | None = 40, max_seconds: float = 12.0) -> TTSResult:
-        steps, _, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
         t0 = time.perf_counter()
-        for _ in steps:
-            pass
-        codes, stats, phonemes = finish()
+        request, phonemes = self._submit(text, decoder, seed, temperature, top_k, max_seconds)
+        result = request.result()
+        codes = self._codes(decoder, result.new_tokens[0])
         audio = self.codec.decode(codes[None])[0].numpy()
-        stats.wall_time_s = time.perf_counter() - t0
-        return TTSResult(audio, self.sample_rate, codes, stats, phonemes)
+        result.stats.wall_time_s = time.perf_counter() - t0
+        return TTSResult(audio, self.sample_rate, codes, result.stats, phonemes)
 
     def stream(self, text: str, decoder: str = DEFAULT_DECODER, seed: int | None = 0, temperature: float = 0.7,
                top_k: int | None = 40, max_seconds: float = 12.0, chunk_frames: int = 25) -> Iterator[np.ndarray]:
         """Yield audio chunks (float32, 16 kHz) as frames are committed (every `chunk_frames`)."""
-        steps, state, finish = self._start(text, decoder, seed, temperature, top_k, max_seconds)
-        emitted = 0
-        for _ in steps:
-            codes = self._codes_so_far(decoder, state)
+        request, _ = self._submit(text, decoder, seed, temperature, top_k, max_seconds, stream=True)
+        new, emitted = [], 0
+        for step in request.steps():
+            new += step.committed[0]
+            codes = self._codes(decoder, new)
             if codes.shape[1] - emitted >= chunk_frames:
                 yield self._chunk(codes, emitted, codes.shape[1])
                 emitted = codes.shape[1]
-        codes, _, _ = finish()
+        codes = self._codes(decoder, request.result().new_tokens[0])
         if codes.shape[1] > emitted:
             yield self._chunk(codes, emitted, codes.shape[1])
 
     # ------------------------------------------------------------ internals
-    def _start(self, text, decoder, seed, temperature, top_k, max_seconds):
-        from suite import decode_steps, prepare
+    def scheduler(self, adapter):
+        """The suite.scheduler.Scheduler of one of the models' adapters (its stepping thread starts
+        on the first sentence): concurrent calls (the Speech tab's users, the batch CLI's lines)
+        share its forwards."""
+        with self._lock:
+            if id(adapter) not in self._schedulers:
+                from suite.scheduler import Scheduler
+                self._schedulers[id(adapter)] = Scheduler(adapter, name="scheduler tts")
+            return self._schedulers[id(adapter)]
+
+    def _submit(self, text, decoder, seed, temperature, top_k, max_seconds, stream: bool = False):
+        """The request of one sentence, queued on its adapter's scheduler, and its phonemes."""
         from .alignment import flite_phones, frame_conditioning
         if decoder not in DECODERS:
             raise ValueError(f"unknown TTS decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
@@ -135,7 +147,6 @@ class TTS:
         if not 0.2 <= max_seconds <= 30:
             raise ValueError(f"max_seconds must be in [0.2, 30], got {max_seconds}")
         names = [p for p, _ in flite_phones(check_text(text))]
-        phonemes = " ".join(names)
         own = {"flat": self.flat, "delay": self.delay, "stack": self.stack, "stack_local": self.stack_local}
         adapter = own.get(decoder) or self.heads[FRAME_OUTPUT[decoder]]
         cfg = adapter.model.config
@@ -150,22 +161,19 @@ class TTS:
             layout = cfg.delay_token if decoder == "delay" else cfg.parallel_token
             prompt = [(layout,) + (cfg.pad,) * (q - 1), (cfg.bos,) * q]
             budget = frames + q + 1
-        request = adapter.for_request([len(prompt) - 1], [table])
-        request, dec, state = prepare(request, [prompt], decoder="ar" if decoder == "flat" else decoder,
-                                      max_new_tokens=budget, temperature=temperature, top_k=top_k, seed=seed)
+        request = self.scheduler(adapter).submit(
+            [prompt], decoder="ar" if decoder == "flat" else decoder, max_new_tokens=budget, temperature=temperature,
+            top_k=top_k, seed=seed, stream=stream, bound=adapter.for_request([len(prompt) - 1], [table]))
+        return request, " ".join(names)
 
-        def finish():
-            return self._codes_so_far(decoder, state, final=True), state.stats, phonemes
-
-        return decode_steps(request, dec, state), state, finish
-
-    def _codes_so_far(self, decoder: str, state, final: bool = False) -> torch.Tensor:
-        """(Q, T) codes committed so far (for delay: the frames whose every codebook is known)."""
-        from suite.decoders.frames.delay import Delay, undelay
+    def _codes(self, decoder: str, new: list) -> torch.Tensor:
+        """(Q, T) codes of a row's committed tokens (for delay: the frames whose every codebook is
+        known, column t holding codebook q of frame t - q, up to codebook 0's EOS)."""
+        from suite.decoders.frames.delay import undelay
         from .tts_model import unflatten_codes
         cfg = (self.flat if decoder == "flat" else self.frame).model.config
         q, c = cfg.num_codebooks, cfg.codebook_size
-        new, dev = state.new_tokens(0), next(self.codec.parameters()).device     # the codec decodes them
+        dev = next(self.codec.parameters()).device     # the codec decodes them
         none = torch.zeros(q, 0, dtype=torch.long, device=dev)
         if decoder == "flat":
             ids = torch.tensor([t for t in new if t != cfg.eos], dtype=torch.long, device=dev)
@@ -175,8 +183,8 @@ class TTS:
             codes = torch.tensor(frames, dtype=torch.long, device=dev).T if frames else none
         else:
             cols = [f for f in new if f != (cfg.eos,) * q]
-            known = Delay.num_frames(state, 0)
-            t = max(min(known if known is not None else len(cols), len(cols) - q + 1), 0)
+            ended = next((i for i, f in enumerate(cols) if f[0] == cfg.eos), None)    # codebook 0's EOS: T frames
+            t = max(min(len(cols) if ended is None else ended, len(cols) - q + 1), 0)
             codes = undelay(torch.tensor(cols, dtype=torch.long, device=dev).T, t) if t > 0 else none
         return _sanitise(codes, c)
 
@@ -355,6 +363,12 @@ class TTSWorker:
         self.model, self.tts = model, load_tts(model, dtype=dtype)
         options = {"decoder": decoder, "seed": seed, "temperature": temperature, "seconds": seconds}
         self.options = {k: v for k, v in options.items() if v is not None}   # None: the model's own default
+
+    @property
+    def concurrency(self) -> int:
+        """Sentences in flight at once: ours share the TTS model's forwards (TTS.scheduler); a model
+        family's pipeline speaks one at a time."""
+        return 16 if hasattr(self.tts, "scheduler") else 1
 
     def __call__(self, payload: dict) -> dict:
         import io

@@ -118,24 +118,33 @@ class TTSModel(ConfigModule, nn.Module):
             self.stack_heads = nn.ModuleList(nn.Linear(c.hidden_size, c.out_vocab, bias=False)
                                              for _ in range((c.stack_frames - 1) * c.num_codebooks))
 
-    def condition_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, tables: list) -> torch.Tensor:
-        """positions (B, N), each row's BOS position (B,) and frame conditioning (T_b, 5) (alignment.
-        frame_conditioning) -> (B, N, 6) ids: progress bucket floor(frame / T * buckets), then the
-        frame's 5 ids. A position predicts frame (position - BOS position) // (1 or Q); frames past
-        T reuse frame T-1's ids; prompt positions get each table's last id."""
+    def condition_ids(self, positions: torch.Tensor, audio_start: torch.Tensor, tables,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """positions (B, N), each row's BOS position (B,) and frame conditioning (the rows' (T_b, 5)
+        tables from alignment.frame_conditioning, or `pad_tables`' (B, T, 5) and (B,) lengths) ->
+        (B, N, 6) ids: progress bucket floor(frame / T * buckets), then the frame's 5 ids. A position
+        predicts frame (position - BOS position) // (1 or Q); frames past T reuse frame T-1's ids;
+        prompt positions get each table's last id."""
         c = self.config
+        padded, lengths = self.pad_tables(tables) if lengths is None else (tables, lengths)
         per_frame = 1 if c.layout == "frame" else c.num_codebooks
         frame = torch.div(positions - audio_start.to(positions)[:, None], per_frame, rounding_mode="floor")
         prompt = torch.tensor(c.cond_sizes, device=positions.device) - 1
-        rows = []
-        for b, table in enumerate(tables):
-            t = max(len(table), 1)
-            table = table if len(table) else prompt[None, 1:]
-            f = frame[b]
-            bucket = (f.double() / t * c.progress_buckets).floor().long().clamp(0, c.progress_buckets - 1)
-            row = torch.cat([bucket[:, None], table[f.clamp(0, t - 1)]], 1)
-            rows.append(torch.where((f < 0)[:, None], prompt, row))
-        return torch.stack(rows)
+        t = lengths.to(positions)[:, None]                                            # (B, 1)
+        bucket = (frame.double() / t * c.progress_buckets).floor().long().clamp(0, c.progress_buckets - 1)
+        index = torch.minimum(frame.clamp(min=0), t - 1)                              # (B, N)
+        rows = torch.cat([bucket[..., None], padded.to(positions.device).gather(
+            1, index[..., None].expand(-1, -1, padded.shape[-1]))], -1)
+        return torch.where((frame < 0)[..., None], prompt, rows)
+
+    def pad_tables(self, tables: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows' (T_b, 5) frame conditioning -> (B, T, 5) zero-padded and the (B,) lengths; an empty
+        table reads as one frame of the prompt's ids."""
+        none = torch.tensor(self.config.cond_sizes[1:]) - 1
+        tables = [t if len(t) else none[None].to(t) for t in tables]
+        n = max(len(t) for t in tables)
+        padded = torch.stack([torch.cat([t, t.new_zeros(n - len(t), t.shape[1])]) for t in tables])
+        return padded, torch.tensor([len(t) for t in tables], device=padded.device)
 
     def durations(self, phone_ids: list[int]) -> list[int]:
         """Frames per phone from the duration predictor (the frame model's)."""
@@ -219,15 +228,23 @@ def unflatten_codes(flat: torch.Tensor, num_codebooks: int, codebook_size: int) 
 # ---------------------------------------------------------------- adapters
 
 class _TTSAdapter:
+    """A row's BOS position and frame conditioning travel in its cache (`cache.row_inputs`, put
+    there by the adapter `for_request` binds), so rows of different requests run together through
+    any adapter of the model (suite.scheduler moves them)."""
+
     supports_custom_mask = True
     supports_rollback = True
+    supports_row_moves = True
+    request_inputs: dict | None = None
 
     def for_request(self, audio_start: list[int], tables: list[torch.Tensor]):
         """A copy bound to one request: each row's BOS position and frame conditioning (T, 5)
-        (alignment.frame_conditioning). The shared adapter stays unbound, so requests never meet."""
+        (alignment.frame_conditioning), put into every cache it makes. The shared adapter stays
+        unbound, so requests never meet."""
         bound = copy.copy(self)
-        bound.audio_start = torch.tensor(audio_start, device=self.device)
-        bound.tables = [t.to(self.device) for t in tables]      # moved once, with the request
+        padded, lengths = self.model.pad_tables([t.to(self.device) for t in tables])
+        bound.request_inputs = {"audio_start": torch.tensor(audio_start, device=self.device)[:, None],
+                                "tables": padded, "table_lengths": lengths[:, None]}
         return bound
 
     @property
@@ -236,15 +253,23 @@ class _TTSAdapter:
 
     def new_cache(self, batch: int, max_len: int | None = None):
         from suite import KVCache
-        return KVCache(batch, device=self.device)
+        cache = KVCache(batch, device=self.device)
+        if self.request_inputs is not None:
+            if len(self.request_inputs["audio_start"]) != batch:
+                raise ValueError(f"the adapter is bound to {len(self.request_inputs['audio_start'])} rows, not {batch}: "
+                                 "bind it with adapter.for_request(audio_start, tables), one entry per row")
+            cache.row_inputs.update(self.request_inputs)
+        return cache
 
-    def _check_bound(self) -> None:
-        if self.audio_start is None:
+    @staticmethod
+    def _rows(cache) -> dict:
+        if "audio_start" not in cache.row_inputs:
             raise ValueError("decode with adapter.for_request(audio_start, tables), a copy bound to the request")
+        return cache.row_inputs
 
-    def _conditioning(self, positions: torch.Tensor) -> torch.Tensor:
-        self._check_bound()
-        return self.model.condition_ids(positions, self.audio_start, self.tables)
+    def _conditioning(self, positions: torch.Tensor, cache) -> torch.Tensor:
+        rows = self._rows(cache)
+        return self.model.condition_ids(positions, rows["audio_start"][:, 0], rows["tables"], rows["table_lengths"][:, 0])
 
 
 class FrameTTSAdapter(_TTSAdapter):
@@ -261,14 +286,14 @@ class FrameTTSAdapter(_TTSAdapter):
             raise ValueError(f"output must be one of {self.OUTPUTS}, got {output!r}")
         c = model.config
         self.model, self.output = model, output
-        self.audio_start = self.tables = None
         self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({eos_frame(c)}),
                                     pad_token_id=c.pad, max_length=c.max_positions,
                                     extra={"codebooks": c.num_codebooks, "bos": c.bos, "eos": c.eos, "pad": c.pad,
                                            "output": output})
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        h = self.model.hidden(tokens, self._conditioning(positions), positions, attention_mask, cache.backend, logits_from)
+        h = self.model.hidden(tokens, self._conditioning(positions, cache), positions, attention_mask, cache.backend,
+                              logits_from)
         if self.output == "frame":
             return self.model.head_logits(h)
         if self.output == "stack":
@@ -292,19 +317,18 @@ class FlatTTSAdapter(_TTSAdapter):
         from suite import AdapterConfig
         c = model.config
         self.model = model
-        self.audio_start = self.tables = None
         self.config = AdapterConfig(vocab_size=c.out_vocab, eos_token_ids=frozenset({c.eos}), pad_token_id=c.pad,
                                     max_length=c.max_positions, extra={"codebooks": c.num_codebooks})
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        logits = self.model(tokens, self._conditioning(positions), positions, attention_mask, cache.backend, logits_from)
-        return logits + self.grammar(positions[:, logits_from:])
+        logits = self.model(tokens, self._conditioning(positions, cache), positions, attention_mask, cache.backend,
+                            logits_from)
+        return logits + self.grammar(positions[:, logits_from:], self._rows(cache)["audio_start"][:, 0])
 
-    def grammar(self, positions: torch.Tensor) -> torch.Tensor:
-        """(B, N) positions -> (B, N, V) additive mask: 0 allowed, -inf not."""
+    def grammar(self, positions: torch.Tensor, audio_start: torch.Tensor) -> torch.Tensor:
+        """(B, N) positions, (B,) BOS positions -> (B, N, V) additive mask: 0 allowed, -inf not."""
         c = self.model.config
-        self._check_bound()
-        j = positions - self.audio_start.to(positions)[:, None]          # index of the predicted code
+        j = positions - audio_start.to(positions)[:, None]               # index of the predicted code
         q = j.remainder(c.num_codebooks)
         ids = torch.arange(c.out_vocab, device=positions.device)
         book = torch.div(ids, c.codebook_size, rounding_mode="floor")    # (V,) codebook of each id

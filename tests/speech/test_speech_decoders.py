@@ -124,7 +124,8 @@ def test_frame_model_cached_logits_equal_full_forward():
     cfg = model.config
     from speech.alignment import frame_conditioning
     prompt = [(cfg.parallel_token,) + (cfg.pad,) * (Q - 1), (cfg.bos,) * Q]
-    adapter = adapter.for_request([1], [frame_conditioning(cfg.phone_ids(["a", "b"]), [2, 2], 3)])
+    table = frame_conditioning(cfg.phone_ids(["a", "b"]), [2, 2], 3)
+    adapter = adapter.for_request([1], [table])
     state = DecodeState(tokens=[list(prompt)], cache=adapter.new_cache(1), params=SamplingParams(temperature=1.0,
                         seed=3), max_new_tokens=6, eos_token_ids=adapter.config.eos_token_ids)
     decode(adapter, Parallel().bind(adapter), state)
@@ -132,7 +133,7 @@ def test_frame_model_cached_logits_equal_full_forward():
     n = frames.shape[1]
     positions = torch.arange(n)[None]
     with torch.no_grad():
-        full = model(frames, model.condition_ids(positions, torch.tensor([1]), adapter.tables), positions)
+        full = model(frames, model.condition_ids(positions, torch.tensor([1]), [table]), positions)
         cache = adapter.new_cache(1)
         step = adapter(frames[:, :4], positions[:, :4], cache, None)
         cache.append(positions[:, :4], torch.ones(1, 4, dtype=torch.bool))

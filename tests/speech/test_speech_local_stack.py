@@ -243,7 +243,9 @@ def _full_hidden(model, adapter, frames):
     """The backbone's last state over the whole sequence, without any cache (D,)."""
     tokens = torch.tensor([list(f) for f in frames])[None]
     positions = torch.arange(len(frames))[None]
-    return model.hidden(tokens, model.condition_ids(positions, adapter.audio_start, adapter.tables), positions)[0, -1]
+    rows = adapter.request_inputs          # the request's BOS position and conditioning, as its cache carries them
+    cond = model.condition_ids(positions, rows["audio_start"][:, 0], rows["tables"], rows["table_lengths"][:, 0])
+    return model.hidden(tokens, cond, positions)[0, -1]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

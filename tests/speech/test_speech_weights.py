@@ -86,6 +86,21 @@ def test_concurrent_utterances_share_forwards_and_read_as_alone(asr):
     assert sum(r.stats.num_forwards for r in together) > asr.scheduler.forwards_run - before
 
 
+def test_concurrent_sentences_share_forwards_and_speak_as_alone(tts):
+    """Sentences of different lengths at once: their rows share the TTS model's forwards (each row's
+    BOS position and frame conditioning travel in its cache, zero-padded) and each gets the codes it
+    gets alone (greedy here; seeded sampling shares once the decoder's draws are per row)."""
+    from concurrent.futures import ThreadPoolExecutor
+    texts = ["Hello there.", "Remove and return an item from the queue.", "Yes."]
+    speak = lambda t: tts(t, decoder="delay", temperature=0.0, max_seconds=3.0)     # noqa: E731
+    alone = [speak(t) for t in texts]
+    before = tts.scheduler(tts.delay).forwards_run
+    with ThreadPoolExecutor(len(texts)) as pool:
+        together = list(pool.map(speak, texts))
+    assert [r.codes.tolist() for r in together] == [r.codes.tolist() for r in alone]
+    assert sum(r.stats.num_forwards for r in together) > tts.scheduler(tts.delay).forwards_run - before
+
+
 def test_asr_resamples_other_rates(asr):
     audio = synthesize(SENTENCES[1], "flite:slt")
     import torchaudio
