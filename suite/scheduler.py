@@ -43,6 +43,13 @@ from .stats import DecodeStats
 _FINISHED = object()     # end of a request's step stream
 
 
+def batch_independent(decoder) -> bool:
+    """Whether the decoder's rows never depend on their batch mates (its `batch_independent`): each
+    row draws from its own stream (suite.random_streams) and sizes its drafts, windows and steps
+    from its own state, so a seeded request may share forwards and still get its alone tokens."""
+    return bool(getattr(decoder, "batch_independent", False))
+
+
 class RequestCancelled(RuntimeError):
     """The request was cancelled before it finished."""
 
@@ -206,10 +213,11 @@ class Scheduler:
 
     def _key(self, decoder, state: DecodeState):
         """Requests with equal keys may share a batch: the same decoder and options, sampling and
-        stop rules; a seeded sampled request (its own random stream) or a decoder that cannot
-        move rows gets a key of its own."""
+        stop rules; a seeded sampled request whose decoder is not `batch_independent`, or a decoder
+        that cannot move rows, gets a key of its own."""
         p = state.params
-        if (not p.greedy and p.seed is not None) or not self._movable(state):
+        seeded = not p.greedy and p.seed is not None
+        if (seeded and not batch_independent(decoder)) or not self._movable(state):
             return ("solo", next(self._solo))
         try:
             hash(decoder)
