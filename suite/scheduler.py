@@ -14,11 +14,16 @@ them together in one forward, then appends their rows to the running batch of th
 and settings; each step runs one forward per batch, and rows that finish (or whose request is
 cancelled) leave it before the next. `request` + `enqueue` queue one job's parts together (they are
 admitted together). Requests with different decoders, options, sampling parameters or stop tokens
-run in batches of their own, stepped in turn on the same thread. A request sampled with a seed
-runs in a batch of its own too (its rows share one random stream), so its tokens never depend on
-other requests; a greedy request's tokens never do. Decoders whose batch-wide state cannot move
-rows (`DecodeState.regroupable`), or adapters that hold per-row inputs themselves
-(`supports_row_moves` False: conditioning tables), run each request as a fixed batch. Per-row
+run in batches of their own, stepped in turn on the same thread. A greedy request's tokens never
+depend on other requests, nor do a seeded sampled one's: each row draws from its own stream
+(suite.random_streams: uniforms keyed by the row's seed and index, the position they decide and
+their purpose), so a seeded request shares batches where its decoder is `batch_independent` (its
+rows also size drafts and windows from their own state: ar, block decoders, s2d2, ngram_prior,
+ctc_speculative, and chain/tree decoders with `cost=None`); a decoder sized by a cost curve over
+the live rows, or auto (it picks by measured speed), runs a seeded request in a batch of its own.
+Decoders whose batch-wide state cannot move rows (`DecodeState.regroupable`), or adapters that hold
+per-row inputs themselves (`supports_row_moves` False: conditioning tables), run each request as a
+fixed batch. Per-row
 inputs that travel in the cache (`cache.row_inputs`: an encoder-decoder's encoder states, put
 there by the request's bound adapter, `submit(..., bound=...)`) move with their rows.
 
