@@ -414,8 +414,8 @@ def _accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acc
         if state.params.greedy:
             verdict = accept_greedy_prefix(guess, chain.argmax(-1))
         else:
-            u = state.streams.chain(state.positions([b]), len(span), rows=[b])
-            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), (u[0][0], u[1]))
+            u = state.streams.row_chain(b, len(state.tokens[b]), len(span))    # keyed by the positions they decide
+            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), u)
         committed.append(span[:verdict.num_accepted] + [verdict.next_token])
         kept.append(p + verdict.num_accepted)
     keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < torch.tensor(

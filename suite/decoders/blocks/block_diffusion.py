@@ -216,8 +216,10 @@ class BlockCommit:
         s = len(state.tokens[b]) - 1
         filled = state.rows[b].filled
         # slot i predicts position s + 1 + i; a slot left open is sampled again next step: the committed
-        # length (it grows every step) keys the draws too
-        tokens, conf = choose(logits, state, slot_uniforms(state, b, s + 1, logits.shape[0], draw=s + 1))
+        # length (it grows every step) keys its draws too; the head, always committed, draws as ar does
+        u = slot_uniforms(state, b, s + 1, logits.shape[0], draw=s + 1)
+        u[:1] = slot_uniforms(state, b, s + 1, 1)
+        tokens, conf = choose(logits, state, u)          # slot i predicts position s + 1 + i
         open_ = [i for i in range(tokens.shape[0]) if i == 0 or s + 1 + i not in filled]
         slots = OpenSlots(logits[open_], tokens[open_], conf[open_], [s + 1 + i for i in open_])
         keep = self.commit(state, b, slots).clone()
