@@ -89,7 +89,8 @@ def test_cancel_frees_the_rows(llama):
 # decoders whose rows never depend on batch mates (`batch_independent`): chain decoders with fixed sizes
 SEEDED = {"ar": {}, "sjd": {"cost": None}, "mc_sjd": {"cost": None}, "ngram": {"cost": None},
           "lookahead": {"cost": None}, "speculative": {"cost": None, "draft_model": "tiny"},
-          "s2d2": {"mask_token_id": 3, "block_size": 3}}
+          "token_recycling": {"cost": None}, "s2d2": {"mask_token_id": 3, "block_size": 3},
+          "block_diffusion": {"mask_token_id": 3, "block_size": 3, "threshold": 0.5}}
 
 
 @pytest.mark.parametrize("decoder", list(SEEDED))
