@@ -140,7 +140,8 @@ class TTSModel(ConfigModule, nn.Module):
     def pad_tables(self, tables: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows' (T_b, 5) frame conditioning -> (B, T, 5) zero-padded and the (B,) lengths; an empty
         table reads as one frame of the prompt's ids."""
-        none = torch.tensor(self.config.cond_sizes[1:]) - 1
+        device = tables[0].device
+        none = torch.tensor(self.config.cond_sizes[1:], device=device) - 1
         tables = [t if len(t) else none[None].to(t) for t in tables]
         n = max(len(t) for t in tables)
         padded = torch.stack([torch.cat([t, t.new_zeros(n - len(t), t.shape[1])]) for t in tables])

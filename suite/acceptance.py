@@ -13,7 +13,7 @@ import torch
 
 import kernels
 
-from .sampling import sample
+from .sampling import sample, uniforms_for
 
 
 @dataclass(frozen=True)
@@ -31,40 +31,42 @@ def accept_greedy_prefix(draft: torch.Tensor, target: torch.Tensor) -> Verdict:
     return Verdict(int(accepted[0]), int(following[0]))
 
 
-def accept_speculative(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor,
-                       generator: torch.Generator | None = None) -> Verdict:
+def accept_speculative(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, rng=None) -> Verdict:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), one row of the batched
     rule (kernels' `speculative_accept`, which every decoder family uses).
 
     draft (N,) tokens drawn from q (N, V); q=None means point-mass drafts (n-gram, lookup).
     Accept draft i with probability min(1, p_i(x)/q_i(x)); at the first rejection sample the
     residual norm(max(0, p_i - q_i)); if all N pass, sample the bonus from p_N.
-    The committed tokens are distributed exactly as the target's (greedy p is one-hot)."""
+    The committed tokens are distributed exactly as the target's (greedy p is one-hot).
+    rng: a torch.Generator, or the uniforms (u (N,), u_next ()) of a row stream (`RowStreams.chain`)."""
     n = draft.shape[0]
-    u = torch.rand(1, n, generator=generator, device=p.device)
-    u_next = torch.rand(1, generator=generator, device=p.device)
+    u, u_next = rng if isinstance(rng, tuple) else (rng, rng)
+    u, u_next = uniforms_for((1, n), u, p.device), uniforms_for((1,), u_next, p.device)
     accepted, following = kernels.op("speculative_accept", p.device.type)(
         draft[None].to(p.device), None if q is None else q[None], p[None], u, u_next)
     return Verdict(int(accepted[0]), int(following[0]))
 
 
-def accept_multi_draft(p: torch.Tensor, candidates: list[int],
-                       generator: torch.Generator | None = None) -> tuple[int, bool]:
+def accept_multi_draft(p: torch.Tensor, candidates: list[int], rng=None) -> tuple[int, bool]:
     """Several point-mass drafts for one position (SpecInfer-style multi-draft sampling).
 
     p (V,). Try the candidates in order: accept x with probability p(x); on rejection set
     p(x)=0 and renormalise. Returns (token, True) for an accepted candidate, or a sample from
-    the final residual with False. Lossless; greedy p (one-hot) accepts exactly the argmax."""
+    the final residual with False. Lossless; greedy p (one-hot) accepts exactly the argmax.
+    rng: a torch.Generator, or (len(candidates) + 1,) uniforms: each candidate's test, then the
+    residual's draw (a row stream's, `RowStreams.row`)."""
     p = p.clone()
-    for x in candidates:
-        if float(torch.rand(1, generator=generator, device=p.device)) < float(p[x]):
+    u = uniforms_for((len(candidates) + 1,), rng, p.device)
+    for i, x in enumerate(candidates):
+        if float(u[i]) < float(p[x]):
             return x, True
         p[x] = 0.0
         total = p.sum()
         if total <= 0:
             break
         p = p / total
-    return int(sample(p, generator)), False
+    return int(sample(p, u[-1:])), False
 
 
 def accept_by_confidence(probs: torch.Tensor, tokens: torch.Tensor, threshold: float | None = None,

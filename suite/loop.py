@@ -20,6 +20,7 @@ from . import constraint as grammar
 from .acceptance import accept_greedy_prefix, accept_speculative
 from .cache import KVCache
 from .inputs import RequestInputs
+from .random_streams import RowStreams
 from .sampling import SamplingParams, logits_to_probs
 from .stats import DecodeStats
 
@@ -125,7 +126,7 @@ class DecodeState:
     max_new_tokens: int
     eos_token_ids: frozenset[int] = frozenset()
     max_length: int | None = None         # model context; rows stop there
-    generator: torch.Generator | None = None
+    streams: RowStreams | None = None     # the rows' random streams (suite.random_streams), from params.seed
     inputs: RequestInputs = field(default_factory=RequestInputs)   # typed request inputs (CTC drafts, priors)
     rows: list = field(default_factory=list)   # the decoder's per-row bookkeeping: one of its Row dataclass per row
     shared: Any = None                         # the decoder's batch-wide bookkeeping (its own dataclass), if any
@@ -136,12 +137,8 @@ class DecodeState:
         self.num_cached = [0] * len(self.tokens)
         self.done = [False] * len(self.tokens)
         self.budgets = [self.max_new_tokens] * len(self.tokens)   # new tokens each row may commit
-        if self.generator is None:   # seed None: a fresh random stream per request, on the cache's device
-            self.generator = torch.Generator(device=self.cache.valid.device)
-            if self.params.seed is None:
-                self.generator.seed()
-            else:
-                self.generator.manual_seed(self.params.seed)
+        if self.streams is None:     # one key per row, on the cache's device (seed None: a random base)
+            self.streams = RowStreams.seeded(self.params.seed, len(self.tokens), self.device)
 
     @property
     def batch(self) -> int:
@@ -151,6 +148,11 @@ class DecodeState:
     def device(self) -> torch.device:
         """The adapter's device, where the cache's validity lives: every tensor of the request goes there."""
         return self.cache.valid.device
+
+    def positions(self, rows=None) -> torch.Tensor:
+        """(R,) the logical position each row (every row, or `rows`) decides next: its committed length."""
+        lengths = [len(t) for t in self.tokens] if rows is None else [len(self.tokens[b]) for b in rows]
+        return torch.tensor(lengths, dtype=torch.long, device=self.device)
 
     def pending(self, b: int) -> list[int]:
         """Committed tokens of row b whose K/V is not cached yet (the prompt, then the last token)."""
@@ -202,6 +204,7 @@ class DecodeState:
             values = getattr(self, name)
             setattr(self, name, [values[b] for b in index])
         self.cache.select(index)
+        self.streams.select(index)
         if self.shared is not None:
             self.shared.select(index)
         self.inputs = self.inputs.select(index)
@@ -213,6 +216,7 @@ class DecodeState:
         for name in self.PER_ROW:
             getattr(self, name).extend(getattr(other, name))
         self.cache.extend(other.cache)
+        self.streams.extend(other.streams)
         if self.shared is not None:
             self.shared.extend(other.shared)
 
@@ -439,7 +443,8 @@ def _accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acc
         if state.params.greedy:
             verdict = accept_greedy_prefix(guess, chain.argmax(-1))
         else:
-            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), state.generator)
+            u = state.streams.row_chain(b, len(state.tokens[b]), len(span))    # keyed by the positions they decide
+            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), u)
         committed.append(span[:verdict.num_accepted] + [verdict.next_token])
         kept.append(p + verdict.num_accepted)
     keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < torch.tensor(

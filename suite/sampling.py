@@ -55,19 +55,28 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return probs
 
 
-def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(..., V) logits -> (...) tokens: `sample(logits_to_probs(logits, params), generator)`, with
+def draw(logits: torch.Tensor, params: SamplingParams, rng=None) -> torch.Tensor:
+    """(..., V) logits -> (...) tokens: `sample(logits_to_probs(logits, params), rng)`, with
     greedy taking the argmax directly (what sampling its one-hot returns) and spending no uniforms."""
     if params.greedy:
         return logits.argmax(-1)
-    return sample(logits_to_probs(logits, params), generator)
+    return sample(logits_to_probs(logits, params), rng)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one index per row of (..., V) probabilities -> (...) long."""
+def uniforms_for(shape, rng, device) -> torch.Tensor:
+    """`rng` as uniforms of `shape`: a tensor of them as given (a row stream's, suite.random_streams),
+    else torch.rand from a torch.Generator (None: torch's global one)."""
+    if isinstance(rng, torch.Tensor):
+        return rng.reshape(shape).to(device)
+    return torch.rand(shape, generator=rng, device=device)
+
+
+def sample(probs: torch.Tensor, rng=None) -> torch.Tensor:
+    """Draw one index per row of (..., V) probabilities -> (...) long; rng: (...) uniforms (a row
+    stream's) or a torch.Generator."""
     flat = probs.reshape(-1, probs.shape[-1])
-    # inverse-CDF sampling with one uniform per row: deterministic for a seeded generator
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device)
+    # inverse-CDF sampling with one uniform per row: deterministic for given uniforms or a seeded generator
+    u = uniforms_for((flat.shape[0], 1), rng, flat.device)
     cdf = flat.cumsum(-1)
     idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=flat.shape[-1] - 1)
     # never return a zero-probability index (float round-off at the top of the CDF)

@@ -14,11 +14,16 @@ them together in one forward, then appends their rows to the running batch of th
 and settings; each step runs one forward per batch, and rows that finish (or whose request is
 cancelled) leave it before the next. `request` + `enqueue` queue one job's parts together (they are
 admitted together). Requests with different decoders, options, sampling parameters or stop tokens
-run in batches of their own, stepped in turn on the same thread. A request sampled with a seed
-runs in a batch of its own too (its rows share one random stream), so its tokens never depend on
-other requests; a greedy request's tokens never do. Decoders whose batch-wide state cannot move
-rows (`DecodeState.regroupable`), or adapters that hold per-row inputs themselves
-(`supports_row_moves` False: conditioning tables), run each request as a fixed batch. Per-row
+run in batches of their own, stepped in turn on the same thread. A greedy request's tokens never
+depend on other requests, nor do a seeded sampled one's: each row draws from its own stream
+(suite.random_streams: uniforms keyed by the row's seed and index, the position they decide and
+their purpose), so a seeded request shares batches where its decoder is `batch_independent` (its
+rows also size drafts and windows from their own state: ar, block decoders, s2d2, ngram_prior,
+ctc_speculative, and chain/tree decoders with `cost=None`); a decoder sized by a cost curve over
+the live rows, or auto (it picks by measured speed), runs a seeded request in a batch of its own.
+Decoders whose batch-wide state cannot move rows (`DecodeState.regroupable`), or adapters that hold
+per-row inputs themselves (`supports_row_moves` False: conditioning tables), run each request as a
+fixed batch. Per-row
 inputs that travel in the cache (`cache.row_inputs`: an encoder-decoder's encoder states, put
 there by the request's bound adapter, `submit(..., bound=...)`) move with their rows.
 
@@ -41,6 +46,13 @@ from .loop import DecodeResult, DecodeState, Step, advance, begin
 from .stats import DecodeStats
 
 _FINISHED = object()     # end of a request's step stream
+
+
+def batch_independent(decoder) -> bool:
+    """Whether the decoder's rows never depend on their batch mates (its `batch_independent`): each
+    row draws from its own stream (suite.random_streams) and sizes its drafts, windows and steps
+    from its own state, so a seeded request may share forwards and still get its alone tokens."""
+    return bool(getattr(decoder, "batch_independent", False))
 
 
 class RequestCancelled(RuntimeError):
@@ -206,11 +218,11 @@ class Scheduler:
 
     def _key(self, decoder, state: DecodeState):
         """Requests with equal keys may share a batch: the same decoder and options, sampling and
-        stop rules; a seeded sampled request (its own random stream) or a decoder that cannot
-        move rows gets a key of its own."""
+        stop rules; a seeded sampled request whose decoder is not `batch_independent`, or a decoder
+        that cannot move rows, gets a key of its own."""
         p = state.params
         sampled = not p.greedy or getattr(decoder, "always_samples", False)   # draws even when greedy (a canvas sampler)
-        if (sampled and p.seed is not None) or not self._movable(state):
+        if (sampled and p.seed is not None and not batch_independent(decoder)) or not self._movable(state):
             return ("solo", next(self._solo))
         try:
             hash(decoder)

@@ -5,7 +5,7 @@ box decoders; not training, data, benchmarks or apps) fails on a tensor construc
 an explicit `device=`. Exempt: `*_like` and `Tensor.new_*` (they inherit a device), constructors in
 the `__init__` of an nn.Module (parameters and buffers move with `module.to(device)`), and a line
 marked `# host: <why>` for a tensor that is on the CPU on purpose (the allowlist: keep it short).
-Also here: a request's generator on the adapter's device, inputs on another device moved once at
+Also here: a request's random streams on the adapter's device, inputs on another device moved once at
 `suite.prepare`, and the static cache's fallback to the dynamic one."""
 from __future__ import annotations
 
@@ -138,10 +138,10 @@ def test_host_allowlist_stays_short():
 
 # ---------------------------------------------------------------- behaviour on the CPU
 
-def test_request_generator_lives_on_the_adapter_device():
+def test_request_streams_live_on_the_adapter_device():
     from tinymodels import tiny_model
     _, _, state = suite.prepare(tiny_model("llama"), [[5, 6, 7]], max_new_tokens=2, seed=3)
-    assert state.generator.device == state.device == state.cache.valid.device
+    assert state.streams.keys.device == state.device == state.cache.valid.device
     state.cache.valid = state.cache.valid.to("meta")
     assert state.device.type == "meta"
 

@@ -8,6 +8,7 @@ from tinymodels import tiny_model
 
 import suite
 from suite import loop
+from suite.cost import CostCurve
 from suite.scheduler import RequestCancelled, Scheduler
 
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21], [30, 31, 30, 31, 30, 31, 32], [40, 41]]
@@ -86,14 +87,42 @@ def test_cancel_frees_the_rows(llama):
     assert sched.live_rows == 0
 
 
-def test_seeded_sampling_does_not_depend_on_batch_mates(llama):
+# decoders whose rows never depend on batch mates (`batch_independent`): chain decoders with fixed sizes
+SEEDED = {"ar": {}, "sjd": {"cost": None}, "mc_sjd": {"cost": None}, "ngram": {"cost": None},
+          "lookahead": {"cost": None}, "speculative": {"cost": None, "draft_model": "tiny"},
+          "token_recycling": {"cost": None}, "s2d2": {"mask_token_id": 3, "block_size": 3},
+          "block_diffusion": {"mask_token_id": 3, "block_size": 3, "threshold": 0.5}}
+
+
+@pytest.mark.parametrize("decoder", list(SEEDED))
+def test_seeded_sampling_does_not_depend_on_batch_mates(llama, decoder):
+    """Seeded sampled requests share forwards (each row draws from its own stream, keyed by its
+    request's seed and its index there) and each gets its alone tokens, a two-row request too."""
+    opts = {k: tiny_model("llama", seed=1) if v == "tiny" else v for k, v in SEEDED[decoder].items()}
+    kw = dict(decoder=decoder, max_new_tokens=10, temperature=1.0, **opts)
     sched = Scheduler(llama)
-    kw = dict(decoder="sjd", max_new_tokens=10, temperature=1.0, seed=3)
-    mates = [sched.submit([p], decoder="sjd", max_new_tokens=10, temperature=1.0) for p in PROMPTS[1:]]
-    mine = sched.submit([PROMPTS[0]], **kw)
-    assert mine.result().new_tokens[0] == alone(llama, PROMPTS[0], "sjd", 10, temperature=1.0, seed=3)
+    rows, seeds = [[PROMPTS[0]], [PROMPTS[1]], PROMPTS[2:]], [3, 4, 3]
+    reqs = sched.enqueue([sched.request(r, seed=s, **kw) for r, s in zip(rows, seeds)]
+                         + [sched.request([PROMPTS[0]], **kw)])            # an unseeded mate
+    outs = [r.result().new_tokens for r in reqs]
+    assert set(reqs[0].forward_ids) & set(reqs[1].forward_ids) & set(reqs[2].forward_ids)
+    for r, s, out in zip(rows, seeds, outs):
+        assert out == suite.generate(llama, r, seed=s, **kw).new_tokens
+    sched.close()
+
+
+def test_seeded_sampling_runs_alone_where_rows_depend_on_mates(llama):
+    """sjd sized by a cost curve picks one window for the live rows: a seeded request keeps a
+    batch of its own, and its alone tokens."""
+    curve = CostCurve((1, 2, 4, 8), (1.0, 1.1, 1.3, 1.8))
+    kw = dict(decoder="sjd", max_new_tokens=10, temperature=1.0, cost=curve)
+    sched = Scheduler(llama)
+    mates = [sched.submit([p], **kw) for p in PROMPTS[1:]]
+    mine = sched.submit([PROMPTS[0]], seed=3, **kw)
+    assert mine.result().new_tokens[0] == alone(llama, PROMPTS[0], "sjd", 10, temperature=1.0, seed=3, cost=curve)
     for m in mates:
         m.result()
+        assert not set(m.forward_ids) & set(mine.forward_ids)
     sched.close()
 
 

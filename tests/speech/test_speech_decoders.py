@@ -135,11 +135,13 @@ def test_frame_model_cached_logits_equal_full_forward():
     with torch.no_grad():
         full = model(frames, model.condition_ids(positions, torch.tensor([1]), [table]), positions)
         cache = adapter.new_cache(1)
-        step = adapter(frames[:, :4], positions[:, :4], cache, None)
-        cache.append(positions[:, :4], torch.ones(1, 4, dtype=torch.bool))
-        nxt = adapter(frames[:, 4:5], positions[:, 4:5], cache, cache.attention_mask(torch.ones(1, 1, 1, dtype=torch.bool)))
-    assert torch.allclose(step, full[:, :4], atol=1e-5)
-    assert torch.allclose(nxt[:, 0], full[:, 4], atol=1e-5)
+        k = n - 1                      # every frame but the last in one forward, then the last one cached
+        step = adapter(frames[:, :k], positions[:, :k], cache, None)
+        cache.append(positions[:, :k], torch.ones(1, k, dtype=torch.bool))
+        nxt = adapter(frames[:, k:n], positions[:, k:n], cache, cache.attention_mask(torch.ones(1, 1, 1, dtype=torch.bool)))
+    assert n >= 3                      # the prompt and at least one sampled frame
+    assert torch.allclose(step, full[:, :k], atol=1e-5)
+    assert torch.allclose(nxt[:, 0], full[:, k], atol=1e-5)
 
 
 def _tiny_llm(vocab=12, seed=0):

@@ -252,11 +252,12 @@ def _full_hidden(model, adapter, frames):
 def test_local_ar_equals_uncached_reference(temperature):
     """Exact: local_ar = ancestral sampling of prod_q p(c_q | h, c_<q) with h from a full
     uncached forward, token for token (greedy; and sampling with the same random stream)."""
+    from suite.random_streams import SAMPLE, RowStreams
     from suite.sampling import logits_to_probs, sample
     model = tiny_tts()
     params = SamplingParams(temperature=temperature, seed=5)
     adapter, prompt, state, got = _tiny_run(model, "local", LocalAR(), params)
-    gen = torch.Generator().manual_seed(5)
+    stream = RowStreams.seeded(5, 1, "cpu")        # the row's stream: frame position, draw = codebook
     seq, want = list(prompt), []
     cfg = model.config
     with torch.no_grad():
@@ -267,7 +268,7 @@ def test_local_ar_equals_uncached_reference(temperature):
                 logits = model.local_logits(h, codes, "ar")[0, q]
                 if q > 0:
                     logits[cfg.eos] = float("-inf")
-                codes[0, q] = sample(logits_to_probs(logits, params), gen)
+                codes[0, q] = sample(logits_to_probs(logits, params), stream.uniform([[len(seq)]], SAMPLE, q))
             frame = tuple(codes[0].tolist())
             if frame[0] == cfg.eos:
                 want.append((cfg.eos,) * Q)
@@ -282,11 +283,12 @@ def test_stack_local_equals_uncached_reference(temperature):
     """Exact: stack_local = ancestral sampling of prod_j p(c_j | h, c_<j) over the 2Q codes of two
     frames, h from a full uncached forward every second frame, token for token (greedy; and
     sampling with the same random stream), in half the backbone forwards."""
+    from suite.random_streams import SAMPLE, RowStreams
     from suite.sampling import logits_to_probs, sample
     model = tiny_tts(2, local_frames=2)
     params = SamplingParams(temperature=temperature, seed=7)
     adapter, prompt, state, got = _tiny_run(model, "local", StackLocal(), params, budget=8)
-    gen = torch.Generator().manual_seed(7)
+    stream = RowStreams.seeded(7, 1, "cpu")        # the row's stream: first frame's position, draw = code
     cfg = model.config
     seq, want = list(prompt), []
     with torch.no_grad():
@@ -297,7 +299,7 @@ def test_stack_local_equals_uncached_reference(temperature):
                 logits = model.local_logits(h, codes, "ar")[0, j]
                 if j % Q:
                     logits[cfg.eos] = float("-inf")
-                codes[0, j] = sample(logits_to_probs(logits, params), gen)
+                codes[0, j] = sample(logits_to_probs(logits, params), stream.uniform([[len(seq)]], SAMPLE, j))
             for frame in (tuple(codes[0, :Q].tolist()), tuple(codes[0, Q:].tolist())):
                 if frame[0] == cfg.eos:
                     want.append((cfg.eos,) * Q)

@@ -34,7 +34,7 @@ import torch
 from suite.acceptance import Verdict, accept_speculative
 from suite.loop import Acceptance, DecodeState, Draft
 from suite.sampling import draw, logits_to_probs
-from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits
+from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
 from .parallel_box import BoxLayout, block_problem, slot_confidence
 
 
@@ -102,19 +102,20 @@ class HybridBox:
                 if whole and r.ar_left == 0 and draft.meta.num_noisy[b] > 0:
                     # the block is complete and the next one was scored in the same forward
                     kept[b] = len(chain)
-                    out = out + self._parallel(state, b, row[len(chain):])
+                    out = out + self._parallel(state, b, row[len(chain):], len(state.tokens[b]) + len(out))
                 committed.append(out)
                 continue
             if r.ar_left > 0:                                           # re-decoding slot by slot
                 r.ar_left -= 1
-                committed.append([int(draw(row[0], state.params, state.generator))])
+                committed.append([int(draw(row[0], state.params, slot_uniforms(state, b, len(state.tokens[b]), 1)[0]))])
                 continue
-            committed.append(self._parallel(state, b, row))
+            committed.append(self._parallel(state, b, row, len(state.tokens[b])))
         return Acceptance(committed, keep_clean(draft, kept))
 
-    def _parallel(self, state: DecodeState, b: int, row: torch.Tensor) -> list[int]:
-        """A parallel step from (1 + noisy, V) logits: the end token alone, or a checked block."""
-        tokens = draw(row, state.params, state.generator).tolist()
+    def _parallel(self, state: DecodeState, b: int, row: torch.Tensor, first: int) -> list[int]:
+        """A parallel step from (1 + noisy, V) logits, slot i deciding position first + i: the end
+        token alone, or a checked block."""
+        tokens = draw(row, state.params, slot_uniforms(state, b, first, row.shape[0])).tolist()
         if tokens[0] in state.eos_token_ids or len(tokens) == 1:
             return tokens[:1]
         return self._check_block(state, b, row, tokens)
@@ -147,7 +148,7 @@ class HybridBox:
         else:
             probs = logits_to_probs(row[:len(chain) + 1], state.params)
             v = accept_speculative(torch.tensor(chain, dtype=torch.long, device=probs.device), None, probs,
-                                   state.generator)
+                                   state.streams.row_chain(b, len(state.tokens[b]), len(chain)))
         whole = v.num_accepted == len(chain)
         out = chain[:v.num_accepted] + ([] if whole else [v.next_token])
         # the drafts after a disagreement become AR's own guesses from this forward (slot j's

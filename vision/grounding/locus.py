@@ -41,6 +41,7 @@ import torch
 
 from suite.acceptance import accept_multi_draft
 from suite.loop import Acceptance, DecodeState, Draft
+from suite.random_streams import ACCEPT
 from suite.sampling import logits_to_probs
 from .parallel_box import BoxLayout
 
@@ -238,7 +239,8 @@ class Locus:
         for j in range(n):
             p = logits_to_probs(logits[(where.slot(node) if j else where.pending - 1) - first], state.params)
             below = where.children[node]
-            token, ok = accept_multi_draft(p, [where.values[c] for c in below], state.generator)
+            u = state.streams.row(b, len(state.tokens[b]) + j, ACCEPT, len(below) + 1)   # keyed by position
+            token, ok = accept_multi_draft(p, [where.values[c] for c in below], u)
             out.append(token)
             if not ok:                        # AR's own token; the later slots guessed again (Jacobi)
                 if row.fresh:
@@ -252,7 +254,7 @@ class Locus:
             node = next(c for c in below if where.values[c] == token)
             path.append(node)
         p = logits_to_probs(logits[(where.slot(node) if n else where.pending - 1) - first], state.params)
-        head, _ = accept_multi_draft(p, [], state.generator)
+        head, _ = accept_multi_draft(p, [], state.streams.row(b, len(state.tokens[b]) + n, ACCEPT, 1))
         out.append(head)
         row.fresh = head not in state.eos_token_ids and num_slots > where.noisy
         tree.main, tree.alts, tree.probs = self._guesses(

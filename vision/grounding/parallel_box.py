@@ -29,7 +29,7 @@ import torch
 
 from suite.loop import Acceptance, DecodeState, Draft
 from suite.sampling import draw
-from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits
+from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,11 @@ def box_proposal(state: DecodeState, layout: BoxLayout) -> Draft:
     return block_draft(state, [[] for _ in range(state.batch)], noisy)
 
 
-def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, state: DecodeState) -> torch.Tensor:
+def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, state: DecodeState, b: int) -> torch.Tensor:
     """An x0 y0 x1 y1 block whose far corner is not past its near one (x1 <= x0 or y1 <= y0, the
     parallel slots having picked values from different objects or none) gets that slot chosen
     again among the values past the near corner: the most probable valid box, instead of a box
-    the pipeline would drop. row (B, V) logits and tokens (B,) of one full block."""
+    the pipeline would drop. row (B, V) logits and tokens (B,) of one full block of row b."""
     tokens = tokens.clone()
     for near, far in ((1, 3), (2, 4)):
         lo, hi = int(tokens[near]), int(tokens[far])
@@ -117,7 +117,8 @@ def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, 
         logits = row[far].clone()
         logits[:lo + 1] = float("-inf")
         logits[layout.coord_hi + 1:] = float("-inf")
-        tokens[far] = draw(logits, state.params, state.generator)
+        u = slot_uniforms(state, b, len(state.tokens[b]) + far, 1, draw=1)     # the slot's second draw
+        tokens[far] = draw(logits, state.params, u[0])
     return tokens
 
 
@@ -142,12 +143,12 @@ class ParallelBox:
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         def block(b: int) -> list[int]:
             row = row_logits(draft, logits, b)
-            tokens = draw(row, state.params, state.generator)           # (1 + noisy,)
+            tokens = draw(row, state.params, slot_uniforms(state, b, len(state.tokens[b]), row.shape[0]))   # (1 + noisy,)
             head = int(tokens[0])
             if head in state.eos_token_ids or tokens.shape[0] == 1:
                 return [head]
             state.stats.count("box_blocks")
             if self.ordered and self.layout.box_format == "xyxy" and tokens.shape[0] == self.layout.block_size:
-                tokens = ordered_corners(row, tokens, self.layout, state)
+                tokens = ordered_corners(row, tokens, self.layout, state, b)
             return tokens.tolist()
         return Acceptance(state.per_live_row(block), keep_clean(draft, [0] * state.batch))

@@ -36,6 +36,7 @@ import torch
 
 from ...acceptance import accept_by_confidence
 from ...loop import Acceptance, Canvas, DecodeState, Draft
+from ...random_streams import SAMPLE
 from ...sampling import logits_to_probs, sample
 
 
@@ -97,13 +98,20 @@ def row_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     return logits[b, start:start + 1 + m.num_chain[b] + m.num_noisy[b]]
 
 
-def choose(logits: torch.Tensor, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
+def choose(logits: torch.Tensor, state: DecodeState, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, V) logits -> tokens (K,) and their confidence (K,): the softmax probability of the
-    chosen token (raw softmax under greedy decoding, the processed distribution when sampling)."""
+    chosen token (raw softmax under greedy decoding, the processed distribution when sampling);
+    u (K,) the row's uniforms (`slot_uniforms`)."""
     probs = logits_to_probs(logits, state.params)
-    tokens = sample(probs, state.generator).reshape(-1)
+    tokens = sample(probs, u).reshape(-1)
     conf_probs = torch.softmax(logits.float(), -1) if state.params.greedy else probs
     return tokens, conf_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def slot_uniforms(state: DecodeState, b: int, first: int, count: int, purpose: int = SAMPLE, draw: int = 0) -> torch.Tensor:
+    """(count,) uniforms of row b's slots predicting positions first.. (`purpose`, `draw`)."""
+    positions = torch.arange(first, first + count, device=state.device)[None]
+    return state.streams.uniform(positions, purpose, draw, rows=[b])[0]
 
 
 def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
@@ -184,6 +192,7 @@ class BlockCommit:
     as the head (exact). Trades: a forward per held slot, against most of the errors on the OCR lines."""
 
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+    batch_independent: ClassVar[bool] = True    # rows draw from their own streams, size from their own state
     row_type: ClassVar[type] = BlockRow     # the per-row state `start` makes (a rule that keeps more extends it)
     canvas: ClassVar[bool] = False          # on a canvas model (set by `bind`): the block is the canvas
 
@@ -226,7 +235,11 @@ class BlockCommit:
     def _accept_row(self, state: DecodeState, b: int, logits: torch.Tensor) -> list[int]:
         s = len(state.tokens[b]) - 1
         filled = state.rows[b].filled
-        tokens, conf = choose(logits, state)          # slot i predicts position s + 1 + i
+        # slot i predicts position s + 1 + i; a slot left open is sampled again next step: the committed
+        # length (it grows every step) keys its draws too; the head, always committed, draws as ar does
+        u = slot_uniforms(state, b, s + 1, logits.shape[0], draw=s + 1)
+        u[:1] = slot_uniforms(state, b, s + 1, 1)
+        tokens, conf = choose(logits, state, u)          # slot i predicts position s + 1 + i
         open_ = [i for i in range(tokens.shape[0]) if i == 0 or s + 1 + i not in filled]
         slots = OpenSlots(logits[open_], tokens[open_], conf[open_], [s + 1 + i for i in open_])
         keep = self.commit(state, b, slots).clone()

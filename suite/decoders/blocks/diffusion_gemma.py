@@ -62,6 +62,13 @@ def eb_accept(logits: torch.Tensor, bound: float) -> torch.Tensor:
     return torch.scatter(torch.zeros_like(chosen), -1, order, chosen)
 
 
+@dataclass
+class FamilyStream:
+    """The request's torch.Generator: the family draws from one stream in a fixed order across its
+    rows, so the sampler keeps one per request (no select/extend: its requests run as fixed batches)."""
+    generator: torch.Generator
+
+
 @dataclass(frozen=True)
 class DiffusionGemmaSampler:
     max_denoising_steps: int | None = None
@@ -74,7 +81,7 @@ class DiffusionGemmaSampler:
 
     name: ClassVar[str] = "diffusion_gemma"
     vocab_size: ClassVar[int | None] = None    # set by `bind` from the adapter
-    always_samples: ClassVar[bool] = True      # draws from the request's stream whatever the temperature (scheduler)
+    always_samples: ClassVar[bool] = True      # draws from the request's generator whatever the temperature (scheduler)
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
     def bind(self, adapter) -> "DiffusionGemmaSampler":
@@ -107,6 +114,12 @@ class DiffusionGemmaSampler:
         if self.t_min is not None and self.t_max is not None and not 0 <= self.t_min < self.t_max:
             raise ValueError(f"need 0 <= t_min < t_max, got t_min={self.t_min}, t_max={self.t_max}")
         state.rows = [CanvasRow() for _ in range(state.batch)]
+        generator = torch.Generator(device=state.device)
+        if p.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(p.seed)
+        state.shared = FamilyStream(generator)
 
     @property
     def adaptive(self) -> bool:
@@ -123,7 +136,7 @@ class DiffusionGemmaSampler:
                 continue
             if row.canvas is None:                       # a new canvas: x_T ~ U(V)
                 row.canvas = torch.randint(0, self.vocab_size, (1, length), device=state.device,
-                                           generator=state.generator)[0]
+                                           generator=state.shared.generator)[0]
                 row.logits, row.step, row.history = None, self.max_denoising_steps, None
             pending = state.pending(b)
             start = state.num_cached[b]
@@ -169,11 +182,11 @@ class DiffusionGemmaSampler:
             processed = raw / (self.t_min + ((self.t_max - self.t_min) * (n / self.max_denoising_steps)))
         probs = torch.softmax(processed, dim=-1, dtype=torch.float32)
         vocab = probs.shape[-1]
-        sampled = torch.multinomial(probs.view(-1, vocab), num_samples=1, generator=state.generator).view(1, -1)
+        sampled = torch.multinomial(probs.view(-1, vocab), num_samples=1, generator=state.shared.generator).view(1, -1)
         argmax = torch.argmax(processed, dim=-1)                               # (1, L)
         accepted = eb_accept(processed, self.entropy_bound)
         current = torch.where(accepted, sampled, row.canvas[None])
-        noise = torch.randint(0, vocab, current.shape, device=current.device, generator=state.generator)
+        noise = torch.randint(0, vocab, current.shape, device=current.device, generator=state.shared.generator)
         row.canvas = torch.where(~accepted, noise, current)[0]
         stop = self.adaptive and self._stable_and_confident(row, argmax, processed)
         row.logits = processed[0]

@@ -24,8 +24,9 @@ from typing import ClassVar
 
 from ...acceptance import accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import DRAFT
 from ...sampling import logits_to_probs
-from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, with_mask_token
+from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, slot_uniforms, with_mask_token
 
 
 @dataclass
@@ -41,6 +42,7 @@ class S2D2:
 
     name: ClassVar[str] = "s2d2"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+    batch_independent: ClassVar[bool] = True    # rows draw from their own streams, size from their own state
 
     def bind(self, adapter) -> "S2D2":
         return with_mask_token(self, adapter)
@@ -77,13 +79,15 @@ class S2D2:
             k = meta.num_chain[b]
             chain = draft.tokens[b, meta.num_pending[b]:meta.num_pending[b] + k]
             p = logits_to_probs(rows[:k + 1], state.params)
-            v = accept_speculative(chain, None, p, state.generator)
+            head = len(state.tokens[b])                          # the chain decides positions head..
+            v = accept_speculative(chain, None, p, state.streams.row_chain(b, head, k))
             committed.append(chain[:v.num_accepted].tolist() + [v.next_token])
             accepted.append(v.num_accepted)
             drafts = []
             if v.num_accepted == k and meta.num_noisy[b]:
                 # noisy slot j (position head+j) predicts position head+j+1; the bonus fills head
-                tokens, conf = choose(rows[k + 1:], state)
+                u = slot_uniforms(state, b, head + k + 1, meta.num_noisy[b], DRAFT)
+                tokens, conf = choose(rows[k + 1:], state, u)
                 drafts = list(zip(tokens.tolist(), conf.tolist()))
             state.rows[b].drafts = drafts
         return Acceptance(committed, keep_clean(draft, accepted))

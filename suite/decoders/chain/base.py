@@ -142,8 +142,7 @@ def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor
     when the caller has it. None for done rows."""
     guesses, lengths = padded if padded is not None else padded_guesses(draft)
     device = p.device
-    u = torch.rand(guesses.shape, generator=state.generator, device=device)
-    u_next = torch.rand(state.batch, generator=state.generator, device=device)
+    u, u_next = state.streams.chain(state.positions(), guesses.shape[1])     # keyed by row and position
     accepted, following = kernels.op("speculative_accept", device.type)(
         guesses.clamp(min=0).to(device), q, p, u, u_next, lengths.to(device))
     accepted, following = accepted.tolist(), following.tolist()

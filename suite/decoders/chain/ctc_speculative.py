@@ -50,6 +50,7 @@ class CTCSpeculative:
 
     name: ClassVar[str] = "ctc_speculative"
     requires: ClassVar[frozenset] = frozenset()
+    batch_independent: ClassVar[bool] = True    # rows draw from their own streams, size from their own state
 
     def start(self, state: DecodeState) -> Acceptance:
         """Rows whose hypothesis passes the gate commit it whole before any forward."""

@@ -110,6 +110,12 @@ class Eagle:
     name: ClassVar[str] = "eagle"
     requires: ClassVar[frozenset] = frozenset({"custom_mask", "hidden_states"})
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's tree from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, target) -> "Eagle":
         """Load the head (a folder), check it against the target and borrow its embeddings."""
         head = self.draft_head
@@ -312,7 +318,7 @@ class Eagle:
             if state.done[b] or t.num_pending == 0:
                 committed.append([])
                 continue
-            new, path = walk_tree(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
+            new, path = walk_tree(state, b, t, logits[b], targets[b] if greedy else None, draft.logits_from)
             committed.append(new)
             keep[b, :t.num_pending] = True
             slots = list(range(t.num_pending)) + [t.num_pending + i for i in path]

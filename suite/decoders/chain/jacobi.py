@@ -13,17 +13,20 @@ import torch
 
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import INIT
 from .base import ChainRow, chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
 
 
 INIT_SCHEMES = ("prompt", "repeat", "left", "frame")
 
 
-def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: int | None = None) -> list[int]:
+def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: int | None = None, offset: int = 0,
+                 draw: int = 0) -> list[int]:
     """New guess tokens: copies of random prompt tokens (CLLM), repeats of the last token,
     "left" (images): copies of the last generated token, the left neighbour, or "frame" (video):
     the token `period` (one frame) back, the same cell of the previous frame (in the first frame
-    the left neighbour); none before the first generated token."""
+    the left neighbour); none before the first generated token. The first new guess drafts the
+    position `offset` after the row's committed tokens (random picks are keyed by it and `draw`)."""
     if count <= 0:
         return []
     if scheme == "frame":
@@ -38,8 +41,9 @@ def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: in
     if scheme == "repeat":
         return [state.tokens[b][-1]] * count
     prompt = state.tokens[b][:state.prompt_lengths[b]]
-    idx = torch.randint(len(prompt), (count,), generator=state.generator, device=state.device)
-    return [prompt[i] for i in idx.tolist()]
+    start = len(state.tokens[b]) + offset
+    u = state.streams.uniform([list(range(start, start + count))], INIT, draw, rows=[b])[0]
+    return [prompt[i] for i in (u * len(prompt)).long().clamp(max=len(prompt) - 1).tolist()]
 
 
 def frame_period(model) -> int:
@@ -81,7 +85,8 @@ class Jacobi:
     def propose(self, state: DecodeState) -> Draft:
         for b, row in enumerate(state.rows):
             n = room_for_guesses(state, b, self.window)
-            row.guesses = row.guesses[:n] + init_guesses(state, b, n - len(row.guesses[:n]), self.init)
+            row.guesses = row.guesses[:n] + init_guesses(state, b, n - len(row.guesses[:n]), self.init,
+                                                          offset=len(row.guesses[:n]))
         guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])

@@ -22,6 +22,7 @@ import torch
 from ...acceptance import accept_multi_draft
 from ...cost import RunningMean, bind_cost
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import ACCEPT
 from ...sampling import logits_to_probs
 from .jacobi import init_guesses
 
@@ -111,13 +112,19 @@ class Lookahead:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
     MODES: ClassVar[tuple] = ("full", "verify", "plain")
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's step (its mode) from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, model) -> "Lookahead":
         return bind_cost(self, model, masked=True)
 
     def start(self, state: DecodeState) -> None:
         if self.window < 1 or self.level < 2 or self.guesses < 0:
             raise ValueError("lookahead needs window >= 1, level >= 2, guesses >= 0")
-        state.rows = [LookaheadRow([init_guesses(state, b, self.window, "prompt") for _ in range(self.level - 1)],
+        state.rows = [LookaheadRow([init_guesses(state, b, self.window, "prompt", draw=n) for n in range(self.level - 1)],
                                    NgramPool(self.guesses), state.prompt_lengths[b])
                       for b in range(state.batch)]
         for b, row in enumerate(state.rows):
@@ -204,7 +211,7 @@ class Lookahead:
                 committed.append([])
                 continue
             row_logits = _SlotLogits(logits[b], draft.logits_from)
-            new, path = self._verify(state, layout, row_logits)
+            new, path = self._verify(state, b, layout, row_logits)
             committed.append(new)
             keep[b, :layout.num_pending] = True
             keep[b, path] = True
@@ -215,7 +222,7 @@ class Lookahead:
             gain.add(least if m == mode else None)
         return Acceptance(committed, keep)
 
-    def _verify(self, state: DecodeState, layout: RowLayout, logits: torch.Tensor):
+    def _verify(self, state: DecodeState, b: int, layout: RowLayout, logits: torch.Tensor):
         """Walk the candidate tree; returns the committed tokens and the accepted draft slots."""
         node = logits[layout.num_pending - 1]
         alive = list(range(len(layout.candidates)))
@@ -225,7 +232,8 @@ class Lookahead:
             p = logits_to_probs(node, state.params)
             options = list(dict.fromkeys(layout.candidates[c][depth] for c in alive
                                          if len(layout.candidates[c]) > depth))
-            token, ok = accept_multi_draft(p, options, state.generator)
+            u = state.streams.row(b, len(state.tokens[b]) + depth, ACCEPT, len(options) + 1)   # keyed by position
+            token, ok = accept_multi_draft(p, options, u)
             new.append(token)
             if not ok:
                 break

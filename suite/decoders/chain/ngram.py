@@ -66,6 +66,12 @@ class Ngram:
     name: ClassVar[str] = "ngram"
     requires: ClassVar[frozenset] = frozenset()
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's drafts from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, model) -> "Ngram":
         return bind_cost(self, model)
 

@@ -47,6 +47,7 @@ class NgramPrior:
 
     name: ClassVar[str] = "ngram_prior"
     requires: ClassVar[frozenset] = frozenset()
+    batch_independent: ClassVar[bool] = True    # rows draw from their own streams, size from their own state
 
     def start(self, state: DecodeState) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:

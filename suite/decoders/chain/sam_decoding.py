@@ -66,6 +66,12 @@ class SAMDecoding:
     name: ClassVar[str] = "sam_decoding"
     requires: ClassVar[frozenset] = frozenset()
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's tree from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, model) -> "SAMDecoding":
         """Build the static automaton (once per corpus) and the auxiliary; without custom attention
         masks (chains only) the auxiliary's trees are left out."""

@@ -17,10 +17,16 @@ import torch
 
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import DRAFT
 from ...sampling import sample
 from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
                    speculative_chain_verdicts)
 from .jacobi import INIT_SCHEMES, JacobiRow, frame_period, init_guesses, jacobi_accept
+
+
+def draft_uniforms(state: DecodeState, width: int) -> torch.Tensor:
+    """(B, width) uniforms of fresh drafts along every row's chain: slot j drafts position start + j."""
+    return state.streams.uniform(state.positions()[:, None] + torch.arange(width, device=state.device), DRAFT)
 
 
 def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tensor:
@@ -67,6 +73,12 @@ class SJD:
     name: ClassVar[str] = "sjd"
     requires: ClassVar[frozenset] = frozenset()
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's window from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, model) -> "SJD":
         if self.init != "frame" or self.period is not None:
             return bind_cost(self, model)
@@ -85,7 +97,7 @@ class SJD:
             kept = row.guesses[:n]
             if row.q is not None:
                 row.q = row.q[:len(kept)]   # fresh guesses are point masses
-            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period)
+            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period, offset=len(kept))
         guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
@@ -96,7 +108,7 @@ class SJD:
         draw from p[b, j] (the caller keeps those after the committed token). guesses (B, G) were
         drawn from q (B, G, V), lengths (B,) real per row. Plain SJD draws independently; MC-SJD
         couples the draw to the old guess."""
-        return sample(p, state.generator).tolist()
+        return sample(p, draft_uniforms(state, p.shape[1])).tolist()
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         if state.params.greedy:   # p is one-hot: the rule is Jacobi's (accept the argmax prefix, redraw = argmax)

@@ -17,6 +17,7 @@ import torch
 from ...models.adapters import HFCausalLM, as_adapter, layer_truncated_draft
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft, forward_mask
+from ...random_streams import DRAFT
 from ...sampling import logits_to_probs, sample
 from .base import (ChainMeta, ChainRow, chain_acceptance, chain_draft, chain_probs, padded_draft_q,
                    room_for_guesses, speculative_chain_verdicts)
@@ -60,6 +61,12 @@ class Speculative:
 
     name: ClassVar[str] = "speculative"
     requires: ClassVar[frozenset] = frozenset()
+
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's drafts from the live rows' acceptance rates."""
+        return self.cost is None
 
     def bind(self, target) -> "Speculative":
         """Resolve draft='self:N' against the target model, and the cost curve."""
@@ -112,7 +119,7 @@ class Speculative:
                     if constraints[b] is not None:   # q masked as the loop masks p (suite.constraint)
                         row = constraints[b].masked(row, drafts[b])
                     q = logits_to_probs(row, state.params)
-                    drafts[b].append(int(sample(q, state.generator)))
+                    drafts[b].append(int(sample(q, state.streams.row(b, len(state.tokens[b]) + step, DRAFT, 1))))
                     qs[b].append(q)
             feed = [[x[-1]] if x else [] for x in drafts]
         if max(want, default=0):

@@ -84,6 +84,12 @@ class TokenRecycling:
     name: ClassVar[str] = "token_recycling"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
 
+    @property
+    def batch_independent(self) -> bool:
+        """Rows share forwards when seeded (suite.scheduler) only with fixed sizes: a cost curve sizes
+        every row's tree from the live rows' acceptance rates."""
+        return self.cost is None
+
     def bind(self, model) -> "TokenRecycling":
         return bind_tree_costs(replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer)), model)
 

@@ -20,6 +20,7 @@ import torch
 from ...acceptance import accept_multi_draft
 from ...cost import best_size, bind_cost
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import ACCEPT
 from ...sampling import logits_to_probs
 
 
@@ -188,7 +189,7 @@ def verify_trees(state: DecodeState, draft: Draft, logits: torch.Tensor, targets
         if state.done[b] or t.num_pending == 0:
             committed.append([]), paths.append([]), kept_slots.append([])
             continue
-        new, path = walk_tree(state, t, logits[b], targets[b] if greedy else None, draft.logits_from)
+        new, path = walk_tree(state, b, t, logits[b], targets[b] if greedy else None, draft.logits_from)
         committed.append(new), paths.append(path)
         kept_slots.append(list(range(t.num_pending)) + [t.num_pending + i for i in path])
     if all(s == list(range(len(s))) for s in kept_slots):      # every row keeps a prefix of its slots
@@ -205,10 +206,11 @@ def verify_trees(state: DecodeState, draft: Draft, logits: torch.Tensor, targets
     return Acceptance(committed, torch.tensor(keep, dtype=torch.bool, device=draft.valid.device)), paths
 
 
-def walk_tree(state: DecodeState, t, logits: torch.Tensor, targets, offset: int):
+def walk_tree(state: DecodeState, b: int, t, logits: torch.Tensor, targets, offset: int):
     """From the root of one row's verified tree `t` (`tokens`, `parents` with -1 for the root,
     `num_pending`: a DraftTree or eagle's Tree), follow accepted children: greedy by `targets`
-    (the argmax per slot), else by the multi-draft rule; returns the new tokens and the accepted nodes."""
+    (the argmax per slot), else by the multi-draft rule (row b's uniforms at each position); returns
+    the new tokens and the accepted nodes."""
     children: dict[int, list[int]] = {}
     for i, par in enumerate(t.parents):
         children.setdefault(par, []).append(i)
@@ -221,7 +223,8 @@ def walk_tree(state: DecodeState, t, logits: torch.Tensor, targets, offset: int)
             nxt = next((c for c in kids if t.tokens[c] == token), None)
         else:
             p = logits_to_probs(logits[slot], state.params)
-            token, ok = accept_multi_draft(p, [t.tokens[c] for c in kids], state.generator)
+            u = state.streams.row(b, len(state.tokens[b]) + len(path), ACCEPT, len(kids) + 1)
+            token, ok = accept_multi_draft(p, [t.tokens[c] for c in kids], u)
             nxt = next((c for c in kids if t.tokens[c] == token), None) if ok else None
         new.append(token)
         if nxt is None:

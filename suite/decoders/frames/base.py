@@ -8,6 +8,7 @@ from typing import Callable, ClassVar
 import torch
 
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import SAMPLE
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,17 @@ def frame_draft(state: DecodeState, num_codebooks: int, pad: int) -> Draft:
 def last_frame_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
     """(Q, V) logits at row b's last pending frame: they predict the next frame."""
     return logits[b, draft.meta.num_pending[b] - 1 - draft.logits_from]
+
+
+def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], first_draw: int = 0) -> torch.Tensor:
+    """(R, *shape) uniforms of the codes rows `rows` sample in this step: keyed by each row's next
+    frame position, draw = the code's flat index in `shape` (+ first_draw: a later pass's)."""
+    count = 1
+    for n in shape:
+        count *= n
+    draws = torch.arange(first_draw, first_draw + count, device=state.device).reshape(1, *shape)
+    positions = state.positions(rows).reshape(-1, *[1] * len(shape))
+    return state.streams.uniform(positions, SAMPLE, draws, rows=rows)
 
 
 def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:

@@ -26,7 +26,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, last_frame_logits, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, last_frame_logits, only_head0_ends
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Delay(FrameDecoder):
             num_frames = row.num_frames = step
         lags = lags_of(self.delays, self.codebooks)
         probs = logits_to_probs(only_head0_ends(logits, self.eos), state.params)   # (K, V)
-        drawn = sample(probs, state.generator).tolist()          # one draw per codebook
+        drawn = sample(probs, code_uniforms(state, [b], (self.codebooks,))[0]).tolist()   # one draw per codebook
         column = []
         for k in range(self.codebooks):
             forced = delay_column(step, lags[k], num_frames, self.bos, self.eos, self.pad)

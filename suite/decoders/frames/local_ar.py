@@ -19,7 +19,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,10 @@ class LocalAR(FrameDecoder):
         rows = [b for b in range(state.batch) if not state.done[b]]
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
         codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
+        u = code_uniforms(state, rows, (self.codebooks,))                            # (M, Q)
         for q in range(self.codebooks):                  # one local pass per codebook
             logits = only_head0_ends(out.local(h, codes, "ar"), self.eos)[:, q]       # (M, V)
-            codes[:, q] = sample(logits_to_probs(logits, state.params), state.generator)
+            codes[:, q] = sample(logits_to_probs(logits, state.params), u[:, q])
         committed = [[] for _ in range(state.batch)]
         for frame, b in zip(codes.tolist(), rows):
             committed[b] = frames_until_end([frame], self.eos)

@@ -23,7 +23,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -44,17 +44,18 @@ class LocalMaskGIT(FrameDecoder):
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
         codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         for s in range(1, self.steps + 1):
-            codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks))
+            u = code_uniforms(state, rows, (self.codebooks,), (s - 1) * self.codebooks)   # (M, Q) this pass's
+            codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks), u)
         committed = [[] for _ in range(state.batch)]
         for frame, b in zip(codes.tolist(), rows):
             committed[b] = frames_until_end([frame], self.eos)
         return frame_acceptance(draft, committed)
 
-    def _pass(self, state, out, h, codes, target: int) -> torch.Tensor:
+    def _pass(self, state, out, h, codes, target: int, u: torch.Tensor) -> torch.Tensor:
         """Sample every masked codebook, keep the most confident until `target` are fixed per row."""
         masked = codes == out.mask_id                                                # (M, Q)
         probs = logits_to_probs(only_head0_ends(out.local(h, codes, "maskgit"), self.eos), state.params)
-        drawn = sample(probs, state.generator)                                       # (M, Q)
+        drawn = sample(probs, u)                                                     # (M, Q)
         confidence = probs.gather(-1, drawn[..., None])[..., 0].masked_fill(~masked, float("inf"))
         rank = confidence.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)   # 0 = most confident
         keep = masked & (rank < target)

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Parallel(FrameDecoder):
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         def frame(b: int) -> list[tuple]:
             frame_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)   # (K, V)
-            drawn = sample(logits_to_probs(frame_logits, state.params), state.generator).tolist()
+            u = code_uniforms(state, [b], tuple(frame_logits.shape[:-1]))[0]
+            drawn = sample(logits_to_probs(frame_logits, state.params), u).tolist()
             # EOS on codebook 0 ends the row (the other heads' guesses at that slot mean nothing)
             return frames_until_end([drawn], self.eos)
         return frame_acceptance(draft, state.per_live_row(frame))

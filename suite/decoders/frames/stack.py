@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Stack(FrameDecoder):
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         def frames(b: int) -> list[tuple]:
             frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
-            drawn = sample(logits_to_probs(frames_logits, state.params), state.generator).tolist()   # (S, Q)
+            u = code_uniforms(state, [b], tuple(frames_logits.shape[:-1]))[0]
+            drawn = sample(logits_to_probs(frames_logits, state.params), u).tolist()   # (S, Q)
             return frames_until_end(drawn, self.eos)
         return frame_acceptance(draft, state.per_live_row(frames))

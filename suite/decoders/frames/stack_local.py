@@ -24,7 +24,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,10 @@ class StackLocal(FrameDecoder):
         h = last_frame_hidden(draft, out, rows)                                        # (M, D)
         q = self.codebooks
         codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long, device=h.device)   # (M, 2Q)
+        u = code_uniforms(state, rows, (2 * q,))                                       # (M, 2Q)
         for j in range(2 * q):                           # one local pass per code, frame by frame
             logits = only_head0_ends(out.local(h, codes, "ar").unflatten(1, (2, q)), self.eos)[:, j // q, j % q]
-            codes[:, j] = sample(logits_to_probs(logits, state.params), state.generator)
+            codes[:, j] = sample(logits_to_probs(logits, state.params), u[:, j])
         committed = [[] for _ in range(state.batch)]
         for both, b in zip(codes.tolist(), rows):
             committed[b] = frames_until_end([both[:q], both[q:]], self.eos)

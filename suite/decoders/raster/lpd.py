@@ -29,6 +29,7 @@ from typing import ClassVar
 import torch
 
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import ORDER, SAMPLE, RowStreams
 from ...sampling import logits_to_probs, sample
 from .zipar import RasterCanvas, canvas_tokens, grid_of
 
@@ -62,10 +63,40 @@ def proximity(taken: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def lpd_order(height: int, width: int, sizes: list[int], generator: torch.Generator | None = None,
+@dataclass
+class OrderDraws:
+    """Row b's ORDER stream (suite.random_streams) read call after call: call k's n uniforms are
+    draw k at positions 0..n-1."""
+    streams: RowStreams
+    b: int
+    calls: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.streams.keys.device
+
+    def rand(self, n: int) -> torch.Tensor:
+        self.calls += 1
+        return self.streams.uniform(torch.arange(n, device=self.device)[None], ORDER, self.calls - 1, rows=[self.b])[0]
+
+
+def _randperm(n: int, rng, device) -> torch.Tensor:
+    if isinstance(rng, OrderDraws):
+        return rng.rand(n).argsort(stable=True)
+    return torch.randperm(n, generator=rng, device=device)
+
+
+def _randint(n: int, rng, device) -> int:
+    if isinstance(rng, OrderDraws):
+        return min(int(rng.rand(1)[0] * n), n - 1)
+    return int(torch.randint(n, (1,), generator=rng, device=device))
+
+
+def lpd_order(height: int, width: int, sizes: list[int], generator: torch.Generator | OrderDraws | None = None,
               repulsion: int = 2, proximity_threshold: float = 1.0) -> list[list[int]]:
     """Groups of raster cell indices (one list per step) covering the grid once, computed once per
-    request on the generator's device (a CUDA generator draws CUDA numbers only)."""
+    request row on the generator's device (a CUDA generator draws CUDA numbers only); `generator`
+    may be a row's stream (`OrderDraws`)."""
     if sum(sizes) != height * width:
         raise ValueError(f"group sizes sum to {sum(sizes)}, not the {height * width} cells of the grid")
     device = generator.device if generator is not None else torch.device("cpu")
@@ -73,7 +104,7 @@ def lpd_order(height: int, width: int, sizes: list[int], generator: torch.Genera
     groups = []
     for size in sizes:
         free = (~taken).flatten().nonzero().flatten()                   # (F,) free cells
-        perm = torch.randperm(len(free), generator=generator, device=device)   # random ties
+        perm = _randperm(len(free), generator, device)                  # random ties
         score = proximity(taken).flatten()[free[perm]]
         ranked = torch.sort(score, descending=True, stable=True)
         cells, scores = free[perm[ranked.indices]].tolist(), ranked.values.tolist()
@@ -98,7 +129,7 @@ def _chebyshev(a: int, b: int, width: int) -> int:
 
 
 def _farthest(chosen: list[int], candidates: list[int], k: int, width: int,
-              generator: torch.Generator | None) -> list[int]:
+              generator: torch.Generator | OrderDraws | None) -> list[int]:
     """k cells of `candidates` by farthest-point sampling from `chosen` (Euclidean on the grid)."""
     if len(candidates) <= k:
         return list(candidates)
@@ -110,7 +141,7 @@ def _farthest(chosen: list[int], candidates: list[int], k: int, width: int,
         dist = torch.cdist(cand, ref).min(1).values                                         # (F,)
     else:                                                    # nothing to be far from: a random start
         dist = torch.full((len(candidates),), -1.0, dtype=torch.float64, device=device)
-        dist[int(torch.randint(len(candidates), (1,), generator=generator, device=device))] = 1.0
+        dist[_randint(len(candidates), generator, device)] = 1.0
         i = int(dist.argmax())
         picked.append(candidates[i])
         dist = torch.cdist(cand, cand[i:i + 1]).flatten()
@@ -179,7 +210,8 @@ class LPD:
                              f"got {state.max_new_tokens}")
         sizes = group_sizes(h * w, self.steps)
         state.rows = [LPDRow(RasterCanvas.empty(h, w, state.prompt_lengths[b]),
-                             LPDPlan(lpd_order(h, w, sizes, state.generator, self.repulsion, self.proximity_threshold)))
+                             LPDPlan(lpd_order(h, w, sizes, OrderDraws(state.streams, b), self.repulsion,
+                                               self.proximity_threshold)))
                       for b in range(state.batch)]
 
     def propose(self, state: DecodeState) -> Draft:
@@ -223,7 +255,8 @@ class LPD:
                 canvas.cached[c] = True
             start = n_real - draft.logits_from
             p = logits_to_probs(logits[b, start:start + len(cells)], state.params)   # (G, V)
-            for c, tok in zip(cells, sample(p, state.generator).tolist()):
+            u = state.streams.uniform([[canvas.position(c) for c in cells]], SAMPLE, rows=[b])[0]
+            for c, tok in zip(cells, sample(p, u).tolist()):
                 canvas.put(c, int(tok))
             plan.to_feed = list(cells)
             plan.done_groups += 1

@@ -23,7 +23,7 @@ import torch
 from ...acceptance import accept_speculative
 from ...loop import DecodeState
 from ...sampling import sample
-from ..chain.mc_sjd import coupled_redraws
+from ..chain.mc_sjd import coupled_redraws, raster_redraw_uniforms
 from ..chain.sjd import draft_q
 from .video_zipar import VideoZipAR
 from .zipar import RasterCanvas, RowChain
@@ -85,12 +85,14 @@ class VideoZipARSJD(VideoZipAR):
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         store = state.rows[b].row_guesses
         guesses, q = store.get(chain.row, ([], []))
+        start = state.rows[b].canvas.position(chain.cell)           # guess i decides position start + i
         v = accept_speculative(torch.tensor(guesses, dtype=torch.long, device=p.device),
                                draft_q(guesses, q, p.shape[-1], p.device),
-                               p, state.generator)
+                               p, state.streams.row_chain(b, start, len(guesses)))
         k = v.num_accepted
         later = p[k + 1:]                               # new targets of the cells after the committed token
-        redrawn = coupled_redraws(guesses[k + 1:], q[k + 1:], later, state.generator) if self.coupled else \
-            (sample(later, state.generator).tolist() if len(later) else [])
+        u = raster_redraw_uniforms(state, b, start + k + 1, len(later))
+        redrawn = coupled_redraws(guesses[k + 1:], q[k + 1:], later, u) if self.coupled else \
+            (sample(later, u[0]).tolist() if len(later) else [])
         store[chain.row] = (redrawn, list(later))
         return guesses[:k] + [v.next_token], k

@@ -29,6 +29,7 @@ import torch
 
 from ...acceptance import accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import ACCEPT, DRAFT, SAMPLE
 from ...sampling import logits_to_probs, sample
 
 REAL, PLACEHOLDER = -1, -2     # slot kinds; a kind >= 0 is a draft guess of that image row
@@ -236,19 +237,21 @@ class ZipAR:
 
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         """Tokens for the chain's cells from p (G+1, V), and how many guesses were accepted."""
-        return [int(sample(p[0], state.generator))], 0
+        return [int(sample(p[0], state.streams.row(b, state.rows[b].canvas.position(chain.cell), SAMPLE, 1)))], 0
 
     def start_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         """A pending row: check last step's first-token draft against p[0] (the prediction with
         more of the row above); accepted, the row starts with it and samples its second token
         from p[1]; otherwise (or with no draft yet) a new draft is drawn from p[0]."""
-        store = state.rows[b].row_guesses
-        if chain.guesses:
+        store, canvas = state.rows[b].row_guesses, state.rows[b].canvas
+        position, filled = canvas.position(chain.cell), sum(canvas.row_len)   # a rejected draft is redrawn: key by
+        if chain.guesses:                                                      # the filled cells too (new each step)
             (x,), (q,) = store.pop(chain.row)
-            verdict = accept_speculative(torch.tensor([x], device=p.device), q[None], p, state.generator)
+            u = state.streams.row(b, position, ACCEPT, 1, filled), state.streams.row(b, position + 1, SAMPLE, 1)[0]
+            verdict = accept_speculative(torch.tensor([x], device=p.device), q[None], p, u)
             if verdict.num_accepted:                   # its bonus token is the row's second
                 return [x, verdict.next_token], 1
-        store[chain.row] = ([int(sample(p[0], state.generator))], [p[0]])
+        store[chain.row] = ([int(sample(p[0], state.streams.row(b, position, DRAFT, 1, filled)))], [p[0]])
         return [], 0
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:

@@ -28,7 +28,7 @@ import torch
 from ...acceptance import accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import sample
-from ..chain.mc_sjd import coupled_redraws
+from ..chain.mc_sjd import coupled_redraws, raster_redraw_uniforms
 from ..chain.sjd import draft_q
 from .zipar import RasterCanvas, RowChain, ZipAR, ZipARRow
 
@@ -88,13 +88,15 @@ class ZipARSJD(ZipAR):
         width = state.rows[b].canvas.width
         column = chain.cell - chain.row * width
         valid = self._valid_slots(state, b, chain.row, column, len(guesses) + 1, width)
+        start = state.rows[b].canvas.position(chain.cell)           # guess i decides position start + i
         v = accept_speculative(torch.tensor(guesses[:valid - 1], dtype=torch.long, device=p.device),
                                draft_q(guesses[:valid - 1], q[:valid - 1], p.shape[-1], p.device), p[:valid],
-                               state.generator)
+                               state.streams.row_chain(b, start, valid - 1))
         k = v.num_accepted
         state.rows[b].fed_upto[chain.row] = column + k - 1
         later = p[k + 1:]                               # new targets of the cells after the committed token
-        store[chain.row] = (self._redraw(guesses[k + 1:], q[k + 1:], later, state), list(later))
+        u = raster_redraw_uniforms(state, b, start + k + 1, len(later))
+        store[chain.row] = (self._redraw(guesses[k + 1:], q[k + 1:], later, u), list(later))
         return guesses[:k] + [v.next_token], k
 
     def _valid_slots(self, state: DecodeState, b: int, row: int, column: int, slots: int, width: int) -> int:
@@ -106,7 +108,7 @@ class ZipARSJD(ZipAR):
             return slots
         return min(slots, max(1, upto - min(self.window, width) - column + 2))
 
-    def _redraw(self, old: list[int], old_q: list, p: torch.Tensor, state: DecodeState) -> list[int]:
+    def _redraw(self, old: list[int], old_q: list, p: torch.Tensor, u: torch.Tensor) -> list[int]:
         if not self.coupled:
-            return sample(p, state.generator).tolist() if len(p) else []
-        return coupled_redraws(old, old_q, p, state.generator)
+            return sample(p, u[0]).tolist() if len(p) else []
+        return coupled_redraws(old, old_q, p, u)
