@@ -12,6 +12,7 @@ import soundfile as sf
 import torch
 
 import speech
+from speech.tts import FRAME_OUTPUT
 from speech.data import synthesize
 from speech.metrics import cer
 
@@ -86,19 +87,23 @@ def test_concurrent_utterances_share_forwards_and_read_as_alone(asr):
     assert sum(r.stats.num_forwards for r in together) > asr.scheduler.forwards_run - before
 
 
-def test_concurrent_sentences_share_forwards_and_speak_as_alone(tts):
+# three of the six frame decoders, to keep the suite short (parallel, local_ar and stack pass as well)
+@pytest.mark.parametrize("decoder", ["delay", "local_maskgit", "stack_local"])
+def test_concurrent_sentences_share_forwards_and_speak_as_alone(tts, decoder):
     """Sentences of different lengths at once: their rows share the TTS model's forwards (each row's
     BOS position and frame conditioning travel in its cache, zero-padded) and each gets the codes it
-    gets alone (greedy here; seeded sampling shares once the decoder's draws are per row)."""
+    gets alone: sampled with the default seed, each row drawing from its own stream."""
     from concurrent.futures import ThreadPoolExecutor
     texts = ["Hello there.", "Remove and return an item from the queue.", "Yes."]
-    speak = lambda t: tts(t, decoder="delay", temperature=0.0, max_seconds=3.0)     # noqa: E731
+    speak = lambda t: tts(t, decoder=decoder, seed=0, max_seconds=3.0)     # noqa: E731
     alone = [speak(t) for t in texts]
-    before = tts.scheduler(tts.delay).forwards_run
+    scheduler = tts.scheduler(tts.delay if decoder == "delay" else tts.stack_local if decoder == "stack_local" else
+                              tts.stack if decoder == "stack" else tts.heads[FRAME_OUTPUT[decoder]])
+    before = scheduler.forwards_run
     with ThreadPoolExecutor(len(texts)) as pool:
         together = list(pool.map(speak, texts))
     assert [r.codes.tolist() for r in together] == [r.codes.tolist() for r in alone]
-    assert sum(r.stats.num_forwards for r in together) > tts.scheduler(tts.delay).forwards_run - before
+    assert sum(r.stats.num_forwards for r in together) > scheduler.forwards_run - before
 
 
 def test_asr_resamples_other_rates(asr):

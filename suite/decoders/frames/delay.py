@@ -42,6 +42,7 @@ class Delay(FrameDecoder):
     max_frames: int | None = None     # codebook 0 forced to EOS at this frame if it has not ended (Dia)
 
     name: ClassVar[str] = "delay"
+    batch_independent: ClassVar[bool] = True    # one column per row per step, drawn from the row's own stream
 
     def start(self, state: DecodeState) -> None:
         super().start(state)

@@ -31,6 +31,7 @@ class LocalMaskGIT(FrameDecoder):
     steps: int = 2                  # local passes per frame
 
     name: ClassVar[str] = "local_maskgit"
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "local"
 
     def start(self, state: DecodeState) -> None:

@@ -21,6 +21,7 @@ from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_en
 class Parallel(FrameDecoder):
 
     name: ClassVar[str] = "parallel"
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         def frame(b: int) -> list[tuple]:

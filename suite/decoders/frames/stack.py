@@ -25,6 +25,7 @@ from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_en
 class Stack(FrameDecoder):
 
     name: ClassVar[str] = "stack"
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "stack"
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:

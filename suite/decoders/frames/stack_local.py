@@ -31,6 +31,7 @@ from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_en
 class StackLocal(FrameDecoder):
 
     name: ClassVar[str] = "stack_local"
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "local"
 
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
