@@ -26,7 +26,7 @@ from suite.cache import KVCache
 from suite.models.adapters import AdapterConfig
 from suite.registry import CANVAS_DECODERS as DECODERS
 
-from .folders import check_folder, first_line, load_tokenizer
+from .folders import check_folder, load_model, load_tokenizer
 
 GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
@@ -217,18 +217,12 @@ def load_folder(path, device=None, dtype=torch.float32) -> tuple[DiffusionGemmaA
 
     from suite.runtime.storage import read_json
 
-    from .model import quiet_transformers
     folder = check_folder(path)
     cfg = read_json(folder / "config.json", default={})
     refuse_settings((cfg.get("text_config") or {}).get("use_bidirectional_attention"), cfg.get("canvas_length", 256),
                     read_json(folder / "generation_config.json", default={}).get("cache_implementation"))
     tok = load_tokenizer(folder, path)
-    with quiet_transformers():
-        try:
-            model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot load DiffusionGemma from {str(path)!r} ({first_line(e)}): pass a folder saved "
-                             "from DiffusionGemmaForBlockDiffusion.save_pretrained") from e
+    model = load_model(DiffusionGemmaForBlockDiffusion, folder, path, dtype, "DiffusionGemmaForBlockDiffusion")
     if device is not None:
         model.to(device)
     return DiffusionGemmaAdapter(model), tok

@@ -35,6 +35,17 @@ def load_tokenizer(folder: Path, path):
                              "there with tokenizer.save_pretrained()") from e
 
 
+def load_model(model_class, folder: Path, path, dtype, saved_from: str):
+    """`model_class.from_pretrained` of a checked folder, offline, in eval mode; a failure names the
+    folder as typed and the class (`saved_from`) it should have been saved from."""
+    with quiet_transformers():
+        try:
+            return model_class.from_pretrained(str(folder), local_files_only=True, dtype=dtype).eval()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot load {str(path)!r} ({first_line(e)}): pass a folder saved with "
+                             f"save_pretrained from {saved_from}") from e
+
+
 def first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__

@@ -12,7 +12,7 @@ import torch
 
 import suite
 
-from .folders import check_folder, first_line, load_tokenizer
+from .folders import check_folder, load_model, load_tokenizer
 from .model import load_embedded, quiet_transformers
 
 EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
@@ -79,13 +79,7 @@ def _load_folder(path, dtype):
 
     folder = check_folder(path)
     tokenizer = load_tokenizer(folder, path)
-    with quiet_transformers():
-        try:
-            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"cannot load a causal LM from {str(path)!r} ({first_line(e)}): pass a folder "
-                             "saved from a transformers *ForCausalLM model") from e
-    return model.eval(), tokenizer
+    return load_model(AutoModelForCausalLM, folder, path, dtype, "a transformers *ForCausalLM model"), tokenizer
 
 
 class TextGenerator:
