@@ -21,6 +21,11 @@ their purpose), so a seeded request shares batches where its decoder is `batch_i
 rows also size drafts and windows from their own state: ar, block decoders, s2d2, ngram_prior,
 ctc_speculative, and chain/tree decoders with `cost=None`); a decoder sized by a cost curve over
 the live rows, or auto (it picks by measured speed), runs a seeded request in a batch of its own.
+A request that fails at submission (a bad option, a prompt over the context) fails in its caller; an
+error inside a forward shared by several requests drops that batch, and each of its requests runs
+again alone from its prompts plus the tokens it was given (`_isolate`): the one whose rows fail
+ends with the error, the others finish (a constrained request, whose grammar state is not
+replayed, fails with the batch).
 Decoders whose batch-wide state cannot move rows (`DecodeState.regroupable`), or adapters that hold
 per-row inputs themselves (`supports_row_moves` False: conditioning tables), run each request as a
 fixed batch. Per-row
@@ -38,6 +43,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .api import prepare
 from .cache import row_inputs_shape
@@ -73,6 +79,8 @@ class Request:
     cancelled: bool = False
     finished_at: float | None = None      # perf_counter() when it finished
     forward_ids: list[int] = field(default_factory=list)    # the scheduler's forwards its rows were in
+    isolated: bool = False                # running alone again after a forward it shared failed (`_isolate`)
+    _replay: Callable | None = None       # its state anew from its prompts plus the tokens given so far
 
     def __post_init__(self):
         self.batch = self.state.batch
@@ -184,9 +192,23 @@ class Scheduler:
         """A checked request (`submit`'s arguments), not queued yet: `enqueue` queues several at once."""
         if self._closed:
             raise RuntimeError("the scheduler is closed")
-        _, dec, state = prepare(bound or self.adapter, input_ids, attention_mask, decoder, max_new_tokens,
+        model = bound or self.adapter
+        _, dec, state = prepare(model, input_ids, attention_mask, decoder, max_new_tokens,
                                 temperature, top_k, top_p, seed, eos_token_id, inputs, **options)
-        return Request(state, dec, stream=stream)
+        request = Request(state, dec, stream=stream)
+        prompts = [list(t) for t in state.tokens]
+
+        def replay(given: list[list], finished: list[bool]):
+            """The request again from its prompts plus the tokens `given` so far (`_isolate`)."""
+            left = [max_new_tokens - len(g) for g in given]
+            _, again, fresh = prepare(model, [p + g for p, g in zip(prompts, given)], None, decoder, max(max(left), 1),
+                                      temperature, top_k, top_p, seed, eos_token_id, inputs, **options)
+            fresh.budgets, fresh.done = [max(n, 0) for n in left], list(finished)
+            return again, fresh
+
+        if state.inputs.constraints is None:         # a grammar's matcher state is not replayed
+            request._replay = replay
+        return request
 
     def enqueue(self, requests: list[Request]) -> list[Request]:
         """Queue requests made by `request` together: one job's parts (a page's lines) are admitted
@@ -216,13 +238,13 @@ class Scheduler:
     def live_rows(self) -> int:
         return sum(b.state.batch for b in self._batches)
 
-    def _key(self, decoder, state: DecodeState):
+    def _key(self, decoder, state: DecodeState, isolated: bool = False):
         """Requests with equal keys may share a batch: the same decoder and options, sampling and
         stop rules; a seeded sampled request whose decoder is not `batch_independent`, or a decoder
         that cannot move rows, gets a key of its own."""
         p = state.params
         sampled = not p.greedy or getattr(decoder, "always_samples", False)   # draws even when greedy (a canvas sampler)
-        if (sampled and p.seed is not None and not batch_independent(decoder)) or not self._movable(state):
+        if isolated or (sampled and p.seed is not None and not batch_independent(decoder)) or not self._movable(state):
             return ("solo", next(self._solo))
         try:
             hash(decoder)
@@ -296,7 +318,7 @@ class Scheduler:
                 continue
             if first is not None:
                 self._deliver(_Batch.of(request), first, 0.0)
-            request.key = self._key(request.decoder, request.state)       # its decoder state exists now
+            request.key = self._key(request.decoder, request.state, request.isolated)   # its decoder state exists now
             movable = self._movable(request.state)
             fused = movable and self._fuses(request.state)
             group = groups.get((request.key, fused))
@@ -308,7 +330,8 @@ class Scheduler:
         for (key, fused), incoming in sorted(groups.items(), key=lambda item: item[0][1]):   # prefilled groups first
             running = next((b for b in self._batches if b.key == key), None)
             if running is None or not fused:
-                self._step(incoming)                      # the prefill of every newcomer of the group
+                if not self._step(incoming):              # the prefill of every newcomer of the group
+                    continue                              # failed: its requests failed or queued again
             elif getattr(incoming.state.cache, "encdec", None) is not None:
                 self.adapter.fill_cross(incoming.state.cache)
             if running is None:
@@ -326,21 +349,24 @@ class Scheduler:
             return False
         return getattr(state.cache, "encdec", None) is None or getattr(self.adapter, "fills_cross", False)
 
-    def _step(self, batch: _Batch) -> None:
-        """One forward of `batch`; its steps delivered to their requests. An error fails every
-        request in the batch (they shared the forward) and the batch is dropped."""
+    def _step(self, batch: _Batch) -> bool:
+        """One forward of `batch`; its steps delivered to their requests. On an error the batch is
+        dropped: a request alone in it fails; requests that shared it run again each alone, from
+        what they were given so far (`_isolate`), so only the one whose rows fail ends with the error.
+        False when it failed."""
         if all(batch.state.done):
-            return
+            return True
         t0 = time.perf_counter()
         shared = batch.state.stats
         before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events), shared.mask_time_s)
         try:
             step = advance(self.adapter, batch.decoder, batch.state, batch.index)
         except Exception as e:              # noqa: BLE001
-            for request in {r for r, _ in batch.owners}:
-                request._finish(e)
+            owners = list(dict.fromkeys(r for r, _ in batch.owners))
+            for request in reversed(owners):          # queued back in their order, ahead of the waiting ones
+                self._isolate(request, e) if len(owners) > 1 else request._finish(e)
             batch.state.done = [True] * batch.state.batch
-            return
+            return False
         batch.index += 1
         drafting = DecodeStats(num_draft_forwards=shared.num_draft_forwards - before[0],
                                draft_time_s=shared.draft_time_s - before[1], mask_time_s=shared.mask_time_s - before[3],
@@ -348,6 +374,24 @@ class Scheduler:
                                        if n != before[2].get(k, 0)})
         self.forwards_run += 1
         self._deliver(batch, step, time.perf_counter() - t0, drafting, self.forwards_run - 1)
+        return True
+
+    def _isolate(self, request: Request, error: BaseException) -> None:
+        """After a shared forward failed: queue `request` again at the front, to run in a batch of its
+        own from its prompts plus the tokens it was given so far (greedy or seeded: the tokens it
+        would have got; unseeded: a continuation of what it streamed), or fail it with `error` where
+        it cannot be replayed (already alone, or a grammar whose state is not replayed)."""
+        if request.done or request.isolated or request._replay is None:
+            request._finish(error)
+            return
+        try:
+            request.decoder, request.state = request._replay(request.new_tokens, request._row_done)
+        except Exception as e:              # noqa: BLE001: its replay cannot even start (e.g. at its context's end)
+            request._finish(e)
+            return
+        request.isolated = True
+        with self._wake:
+            self._waiting.appendleft(request)
 
     def _deliver(self, batch: _Batch, step: Step, seconds: float, drafting: DecodeStats | None = None,
                  forward: int | None = None) -> None:

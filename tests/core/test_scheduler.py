@@ -1,6 +1,7 @@
 """suite.scheduler: requests join a running batch and finished rows leave it, and each request's
 output is what it gives decoded alone (greedy: token for token)."""
 import gc
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from tinymodels import tiny_model
 import suite
 from suite import loop
 from suite.cost import CostCurve
+from suite.decoders.chain.ar import AR
 from suite.scheduler import RequestCancelled, Scheduler
 
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21], [30, 31, 30, 31, 30, 31, 32], [40, 41]]
@@ -72,6 +74,32 @@ def test_a_bad_request_fails_alone_and_others_finish(llama):
         sched.submit([[]])
     assert good.result().new_tokens[0] == alone(llama, PROMPTS[0], budget=6)
     sched.close()
+
+
+@dataclass(frozen=True)
+class Fragile(AR):
+    """ar, except that a step holding a row with token 99 raises (an error in one request's rows)."""
+
+    def propose(self, state):
+        if any(99 in t for t in state.tokens):
+            raise RuntimeError("a row holds token 99")
+        return super().propose(state)
+
+
+def test_an_error_in_a_shared_forward_fails_only_its_request(llama):
+    sched = Scheduler(llama)
+    fragile = Fragile()
+    good = sched.submit([PROMPTS[0]], decoder=fragile, max_new_tokens=120, stream=True)   # long: bad joins it
+    steps = good.steps()
+    first = next(steps)
+    bad = sched.submit([[99, 5]], decoder=fragile, max_new_tokens=5)     # joins good's batch: their forward fails
+    streamed = first.committed[0] + [t for s in steps for t in s.committed[0]]
+    assert good.result().new_tokens[0] == streamed == alone(llama, PROMPTS[0], budget=120)
+    assert good.isolated                     # it ran on alone, from what it had been given
+    with pytest.raises(RuntimeError, match="token 99"):
+        bad.result()
+    sched.close()
+    assert sched.live_rows == 0
 
 
 def test_cancel_frees_the_rows(llama):
