@@ -128,3 +128,19 @@ def test_cli_single_image_and_folder(tmp_path, capsys):
     assert main([str(tmp_path / "s0.png"), " ", "--out", str(single.parent / "empty.png")]) == 2
     assert not (single.parent / "empty.png").exists()
     assert main([str(tmp_path / "s0.png"), "the face", "--decoder", "nope"]) == 2
+
+
+def test_concurrent_calls_share_forwards_and_answer_as_alone(grd):
+    """Queries sent at once from several threads (the Grounding tab's users): their rows share the
+    box decoder's forwards (each row's encoder states and prompt length travel in its cache) and
+    each answer equals the one its query gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    items = data.heldout(4, "aabb")
+    calls = [(s.image, q.text) for s, q in items]
+    ask = lambda call: grd(call[0], call[1], decoder="ar", score=False)      # noqa: E731
+    alone = [ask(c).tokens for c in calls]
+    before = grd.scheduler("aabb").forwards_run
+    with ThreadPoolExecutor(len(calls)) as pool:
+        together = list(pool.map(ask, calls))
+    assert [r.tokens for r in together] == alone
+    assert sum(r.stats.num_forwards for r in together) > grd.scheduler("aabb").forwards_run - before

@@ -40,18 +40,31 @@ def rule_table(block: int, vocab: int, device: torch.device) -> torch.Tensor:
 
 
 class BoxGrammar:
-    """Wraps a bound GroundingAdapter; `prompt_lengths` (one per row) anchor the block layout."""
+    """Wraps a GroundingAdapter; each row's prompt length anchors the block layout. A grammar made
+    with `prompt_lengths` (one per row, over an adapter bound to those rows) puts them into each
+    cache it makes (`cache.row_inputs`), so rows of different requests run together through any
+    grammar of the model (suite.scheduler moves them)."""
 
-    def __init__(self, inner, prompt_lengths: list[int]):
+    def __init__(self, inner, prompt_lengths: list[int] | None = None):
         self.inner = inner
-        self.prompt_len = torch.tensor(prompt_lengths, dtype=torch.long, device=inner.encoder_states.device)
         self.block = inner.config.extra["block_size"]
+        self.supports_row_moves = getattr(inner, "supports_row_moves", False)
+        device = next(inner.model.parameters()).device
+        self.prompt_len = None if prompt_lengths is None else \
+            torch.tensor(prompt_lengths, dtype=torch.long, device=device)[:, None]
 
-    def __getattr__(self, name):             # config, capabilities, new_cache, task, encoder_states
+    def __getattr__(self, name):             # config, capabilities, task, encoder_states
         return getattr(self.inner, name)
+
+    def new_cache(self, batch: int, max_len: int | None = None):
+        cache = self.inner.new_cache(batch, max_len)
+        if self.prompt_len is not None:
+            cache.row_inputs["prompt_len"] = self.prompt_len
+        return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         logits = self.inner(tokens, positions, cache, attention_mask, logits_from=logits_from)   # (B, N', V)
         q = positions[:, logits_from:].to(logits.device) + 1
-        allow = allowed_mask(q, self.prompt_len.to(logits.device), self.block, logits.shape[-1])
+        prompt_len = cache.row_inputs["prompt_len"][:, 0].to(logits.device)
+        allow = allowed_mask(q, prompt_len, self.block, logits.shape[-1])
         return logits.masked_fill(~allow, float("-inf"))

@@ -7,6 +7,7 @@ the answer is decoded through suite's one decode loop with any box decoder (`ar`
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,7 @@ class GroundingPipeline:
         self.encoder = feature_encoder()
         self.size = model.cfg["image_size"]
         self.batch_size = batch_size
+        self._schedulers, self._lock = {}, threading.Lock()
 
     decoders = DECODERS
     default_decoder = DEFAULT_DECODER         # what `python -m vision.ground` runs without --decoder
@@ -207,33 +209,59 @@ class GroundingPipeline:
                                  prompts[lo:lo + self.batch_size], dec, task, score, priors)
         return results
 
+    def scheduler(self, task: str):
+        """The box decoder's suite.scheduler.Scheduler for `task` (its stepping thread starts on the
+        first query): every query is a request of its own, so concurrent calls (the Grounding tab's
+        users) share forwards and a batch's rows leave as their answers end."""
+        with self._lock:
+            if task not in self._schedulers:
+                from suite.scheduler import Scheduler
+                adapter = GroundingAdapter(self.model, task=task)
+                self._schedulers[task] = Scheduler(BoxGrammar(adapter) if self.grammar else adapter,
+                                                   max_rows=self.batch_size, name=f"scheduler grounding {task}")
+            return self._schedulers[task]
+
     def _run(self, images, queries, prompts, dec, task, score, priors=None) -> list[GroundingResult]:
         t0 = time.perf_counter()
         boxed = [letterbox(im, self.size) for im in images]
         pixels = torch.from_numpy(np.stack([b[0] for b in boxed])).to(self.encoder.mean.device)   # once, to the encoder
         feats = self.encoder(pixels)                                                   # (B, S, F)
         bound = self.adapter.for_images(feats, task)
-        if self.grammar:
-            bound = BoxGrammar(bound, [len(p) for p in prompts])
-        block = TASKS[task][1]
-        # a prior answer drafts as the continuation of its prompt (the n-gram lookup's key)
-        inputs = None if priors is None else \
-            suite.RequestInputs(prior_tokens=tuple(list(p) + list(a) for p, a in zip(prompts, priors)))
-        adapter, d, state = suite.prepare(bound, [list(p) for p in prompts], decoder=dec,
-                                          max_new_tokens=MAX_BOXES * block + 1, eos_token_id=[EOS, NONE], inputs=inputs)
-        res = suite.decode(adapter, d, state)
+        new_tokens, decoded = self._decode(bound, prompts, dec, task, priors)
         wall = time.perf_counter() - t0
-        scores = self._scores(bound, prompts, res.new_tokens) if score else [None] * len(prompts)
+        scores = self._scores(bound, prompts, new_tokens) if score else [None] * len(prompts)
         out = []
-        for b, toks in enumerate(res.new_tokens):
+        for b, toks in enumerate(new_tokens):
             out.append(self._result(toks, scores[b], boxed[b][1:], task, queries[b]))
         stats = GroundingStats(num_queries=len(prompts), num_boxes=sum(len(r.boxes) for r in out), encoder_forwards=1,
-                               decode_time_s=res.stats.wall_time_s)
-        stats.add_beside(res.stats)
+                               decode_time_s=decoded.wall_time_s)
+        stats.add_beside(decoded)
         stats.wall_time_s = wall
         for r in out:                      # every result carries its batch's totals
             r.stats = stats
         return out
+
+    def _decode(self, bound, prompts, dec, task, priors) -> tuple[list[list[int]], suite.DecodeStats]:
+        """Each query a request of the task's scheduler, bound to its image's encoder states (and its
+        prompt length, under the grammar); its new tokens and the queries' stats together (forwards:
+        those they shared, counted once)."""
+        # a prior answer drafts as the continuation of its prompt (the n-gram lookup's key)
+        sched, requests = self.scheduler(task), []
+        try:
+            for b, prompt in enumerate(prompts):
+                rows = bound.rows([b])
+                inputs = None if priors is None else suite.RequestInputs(prior_tokens=(list(prompt) + list(priors[b]),))
+                requests.append(sched.request([list(prompt)], decoder=dec, max_new_tokens=MAX_BOXES * TASKS[task][1] + 1,
+                                              eos_token_id=[EOS, NONE], inputs=inputs,
+                                              bound=BoxGrammar(rows, [len(prompt)]) if self.grammar else rows))
+            results = [r.result() for r in sched.enqueue(requests)]
+        except BaseException:
+            for r in requests:
+                r.cancel()
+            raise
+        stats = suite.DecodeStats.beside([r.stats for r in results])
+        stats.num_forwards = len({f for r in requests for f in r.forward_ids})
+        return [r.new_tokens[0] for r in results], stats
 
     def _result(self, toks, slot_scores, geometry, task, query) -> GroundingResult:
         scale, px, py = geometry
