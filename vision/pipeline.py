@@ -181,9 +181,10 @@ def load_image_pipeline(weights: str | None = None, dtype=None) -> ImagePipeline
     if not os.path.isdir(root):
         raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
                          "and `python -m vision.train prior`")
+    tokenizer = VQTokenizer.load(os.path.join(root, "tokenizer"))
     prior = ImagePrior.load(os.path.join(root, "prior"))
     cast(prior.model, dtype)
-    return ImagePipeline(VQTokenizer.load(os.path.join(root, "tokenizer")), prior)
+    return ImagePipeline(tokenizer, prior)
 
 
 SAMPLING_DEFAULTS = {"guidance_scale": 3.0, "temperature": 1.0, "top_k": None}

@@ -231,9 +231,10 @@ def load_video_pipeline(weights: str | None = None, dtype=None) -> VideoPipeline
     if not os.path.isdir(root):
         raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
                          "and `python -m vision.video.train prior`")
+    tokenizer = VQTokenizer.load(os.path.join(root, "tokenizer"))
     prior = VideoPrior.load(os.path.join(root, "video", "prior"))
     cast(prior.model, dtype)
-    return VideoPipeline(VQTokenizer.load(os.path.join(root, "tokenizer")), prior)
+    return VideoPipeline(tokenizer, prior)
 
 
 __all__ = ["VideoFrame", "VideoPipeline", "VideoResult", "load_video_pipeline"]
