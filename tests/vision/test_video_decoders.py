@@ -54,9 +54,29 @@ def test_window_mask_sees_prompt_own_frame_and_the_neighbourhood_above():
     assert lay.inputs(torch.tensor([[5] * 34]), torch.arange(34)[None])[0, PROMPT + 15] == lay.bof
 
 
-def test_cached_ar_follows_the_training_mask(video):
+def test_frame_rotary_splits_a_position_into_frame_and_slot():
+    """One frame later, the same slot turns only the lowest (frame) pairs; the first frame's
+    slots turn as the 1-D rotary turns them (where the image prior's cells sit)."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from vision.video.rotary import FRAME_ANGLES
+    video = tiny_video()
+    rot, cells, n = video.model.model.rotary_emb, video.layout.cells, len(FRAME_ANGLES)
+    x = torch.zeros(1)
+    pos = torch.arange(2 * cells)[None]
+    cos, sin = rot(x, pos)
+    half = cos.shape[-1] // 2                # cos = cat(pairs, pairs); the frame pairs are the last n
+    assert torch.allclose(cos[0, :cells, :half - n], cos[0, cells:, :half - n])
+    assert torch.allclose(cos[0, cells + 3, half - n:half], torch.tensor(FRAME_ANGLES).cos())
+    plain_cos, _ = LlamaRotaryEmbedding(video.model.config)(x, pos[:, :cells])
+    assert torch.allclose(cos[0, :cells, :half - n], plain_cos[0, :, :half - n])
+
+
+@pytest.mark.parametrize("positions", ["frame", "1d"])
+def test_cached_ar_follows_the_training_mask(video, positions):
     """Greedy ar through the adapter (cache, window mask per step) picks the argmax of one
-    uncached forward over its own output under the training mask, at every cell."""
+    uncached forward over its own output under the training mask, at every cell (both position
+    schemes: the shipped frame-aware rotary and the older 1-D one)."""
+    video = video if positions == "frame" else tiny_video(positions="1d")
     n = video.layout.frames * video.layout.cells
     p = prompts(video, [(0, 1), (1, 0)])
     out = gen(video, p, "ar", n)
@@ -64,8 +84,9 @@ def test_cached_ar_follows_the_training_mask(video):
     assert torch.equal(full_logits(video, seqs)[:, PROMPT - 1:-1].argmax(-1), seqs[:, PROMPT:])
 
 
-@pytest.mark.parametrize("guided", [False, True])
-def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided):
+@pytest.mark.parametrize("guided,positions", [(False, "frame"), (True, "frame"), (False, "1d")])
+def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided, positions):
+    video = video if positions == "frame" else tiny_video(positions="1d")
     lay = video.layout
     n = lay.frames * lay.cells
     p = prompts(video, [(0, 0), (1, 1)])
