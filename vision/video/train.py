@@ -120,6 +120,9 @@ def train_prior(args) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         log(f"resuming from {ckpt_path}: step {state['step']}, {state['minutes']:.1f} minutes")
+    elif args.init:
+        model.load_state_dict(LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
+        log(f"starting from the video prior in {args.init}")
     elif not args.scratch:
         warm_start(model, LlamaForCausalLM.from_pretrained(os.path.join(VISION_WEIGHTS, "prior"), dtype=torch.float32),
                    layout)
@@ -164,7 +167,7 @@ def train_prior(args) -> None:
                  "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
                  "minutes_kind": "cpu" if device.type == "cpu" else "wall",
                  "batch": args.batch, "lr": args.lr, "positions": args.positions, "train_clips": len(seqs), "test_clips": len(tc),
-                 "init": "scratch" if args.scratch else "vision/weights/prior", "device": str(device)})
+                 "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)})
 
 
 def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
@@ -205,6 +208,8 @@ def main(argv=None) -> int:
     p.add_argument("--positions", choices=["frame", "1d"], default="frame",
                    help="prior: rotary positions by (frame, slot in the frame) (vision/video/rotary.py) or plain 1-D")
     p.add_argument("--out", default=os.path.join(WEIGHTS, "prior"), help="prior: the weights folder to write")
+    p.add_argument("--init", default=None, help="prior: start from this video prior folder (same layout) instead of "
+                   "the image prior")
     p.add_argument("--scratch", action="store_true", help="prior: random init instead of the image prior's weights")
     p.add_argument("--null-fraction", type=float, default=0.1, help="prior: clips trained with the null prompt")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
