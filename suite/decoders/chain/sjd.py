@@ -20,7 +20,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import sample
 from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
                    speculative_chain_verdicts)
-from .jacobi import INIT_SCHEMES, JacobiRow, frame_period, init_guesses, jacobi_accept
+from .jacobi import INIT_SCHEMES, JacobiRow, frame_shape, init_guesses, jacobi_accept
 
 
 def draft_q(guess: list[int], q, vocab: int, device: torch.device) -> torch.Tensor:
@@ -60,17 +60,20 @@ class SJD:
     window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens), "repeat" (the last token),
                            # "left" (images: the last generated token, i.e. the left neighbour)
-                           # or "frame" (video: the same cell of the previous frame)
-    period: int | None = None   # init="frame": tokens per frame (None: the adapter's video_grid)
+                           # "frame" (video: the same cell of the previous frame) or "motion"
+                           # (video: the previous frame moved as the last row moved)
+    period: int | None = None   # init="frame"/"motion": tokens per frame (None: the adapter's video_grid)
+    width: int | None = None    # init="motion": codes per frame row (None: the adapter's video_grid)
     cost: Any = "auto"     # the target's cost curve: the window shrinks to what pays (suite.cost); None: fixed
 
     name: ClassVar[str] = "sjd"
     requires: ClassVar[frozenset] = frozenset()
 
     def bind(self, model) -> "SJD":
-        if self.init != "frame" or self.period is not None:
+        if self.init not in ("frame", "motion") or (self.period is not None and (self.init == "frame" or self.width)):
             return bind_cost(self, model)
-        return bind_cost(dataclasses.replace(self, period=frame_period(model)), model)
+        period, width = frame_shape(model)
+        return bind_cost(dataclasses.replace(self, period=self.period or period, width=self.width or width), model)
 
     def start(self, state: DecodeState) -> None:
         if self.window < 1:
@@ -85,7 +88,7 @@ class SJD:
             kept = row.guesses[:n]
             if row.q is not None:
                 row.q = row.q[:len(kept)]   # fresh guesses are point masses
-            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period)
+            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period, self.width)
         guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
