@@ -134,6 +134,7 @@ def train_prior(args) -> None:
     if state is not None:
         opt.load_state_dict(state["opt"])
         step, before = state["step"], state["minutes"]
+        torch.manual_seed(args.seed + step)         # fresh batches, not the first run's again
     budget = cpu_budget(args.minutes - before, None, before, device.type)
     saved = budget.elapsed_s
     null = torch.tensor([layout.null_motion, layout.null_class], device=device)
