@@ -163,12 +163,13 @@ def train_prior(args) -> None:
     tc, tl, tm = clip_codes(tok, tok_folder, "test", args.test_per_pair, args.frames)
     per_frame = held_out_loss(model, layout, sequences(layout, tc, tl, tm).to(device), mask)
     log(f"held-out loss {per_frame.mean():.4f} nats/code; per frame " + " ".join(f"{v:.3f}" for v in per_frame))
-    write_prior(model, layout, _positions(args), args.out,
+    write_prior(model, layout, args.out,
                 {"test_loss": float(per_frame.mean()), "test_loss_per_frame": [float(v) for v in per_frame],
                  "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
                  "minutes_kind": "cpu" if device.type == "cpu" else "wall",
                  "batch": args.batch, "lr": args.lr, "positions": args.positions, "train_clips": len(seqs), "test_clips": len(tc),
-                 "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)})
+                 "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)},
+                _positions(args))
 
 
 def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
@@ -178,7 +179,7 @@ def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
     log(f"checkpoint at step {step} ({minutes:.1f} minutes) -> {path}")
 
 
-def write_prior(model, layout: VideoLayout, positions: dict | None, folder: str, metrics: dict) -> None:
+def write_prior(model, layout: VideoLayout, folder: str, metrics: dict, positions: dict | None = None) -> None:
     from ..prior import save_prior
     with atomic_folder(folder) as tmp:
         save_prior(model, str(tmp))
