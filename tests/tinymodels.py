@@ -55,11 +55,15 @@ def tiny_tts(seed=0, local_frames=1, codebooks=4, codebook_size=16):
     return model
 
 
-def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0):
-    """A tiny random video prior (vision/video/prior.py's layout and window mask) behind its adapter."""
+def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0, positions="frame"):
+    """A tiny random video prior (vision/video/prior.py's layout and window mask) behind its adapter;
+    positions "frame" (frame-aware rotary, vision/video/rotary.py, as shipped) or "1d" (older folders)."""
+    from vision.video import rotary
     from vision.video.prior import VideoLayout, VideoPrior, build_video_prior
     meta = {"codebook_size": codebook, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": frames,
             "grid": list(grid), "radius": radius}
+    if positions == "frame":
+        meta["positions"] = rotary.meta()
     torch.manual_seed(seed)
     model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4).eval()
     with torch.no_grad():     # sharpen so greedy paths are not decided by float noise

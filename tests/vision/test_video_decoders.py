@@ -54,9 +54,29 @@ def test_window_mask_sees_prompt_own_frame_and_the_neighbourhood_above():
     assert lay.inputs(torch.tensor([[5] * 34]), torch.arange(34)[None])[0, PROMPT + 15] == lay.bof
 
 
-def test_cached_ar_follows_the_training_mask(video):
+def test_frame_rotary_splits_a_position_into_frame_and_slot():
+    """One frame later, the same slot turns only the lowest (frame) pairs; the first frame's
+    slots turn as the 1-D rotary turns them (where the image prior's cells sit)."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from vision.video.rotary import FRAME_ANGLES
+    video = tiny_video()
+    rot, cells, n = video.model.model.rotary_emb, video.layout.cells, len(FRAME_ANGLES)
+    x = torch.zeros(1)
+    pos = torch.arange(2 * cells)[None]
+    cos, sin = rot(x, pos)
+    half = cos.shape[-1] // 2                # cos = cat(pairs, pairs); the frame pairs are the last n
+    assert torch.allclose(cos[0, :cells, :half - n], cos[0, cells:, :half - n])
+    assert torch.allclose(cos[0, cells + 3, half - n:half], torch.tensor(FRAME_ANGLES).cos())
+    plain_cos, _ = LlamaRotaryEmbedding(video.model.config)(x, pos[:, :cells])
+    assert torch.allclose(cos[0, :cells, :half - n], plain_cos[0, :, :half - n])
+
+
+@pytest.mark.parametrize("positions", ["frame", "1d"])
+def test_cached_ar_follows_the_training_mask(video, positions):
     """Greedy ar through the adapter (cache, window mask per step) picks the argmax of one
-    uncached forward over its own output under the training mask, at every cell."""
+    uncached forward over its own output under the training mask, at every cell (both position
+    schemes: the shipped frame-aware rotary and the older 1-D one)."""
+    video = video if positions == "frame" else tiny_video(positions="1d")
     n = video.layout.frames * video.layout.cells
     p = prompts(video, [(0, 1), (1, 0)])
     out = gen(video, p, "ar", n)
@@ -64,8 +84,9 @@ def test_cached_ar_follows_the_training_mask(video):
     assert torch.equal(full_logits(video, seqs)[:, PROMPT - 1:-1].argmax(-1), seqs[:, PROMPT:])
 
 
-@pytest.mark.parametrize("guided", [False, True])
-def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided):
+@pytest.mark.parametrize("guided,positions", [(False, "frame"), (True, "frame"), (False, "1d")])
+def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided, positions):
+    video = video if positions == "frame" else tiny_video(positions="1d")
     lay = video.layout
     n = lay.frames * lay.cells
     p = prompts(video, [(0, 0), (1, 1)])
@@ -109,13 +130,13 @@ def test_video_zipar_samples_a_cell_only_once_its_window_above_exists(video):
 
 
 @pytest.mark.parametrize("decoder", ["sjd", "mc_sjd"])
-@pytest.mark.parametrize("guided", [False, True])
-def test_sjd_with_temporal_drafts_equals_ar_greedy(video, decoder, guided):
+@pytest.mark.parametrize("guided,init", [(False, "frame"), (True, "frame"), (False, "motion"), (True, "motion")])
+def test_sjd_with_temporal_drafts_equals_ar_greedy(video, decoder, guided, init):
     lay = video.layout
     n = lay.frames * lay.cells
     p = prompts(video, [(0, 1), (1, 1)])
     model = cfg(video, p) if guided else video
-    out = gen(model, p, decoder, n, init="frame", window=6)
+    out = gen(model, p, decoder, n, init=init, window=6)
     assert out.new_tokens == gen(model, p, "ar", n).new_tokens
     assert out.stats.num_forwards < n
 
@@ -130,6 +151,19 @@ def test_frame_init_drafts_the_same_cell_of_the_previous_frame(video):
     assert init_guesses(state, 0, 3, "frame", dec.period) == [2, 3, 4]
     state.tokens[0] = state.tokens[0][:PROMPT + 3]
     assert init_guesses(state, 0, 2, "frame", dec.period) == [2, 2]    # first frame: the left neighbour
+
+
+def test_motion_init_drafts_the_previous_frame_moved_as_the_last_row_moved(video):
+    from suite.decoders.chain.jacobi import init_guesses
+    lay = video.layout
+    adapter, dec, state = suite.prepare(video, prompts(video, [(0, 0)]), decoder="sjd", init="motion",
+                                        max_new_tokens=lay.frames * lay.cells)
+    assert (dec.period, dec.width) == (lay.cells, lay.width)
+    first = list(range(lay.cells))                       # frame 0: cell j holds code j
+    moved = [9] + first[:lay.width]                      # frame 1 so far: frame 0 one cell to the right
+    state.tokens[0] += first + moved
+    assert init_guesses(state, 0, 3, "motion", dec.period, dec.width) == first[lay.width:lay.width + 3]
+    assert init_guesses(state, 0, 3, "frame", dec.period) == first[lay.width + 1:lay.width + 4]
 
 
 V, ROWS, BATCHES = 3, 300, 3
@@ -158,12 +192,12 @@ def sample_law(video, prompt, n, decoder, setting, **options):
     return samples, longest
 
 
-@pytest.mark.parametrize("decoder", ["sjd", "mc_sjd"])
+@pytest.mark.parametrize("decoder,init", [("sjd", "frame"), ("mc_sjd", "frame"), ("sjd", "motion")])
 @pytest.mark.parametrize("setting", [dict(temperature=1.0), dict(temperature=1.0, top_k=2)])
-def test_sjd_with_temporal_drafts_is_lossless(decoder, setting):
+def test_sjd_with_temporal_drafts_is_lossless(decoder, init, setting):
     video = tiny_video(codebook=V, frames=2, grid=(1, 2), radius=1, sharpen=3.0)
     prompt = video.layout.prompt(1, 0)
-    samples, longest = sample_law(video, prompt, 4, decoder, setting, init="frame", window=3)
+    samples, longest = sample_law(video, prompt, 4, decoder, setting, init=init, window=3)
     assert goodness_of_fit(samples, exact_law(video, prompt, 4, SamplingParams(**setting))) > 1e-3
     assert longest > 1
 

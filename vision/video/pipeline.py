@@ -31,8 +31,8 @@ from .prior import SAMPLING, VideoPrior
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
 VIDEO_DEFAULTS = {"sjd": {"init": "frame", "window": 16}, "mc_sjd": {"init": "frame", "window": 16}}
 ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
-# the CLI's and the Video tab's: the fastest lossless video decoder measured (BENCHMARKS.md, Video: diagonal 3.19x ar's
-# wall time, 5.36x fewer forwards, greedy equal to ar and sampling in distribution)
+# the CLI's and the Video tab's: the fastest lossless video decoder measured (BENCHMARKS.md, Video: diagonal 2.83x ar's
+# wall time (3.19x with the 1-D weights), 5.36x fewer forwards, greedy equal to ar and sampling in distribution)
 DEFAULT_DECODER = "diagonal"
 
 

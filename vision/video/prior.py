@@ -13,7 +13,9 @@ frame's last cell: its input is replaced by BOF (`VideoLayout.inputs`) and no ot
 so that code is never an input, the slot needs no real token, and frame t may start once frame
 t-1 has `radius` rows and `radius` + 1 cells more (exactly, under this mask). Position
 ids: both prompt tokens at 0, cell j at 1 + j, so frame 0 sits where the image prior's image does
-(`warm_start` copies its weights).
+(`warm_start` copies its weights). With video_prior.json's "positions" (vision/video/rotary.py)
+the rotary embedding reads an id as (frame, slot in the frame), so every frame sits where the
+image does and "the same cell one frame back" is a small offset; without it, plain 1-D rotary.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from suite import AdapterConfig, HFCausalLM, KVCache
 from suite.runtime.storage import read_json
 
 from ..prior import SHARD_INDEX
+from . import rotary
 
 PRIOR_FILE = "video_prior.json"
 PROMPT = 2                                    # [motion, class]
@@ -109,14 +112,18 @@ class VideoLayout:
         return self.mask(pos, pos) & (pos[None, :] <= pos[:, None])
 
 
-def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, heads: int = 8):
+def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, heads: int = 8,
+                      positions: dict | None = None):
+    """A fresh Llama video prior; `positions`: video_prior.json's entry (None: 1-D rotary)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=layout.vocab, hidden_size=hidden, intermediate_size=hidden * 3,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
                       max_position_embeddings=1 + layout.frames * layout.cells,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
                       attn_implementation="sdpa")
-    return LlamaForCausalLM(cfg)
+    model = LlamaForCausalLM(cfg)
+    rotary.install(model, layout.cells, positions)
+    return model
 
 
 def warm_start(model, image_prior, layout: VideoLayout) -> None:
@@ -142,15 +149,17 @@ def warm_start(model, image_prior, layout: VideoLayout) -> None:
 class VideoPrior:
     """A `suite.ModelAdapter` over the Llama video prior: logits over the K codes only; the
     window mask and BOF inputs are applied here, so decoders see a plain causal LM over codes.
-    config.extra: grid (H, W) of a frame, frames, video_grid (T, H, W), radius, classes, motions."""
+    config.extra: grid (H, W) of a frame, frames, video_grid (T, H, W), radius, classes, motions.
+    The position scheme in meta["positions"] (if any) is installed on `model` here."""
 
     supports_custom_mask = True
     supports_rollback = True
 
     def __init__(self, model, meta: dict):
+        self.layout = lay = VideoLayout.from_meta(meta)
+        rotary.install(model, lay.cells, meta.get("positions"))
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
-        self.layout = lay = VideoLayout.from_meta(meta)
         self.codebook_size = lay.codebook
         self.config = AdapterConfig(vocab_size=lay.codebook, eos_token_ids=frozenset(), pad_token_id=0,
                                     max_length=lay.length,

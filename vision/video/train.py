@@ -25,6 +25,7 @@ from suite.runtime.training import cpu_budget, log, optimizer_step, set_learning
 
 from . import data as vdata
 from .codes import VISION_WEIGHTS, encode_clips
+from . import rotary
 from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, warm_start
 
 WEIGHTS = os.path.join(VISION_WEIGHTS, "video")
@@ -84,12 +85,20 @@ def _layout(args, codebook: int) -> VideoLayout:
     return VideoLayout(codebook, len(CLASSES), len(vdata.MOTIONS), args.frames, 16, 16, args.radius)
 
 
-def _meta(layout: VideoLayout) -> dict:
+def _positions(args) -> dict | None:
+    """video_prior.json's "positions": frame-aware rotary (vision/video/rotary.py), or None (1-D)."""
+    return rotary.meta() if args.positions == "frame" else None
+
+
+def _meta(layout: VideoLayout, positions: dict | None) -> dict:
     from ..data import CLASSES, SIZE
-    return {"codebook_size": layout.codebook, "classes": list(CLASSES), "motions": list(vdata.MOTIONS),
+    meta = {"codebook_size": layout.codebook, "classes": list(CLASSES), "motions": list(vdata.MOTIONS),
             "frames": layout.frames, "grid": [layout.height, layout.width], "radius": layout.radius,
             "image_size": SIZE, "order": "frames, then raster", "prompt": ["motion", "class"],
             "sampling": SAMPLING}
+    if positions is not None:
+        meta["positions"] = positions
+    return meta
 
 
 def train_prior(args) -> None:
@@ -107,10 +116,13 @@ def train_prior(args) -> None:
     mask = layout.training_mask().to(device)
     ckpt_path = os.path.join(args.checkpoint, "checkpoint.pt")
     state = torch.load(ckpt_path, weights_only=False) if args.resume and os.path.exists(ckpt_path) else None
-    model = build_video_prior(layout, args.hidden, args.layers, args.heads)
+    model = build_video_prior(layout, args.hidden, args.layers, args.heads, _positions(args))
     if state is not None:
         model.load_state_dict(state["model"])
         log(f"resuming from {ckpt_path}: step {state['step']}, {state['minutes']:.1f} minutes")
+    elif args.init:
+        model.load_state_dict(LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
+        log(f"starting from the video prior in {args.init}")
     elif not args.scratch:
         warm_start(model, LlamaForCausalLM.from_pretrained(os.path.join(VISION_WEIGHTS, "prior"), dtype=torch.float32),
                    layout)
@@ -122,6 +134,7 @@ def train_prior(args) -> None:
     if state is not None:
         opt.load_state_dict(state["opt"])
         step, before = state["step"], state["minutes"]
+        torch.manual_seed(args.seed + step)         # fresh batches, not the first run's again
     budget = cpu_budget(args.minutes - before, None, before, device.type)
     saved = budget.elapsed_s
     null = torch.tensor([layout.null_motion, layout.null_class], device=device)
@@ -150,12 +163,13 @@ def train_prior(args) -> None:
     tc, tl, tm = clip_codes(tok, tok_folder, "test", args.test_per_pair, args.frames)
     per_frame = held_out_loss(model, layout, sequences(layout, tc, tl, tm).to(device), mask)
     log(f"held-out loss {per_frame.mean():.4f} nats/code; per frame " + " ".join(f"{v:.3f}" for v in per_frame))
-    write_prior(model, layout, os.path.join(WEIGHTS, "prior"),
+    write_prior(model, layout, args.out,
                 {"test_loss": float(per_frame.mean()), "test_loss_per_frame": [float(v) for v in per_frame],
                  "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
                  "minutes_kind": "cpu" if device.type == "cpu" else "wall",
-                 "batch": args.batch, "lr": args.lr, "train_clips": len(seqs), "test_clips": len(tc),
-                 "init": "scratch" if args.scratch else "vision/weights/prior", "device": str(device)})
+                 "batch": args.batch, "lr": args.lr, "positions": args.positions, "train_clips": len(seqs), "test_clips": len(tc),
+                 "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)},
+                _positions(args))
 
 
 def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
@@ -165,12 +179,12 @@ def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
     log(f"checkpoint at step {step} ({minutes:.1f} minutes) -> {path}")
 
 
-def write_prior(model, layout: VideoLayout, folder: str, metrics: dict) -> None:
+def write_prior(model, layout: VideoLayout, folder: str, metrics: dict, positions: dict | None = None) -> None:
     from ..prior import save_prior
     with atomic_folder(folder) as tmp:
         save_prior(model, str(tmp))
         model.to(next(iter(model.parameters())).device)
-        write_json(tmp / PRIOR_FILE, _meta(layout), indent=1)
+        write_json(tmp / PRIOR_FILE, _meta(layout, positions), indent=1)
         write_json(tmp / "metrics.json", metrics, indent=1)
 
 
@@ -193,6 +207,11 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=256, help="prior width (256 = the image prior's, for the warm start)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--positions", choices=["frame", "1d"], default="frame",
+                   help="prior: rotary positions by (frame, slot in the frame) (vision/video/rotary.py) or plain 1-D")
+    p.add_argument("--out", default=os.path.join(WEIGHTS, "prior"), help="prior: the weights folder to write")
+    p.add_argument("--init", default=None, help="prior: start from this video prior folder (same layout) instead of "
+                   "the image prior")
     p.add_argument("--scratch", action="store_true", help="prior: random init instead of the image prior's weights")
     p.add_argument("--null-fraction", type=float, default=0.1, help="prior: clips trained with the null prompt")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")

@@ -17,24 +17,40 @@ from ...random_streams import INIT
 from .base import ChainRow, chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
 
 
-INIT_SCHEMES = ("prompt", "repeat", "left", "frame")
+INIT_SCHEMES = ("prompt", "repeat", "left", "frame", "motion")
 
 
-def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: int | None = None, offset: int = 0,
-                 draw: int = 0) -> list[int]:
+def frame_offset(new: list[int], period: int, width: int) -> int:
+    """How far back (one frame, moved by at most one row and one column) the copies match the
+    last row of codes best; the same cell (`period`) on a tie."""
+    n, best, hits = len(new), period, -1
+    for d in (period + dr * width + dc for dr in (0, -1, 1) for dc in (0, -1, 1)):
+        h = sum(new[i] == new[i - d] for i in range(max(d, n - width), n))
+        if h > hits:
+            best, hits = d, h
+    return best
+
+
+def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: int | None = None,
+                 width: int | None = None, offset: int = 0, draw: int = 0) -> list[int]:
     """New guess tokens: copies of random prompt tokens (CLLM), repeats of the last token,
-    "left" (images): copies of the last generated token, the left neighbour, or "frame" (video):
+    "left" (images): copies of the last generated token, the left neighbour, "frame" (video):
     the token `period` (one frame) back, the same cell of the previous frame (in the first frame
-    the left neighbour); none before the first generated token. The first new guess drafts the
-    position `offset` after the row's committed tokens (random picks are keyed by it and `draw`)."""
+    the left neighbour), or "motion" (video, frames `width` codes wide): the cell of the previous
+    frame one cell away (or the same) whose copies matched the last row best, i.e. the previous
+    frame moved as the frame is moving; none before the first generated token. The first new guess
+    drafts the position `offset` after the row's committed tokens (random picks are keyed by it and
+    `draw`)."""
     if count <= 0:
         return []
-    if scheme == "frame":
-        if not period:
-            raise ValueError("init='frame' needs the tokens per frame: period=H*W, or an adapter with a video_grid")
+    if scheme in ("frame", "motion"):
+        if not period or (scheme == "motion" and not width):
+            raise ValueError(f"init={scheme!r} needs the frame's shape: period=H*W (and width=W for 'motion'), "
+                             "or an adapter with a video_grid")
         new = state.new_tokens(b)
         n = len(new)
-        return [new[n + i - period] if n + i >= period else new[-1] for i in range(count)] if new else []
+        back = frame_offset(new, period, width) if scheme == "motion" and n >= period else period
+        return [new[n + i - back] if 0 <= n + i - back < n else new[-1] for i in range(count)] if new else []
     if scheme == "left":
         new = state.new_tokens(b)
         return [new[-1]] * count if new else []
@@ -46,14 +62,14 @@ def init_guesses(state: DecodeState, b: int, count: int, scheme: str, period: in
     return [prompt[i] for i in (u * len(prompt)).long().clamp(max=len(prompt) - 1).tolist()]
 
 
-def frame_period(model) -> int:
-    """Tokens per frame of a video adapter: H*W of its config.extra["video_grid"] (T, H, W)."""
+def frame_shape(model) -> tuple[int, int]:
+    """(tokens per frame H*W, width W) of a video adapter's config.extra["video_grid"] (T, H, W)."""
     from ...models.adapters import as_adapter
     grid = as_adapter(model).config.extra.get("video_grid")
     if grid is None:
-        raise ValueError("init='frame' drafts from the previous video frame: pass period=H*W, or an adapter "
+        raise ValueError("init='frame'/'motion' drafts from the previous video frame: pass period=H*W, or an adapter "
                          "whose config.extra has 'video_grid': (T, H, W)")
-    return int(grid[1]) * int(grid[2])
+    return int(grid[1]) * int(grid[2]), int(grid[2])
 
 
 @dataclass

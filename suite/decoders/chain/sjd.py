@@ -21,7 +21,7 @@ from ...random_streams import DRAFT
 from ...sampling import sample
 from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
                    speculative_chain_verdicts)
-from .jacobi import INIT_SCHEMES, JacobiRow, frame_period, init_guesses, jacobi_accept
+from .jacobi import INIT_SCHEMES, JacobiRow, frame_shape, init_guesses, jacobi_accept
 
 
 def draft_uniforms(state: DecodeState, width: int) -> torch.Tensor:
@@ -66,8 +66,10 @@ class SJD:
     window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens), "repeat" (the last token),
                            # "left" (images: the last generated token, i.e. the left neighbour)
-                           # or "frame" (video: the same cell of the previous frame)
-    period: int | None = None   # init="frame": tokens per frame (None: the adapter's video_grid)
+                           # "frame" (video: the same cell of the previous frame) or "motion"
+                           # (video: the previous frame moved as the last row moved)
+    period: int | None = None   # init="frame"/"motion": tokens per frame (None: the adapter's video_grid)
+    width: int | None = None    # init="motion": codes per frame row (None: the adapter's video_grid)
     cost: Any = "auto"     # the target's cost curve: the window shrinks to what pays (suite.cost); None: fixed
 
     name: ClassVar[str] = "sjd"
@@ -80,9 +82,10 @@ class SJD:
         return self.cost is None
 
     def bind(self, model) -> "SJD":
-        if self.init != "frame" or self.period is not None:
+        if self.init not in ("frame", "motion") or (self.period is not None and (self.init == "frame" or self.width)):
             return bind_cost(self, model)
-        return bind_cost(dataclasses.replace(self, period=frame_period(model)), model)
+        period, width = frame_shape(model)
+        return bind_cost(dataclasses.replace(self, period=self.period or period, width=self.width or width), model)
 
     def start(self, state: DecodeState) -> None:
         if self.window < 1:
@@ -97,7 +100,8 @@ class SJD:
             kept = row.guesses[:n]
             if row.q is not None:
                 row.q = row.q[:len(kept)]   # fresh guesses are point masses
-            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period, offset=len(kept))
+            row.guesses = kept + init_guesses(state, b, n - len(kept), self.init, self.period, self.width,
+                                              offset=len(kept))
         guesses = [row.guesses for row in state.rows]
         sizes = chain_sizes(state, self.cost, [len(g) for g in guesses])
         return chain_draft(state, [list(g[:k]) for g, k in zip(guesses, sizes)])
