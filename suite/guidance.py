@@ -2,6 +2,9 @@
 
 The wrapped batch is doubled: conditional rows, then unconditional rows whose prompt tokens are
 replaced by `uncond_ids` (e.g. the null class), position by position. logits = u + s (c - u).
+Each row's unconditional prompt and scale travel in the cache it makes (`cache.row_inputs`), so
+rows of requests with other prompts and scales run together through one instance over the same
+model (suite.scheduler) and leave or join a running batch.
 """
 from __future__ import annotations
 
@@ -21,20 +24,33 @@ class ClassifierFreeGuidance:
         self.supports_custom_mask = model.supports_custom_mask
         self.supports_rollback = model.supports_rollback
         self.takes_plain_mask = getattr(model, "takes_plain_mask", False)
+        self.supports_row_moves = getattr(model, "supports_row_moves", False)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        return self.model.new_cache(2 * batch, max_len).grouped(2)
+        """The inner model's cache of 2 x batch rows, seen as batch rows, carrying this instance's
+        unconditional prompts and scale as its rows' inputs."""
+        uncond = self.uncond_ids[:batch]           # an empty batch (rows join it later) carries none
+        if len(uncond) != batch:
+            raise ValueError(f"classifier-free guidance has {len(self.uncond_ids)} unconditional prompts for "
+                             f"{batch} rows: give one per row")
+        cache = self.model.new_cache(2 * batch, max_len).grouped(2)
+        cache.row_inputs = {**cache.row_inputs, "uncond_ids": uncond,
+                            "uncond_lengths": torch.full((batch, 1), uncond.shape[1], device=uncond.device),
+                            "guidance": torch.full((batch, 1), self.scale, device=uncond.device)}
+        return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
-        prompt_len = self.uncond_ids.shape[1]
-        in_prompt = positions < prompt_len
-        uncond = torch.where(in_prompt, self.uncond_ids.gather(1, positions.clamp(max=prompt_len - 1)), tokens)
+        rows = cache.row_inputs
+        uncond_ids = rows["uncond_ids"]
+        in_prompt = positions < rows["uncond_lengths"]
+        uncond = torch.where(in_prompt, uncond_ids.gather(1, positions.clamp(max=uncond_ids.shape[1] - 1)), tokens)
         both = torch.cat([tokens, uncond])
         doubled = _Doubled(cache)
         mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
         logits = self.model(both, torch.cat([positions, positions]), doubled, mask, logits_from=logits_from)
         cond, unc = logits.chunk(2)
-        return unc + self.scale * (cond - unc)
+        scale = rows["guidance"].to(logits.dtype).view(-1, *(1,) * (logits.dim() - 1))
+        return unc + scale * (cond - unc)
 
 
 class _Doubled:

@@ -116,6 +116,8 @@ class Step:
     done: list[bool]
     stats: DecodeStats           # the request's running totals (live object)
     forced: list[int] | None = None   # of each row's committed tokens, how many a grammar forced (suite.constraint)
+    canvas_tokens: list[list[int]] | None = None   # decoders that fill a grid out of order (their `canvas`):
+                                                   # each row's grid, -1 where undecided (set by suite.scheduler)
 
 
 @dataclass

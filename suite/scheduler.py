@@ -399,10 +399,14 @@ class Scheduler:
         rows was in it: the forward, the step's time, and what the step drafted and counted
         (`drafting`: draft forwards and events serve every row of the forward alike)."""
         mine: dict[Request, dict[int, list[int]]] = {}
-        for (request, r), new, done in zip(batch.owners, step.committed, step.done):
+        where: dict[Request, dict[int, int]] = {}        # its row -> the batch's row
+        for i, ((request, r), new, done) in enumerate(zip(batch.owners, step.committed, step.done)):
             mine.setdefault(request, {})[r] = new
+            where.setdefault(request, {})[r] = i
             request.new_tokens[r].extend(new)
             request._row_done[r] = request._row_done[r] or done
+        grid = getattr(batch.decoder, "canvas", None)     # a raster decoder's grids, for the requests that stream
+        canvases = grid(batch.state) if callable(grid) and any(request.stream for request in mine) else None
         for request, rows in mine.items():
             committed = [rows.get(r, []) for r in range(request.batch)]
             stats = request.stats
@@ -412,8 +416,7 @@ class Scheduler:
                 stats.accepted_lengths.append([len(c) for c in committed])
             stats.num_new_tokens += sum(len(c) for c in committed)
             if step.forced is not None:        # per row: the tokens its grammar forced (suite.constraint)
-                stats.num_forced_tokens += sum(step.forced[i] for i, (owner, _) in enumerate(batch.owners)
-                                               if owner is request)
+                stats.num_forced_tokens += sum(step.forced[i] for i in where[request].values())
             stats.wall_time_s += seconds
             if drafting is not None:
                 stats.num_draft_forwards += drafting.num_draft_forwards
@@ -422,8 +425,10 @@ class Scheduler:
                 for event, n in drafting.events.items():
                     stats.count(event, n)
             if request.stream:
+                grids = None if canvases is None else [canvases[where[request][r]] if r in where[request] else None
+                                                       for r in range(request.batch)]
                 request._steps.put(Step(len(stats.accepted_lengths), committed, step.draft_size,
-                                        list(request._row_done), stats))
+                                        list(request._row_done), stats, canvas_tokens=grids))
 
     def _retire(self) -> None:
         """Rows that are done, or whose request was cancelled or failed, leave their batch; a

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -16,7 +17,6 @@ import numpy as np
 import torch
 
 import suite
-from suite.api import prepare
 
 from .data import to_uint8
 from .prior import ImagePrior
@@ -48,12 +48,38 @@ class ImageStep:
     done: bool
 
 
+class PriorSchedulers:
+    """The suite.scheduler.Scheduler of a prior, one for requests guided by classifier-free guidance
+    (each request's null prompt and scale travel in its rows' cache, so any scales share forwards)
+    and one for unguided ones, each started by its first request: concurrent calls (a tab's users,
+    a batch script's threads) share forwards, and each gets what it would get alone."""
+
+    def __init__(self, prior, max_rows: int = 32):
+        self.prior, self.max_rows = prior, max_rows
+        self._schedulers: dict[bool, object] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, prompt: torch.Tensor, null: torch.Tensor, guidance_scale: float, **kwargs):
+        """Queue the request of `prompt` (B, P) (null: its unconditional prompt, same shape); the
+        arguments of `Scheduler.submit` in kwargs. A bad option raises here."""
+        guided = guidance_scale != 1.0
+        bound = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null) if guided else None
+        with self._lock:
+            if guided not in self._schedulers:
+                from suite.scheduler import Scheduler
+                self._schedulers[guided] = Scheduler(bound or self.prior, max_rows=self.max_rows,
+                                                     name=f"scheduler {type(self.prior).__name__}")
+            scheduler = self._schedulers[guided]
+        return scheduler.submit(prompt, bound=bound, **kwargs)
+
+
 class ImagePipeline:
     def __init__(self, tokenizer: VQTokenizer, prior: ImagePrior):
         self.tokenizer, self.prior = tokenizer, prior
         if tokenizer.codebook_size != prior.codebook_size:
             raise ValueError(f"tokenizer has {tokenizer.codebook_size} codes but the prior {prior.codebook_size}: "
                              "retrain the prior on this tokenizer (`python -m vision.train prior`)")
+        self.schedulers = PriorSchedulers(prior)
 
     @property
     def classes(self) -> list[str]:
@@ -88,8 +114,10 @@ class ImagePipeline:
                                  + ", ".join(self.classes))
         return ids
 
-    def _prepare(self, labels, decoder, guidance_scale, temperature, top_k, top_p, seed, grid, options):
-        """None settings take the prior's shipped defaults (`default_sampling`)."""
+    def _submit(self, labels, decoder, guidance_scale, temperature, top_k, top_p, seed, grid, options,
+                stream: bool = False):
+        """The request of `labels`, queued on the prior's scheduler, its class ids and settings; None
+        settings take the prior's shipped defaults (`default_sampling`)."""
         defaults = default_sampling(self)
         guidance_scale = defaults["guidance_scale"] if guidance_scale is None else guidance_scale
         temperature = defaults["temperature"] if temperature is None else temperature
@@ -101,55 +129,56 @@ class ImagePipeline:
                              f"{grid[0]}x{grid[1]}; pass grid=None or train a prior for that grid")
         ids = self.label_ids(labels)
         prompt = torch.tensor([[self.prior.class_token(i)] for i in ids], device=self.prior.device)   # (B, 1)
-        model = self.prior
-        if guidance_scale != 1.0:
-            null = torch.full_like(prompt, self.prior.config.extra["null_class_id"])
-            model = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null)
+        null = torch.full_like(prompt, self.prior.config.extra["null_class_id"])
         if isinstance(decoder, str):
             options = {**IMAGE_DEFAULTS.get(decoder, {}), **options}
             if options.get("init") in ("prompt", "repeat"):
                 raise ValueError(f"init={options['init']!r} would draft the class token as an image code; "
                                  "use init='left' (the left neighbour) for images")
         h, w = self.grid
-        adapter, dec, state = prepare(model, prompt, decoder=decoder, max_new_tokens=h * w,
-                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **options)
-        settings = {"labels": [self.classes[i] for i in ids], "decoder": dec.name, "decoder_options": _plain(dec),
-                    "guidance_scale": guidance_scale, "temperature": temperature, "top_k": top_k,
-                    "top_p": top_p, "seed": seed, "grid": [h, w]}
-        return ids, adapter, dec, state, settings
+        request = self.schedulers.submit(prompt, null, guidance_scale, decoder=decoder, max_new_tokens=h * w,
+                                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                         stream=stream, **options)
+        settings = {"labels": [self.classes[i] for i in ids], "decoder": request.decoder.name,
+                    "decoder_options": _plain(request.decoder), "guidance_scale": guidance_scale,
+                    "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "grid": [h, w]}
+        return ids, request, settings
 
     def __call__(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
                  **decoder_options) -> ImageResult:
-        ids, adapter, dec, state, settings = self._prepare(labels, decoder, guidance_scale, temperature,
-                                                           top_k, top_p, seed, grid, decoder_options)
-        for _ in suite.decode_steps(adapter, dec, state):
-            pass
-        tokens = self._grid_tokens(state)
-        return ImageResult(self.decode_tokens(tokens), tokens, ids, state.stats, settings)
+        ids, request, settings = self._submit(labels, decoder, guidance_scale, temperature, top_k, top_p, seed,
+                                              grid, decoder_options)
+        result = request.result()
+        tokens = torch.tensor(result.new_tokens, device=self.prior.device).reshape(-1, *self.grid)
+        return ImageResult(self.decode_tokens(tokens), tokens, ids, result.stats, settings)
 
     def stream(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
                top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
                **decoder_options) -> Iterator[ImageStep]:
-        """Yield partial images after every forward (the same decode loop as __call__)."""
-        ids, adapter, dec, state, _ = self._prepare(labels, decoder, guidance_scale, temperature,
-                                                    top_k, top_p, seed, grid, decoder_options)
-        for step in suite.decode_steps(adapter, dec, state):
-            tokens, known = self._partial(dec, state)
-            yield ImageStep(step.index, self.decode_tokens(tokens, known), known, state.stats, all(step.done))
+        """Yield partial images after every forward of the request (the scheduler's steps, as __call__)."""
+        _, request, _ = self._submit(labels, decoder, guidance_scale, temperature, top_k, top_p, seed, grid,
+                                     decoder_options, stream=True)
+        shown = [[] for _ in range(request.batch)]       # each row's committed tokens, or its canvas
+        try:
+            for step in request.steps():
+                for b, new in enumerate(step.committed):
+                    if step.canvas_tokens is None:
+                        shown[b] = shown[b] + new
+                    elif step.canvas_tokens[b] is not None:    # a row that left keeps its last canvas
+                        shown[b] = step.canvas_tokens[b]
+                tokens, known = self._partial(shown)
+                yield ImageStep(step.index, self.decode_tokens(tokens, known), known, step.stats, all(step.done))
+        finally:
+            if not request.done:        # the reader left early (closed the stream): free the rows
+                request.cancel()
 
-    def _grid_tokens(self, state) -> torch.Tensor:
+    def _partial(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, H, W) tokens with 0 where unknown, and the (B, H, W) known mask, of each row's raster
+        prefix or canvas (-1 where unknown: decoders that fill the grid out of order, e.g. zipar)."""
         h, w = self.grid
-        return torch.tensor([state.new_tokens(b) for b in range(state.batch)], device=state.device).reshape(-1, h, w)
-
-    def _partial(self, dec, state) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, H, W) tokens with 0 where unknown, and the (B, H, W) known mask; decoders that fill the
-        grid out of order (zipar) show their canvas, the rest their committed raster prefix."""
-        h, w = self.grid
-        canvases = dec.canvas(state) if hasattr(dec, "canvas") else None
-        rows = canvases if canvases is not None else [state.new_tokens(b) for b in range(state.batch)]
         flat = torch.tensor([list(r) + [-1] * (h * w - len(r)) for r in rows], dtype=torch.long,
-                            device=state.device).reshape(state.batch, h * w)     # built on the host, sent once
+                            device=self.prior.device).reshape(len(rows), h * w)     # built on the host, sent once
         known = flat >= 0
         return flat.clamp(min=0).reshape(-1, h, w), known.reshape(-1, h, w)
 

@@ -46,6 +46,7 @@ class ImagePrior:
     supports_custom_mask = True
     supports_rollback = True
     takes_plain_mask = True        # passed through to the inner HFCausalLM with the same cache
+    supports_row_moves = True      # holds nothing per row: rows may leave and join a batch (suite.scheduler)
 
     def __init__(self, model, meta: dict):
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)

@@ -118,3 +118,36 @@ def test_stream_tells_the_forward_that_decided_each_code(weights):
     assert len(np.unique(decided.numpy())) > 2                               # several forwards, several codes each
     ar = list(pipe.stream("star", motion="left", num_frames=1, decoder="ar", seed=0))
     assert ar[0].decided_at.flatten().tolist() == list(range(1, 257))        # ar: one code per forward, in raster order
+
+
+def test_a_stream_and_a_call_at_once_share_forwards_and_get_their_alone_clips(weights):
+    """A Video tab user's stream and a batch call at once share the prior's scheduler's forwards;
+    each gets its alone clips (the stream's frames too), and a stream closed early frees its rows."""
+    import threading
+
+    import vision
+    pipe = vision.load_video_pipeline(weights)
+    kw = dict(num_frames=2, decoder="diagonal")
+    alone_stream = pipe("star", motion="left", seed=3, **kw).tokens[0]
+    alone_call = pipe(["circle", "ring"], motion="up", seed=4, guidance_scale=1.5, **kw).tokens
+    scheduler = pipe.schedulers._schedulers[True]
+    before = scheduler.forwards_run
+    out = {}
+    call = threading.Thread(target=lambda: out.update(call=pipe(["circle", "ring"], motion="up", seed=4,
+                                                                 guidance_scale=1.5, **kw)))
+    frames = pipe.stream("star", motion="left", seed=3, **kw)
+    first = next(frames)
+    call.start()
+    streamed = [first] + list(frames)
+    call.join()
+    assert torch.equal(torch.stack([f.codes for f in streamed]), alone_stream)
+    assert torch.equal(out["call"].tokens, alone_call)
+    assert scheduler.forwards_run - before < streamed[-1].stats.num_forwards + out["call"].stats.num_forwards
+    early = pipe.stream("star", motion="left", seed=3, **kw)
+    next(early)
+    early.close()                                      # the reader left: its rows leave the batch
+    for _ in range(100):
+        if scheduler.live_rows == 0:
+            break
+        threading.Event().wait(0.05)
+    assert scheduler.live_rows == 0

@@ -126,3 +126,21 @@ def test_generate_cli_bad_input_writes_nothing(tmp_path, capsys):
     assert main(["--labels", "unicorn", "--out", str(out)]) == 2
     assert "error: unknown class" in capsys.readouterr().err
     assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_concurrent_calls_share_forwards_and_draw_as_alone(pipe):
+    """Two users at once (threads) go through the prior's scheduler: their requests share forwards
+    (guided at different scales: each row's null prompt and scale travel with it) and each gets the
+    images it gets alone (zipar: rows that fill their canvas out of order; every decoder:
+    tests/vision/test_prior_scheduler.py)."""
+    from concurrent.futures import ThreadPoolExecutor
+    calls = [dict(labels=["circle"], seed=1, guidance_scale=2.0), dict(labels=["star"], seed=2)]
+    alone = [pipe(decoder="zipar", **c) for c in calls]
+    scheduler = pipe.schedulers._schedulers[True]
+    before = scheduler.forwards_run
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda c: pipe(decoder="zipar", **c), calls))
+    for a, t in zip(alone, together):
+        assert torch.equal(a.tokens, t.tokens)
+    assert scheduler.forwards_run - before < sum(t.stats.num_forwards for t in together)
+    assert scheduler.live_rows == 0

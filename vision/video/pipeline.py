@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 import suite
-from suite.api import prepare
 
 from ..data import to_uint8
+from ..pipeline import PriorSchedulers
 from ..tokenizer import VQTokenizer
 from .prior import SAMPLING, VideoPrior
 
@@ -120,6 +120,7 @@ class VideoPipeline:
         if tokenizer.codebook_size != prior.codebook_size:
             raise ValueError(f"tokenizer has {tokenizer.codebook_size} codes but the video prior {prior.codebook_size}: "
                              "retrain the prior on this tokenizer (`python -m vision.video.train prior`)")
+        self.schedulers = PriorSchedulers(prior)
 
     @property
     def classes(self) -> list[str]:
@@ -143,7 +144,10 @@ class VideoPipeline:
             raise ValueError(f"give one motion, or one per label: got {len(motions)} for {len(labels)} labels")
         return name_ids(labels, self.classes, "class"), name_ids(motions, self.motions, "motion")
 
-    def _prepare(self, labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, options):
+    def _submit(self, labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, options,
+                stream: bool = False):
+        """The request of the clips, queued on the prior's scheduler, their class and motion ids and
+        settings; None settings take the prior's shipped sampling."""
         s = {**SAMPLING, **self.prior.meta.get("sampling", {})}
         guidance_scale = s["guidance_scale"] if guidance_scale is None else guidance_scale
         temperature = s["temperature"] if temperature is None else temperature
@@ -155,66 +159,65 @@ class VideoPipeline:
         lay = self.prior.layout
         dev = self.prior.device
         prompt = torch.tensor([lay.prompt(c, m) for c, m in zip(ids, motions)], device=dev)        # (B, 2)
-        model = self.prior
-        if guidance_scale != 1.0:
-            null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids), device=dev)
-            model = suite.ClassifierFreeGuidance(self.prior, guidance_scale, null)
+        null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids), device=dev)
         dec = video_decoder(decoder, **options) if isinstance(decoder, str) else decoder
-        adapter, dec, state = prepare(model, prompt, decoder=dec, max_new_tokens=num_frames * lay.cells,
-                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        request = self.schedulers.submit(prompt, null, guidance_scale, decoder=dec, stream=stream,
+                                         max_new_tokens=num_frames * lay.cells, temperature=temperature,
+                                         top_k=top_k, top_p=top_p, seed=seed)
         settings = {"labels": [self.classes[i] for i in ids], "motions": [self.motions[m] for m in motions],
-                    "num_frames": num_frames, "decoder": dec.name, "guidance_scale": guidance_scale,
+                    "num_frames": num_frames, "decoder": request.decoder.name, "guidance_scale": guidance_scale,
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-        return ids, motions, adapter, dec, state, settings
+        return ids, motions, request, settings
 
     def __call__(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                  guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int = 0, **decoder_options) -> VideoResult:
-        ids, motions, adapter, dec, state, settings = self._prepare(
+        ids, motions, request, settings = self._submit(
             labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
             temperature, top_k, top_p, seed, decoder_options)
-        for _ in suite.decode_steps(adapter, dec, state):
-            pass
-        tokens = self._tokens(state, settings["num_frames"])
-        return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, state.stats, settings)
+        result = request.result()
+        lay = self.prior.layout
+        tokens = torch.tensor(result.new_tokens, device=self.prior.device).reshape(
+            -1, settings["num_frames"], lay.height, lay.width)
+        return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, result.stats, settings)
 
     def stream(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, seed: int = 0, **decoder_options) -> Iterator[VideoFrame]:
-        """Yield each frame as soon as all its codes are committed (the same decode loop as __call__;
+        """Yield each frame as soon as all its codes are committed (the scheduler's steps, as __call__;
         frames of a batch and, with `diagonal`, of one clip complete at different forwards), with
         the forward that decided each of its codes (decoders that fill cells out of order, such as
         video_zipar, decide a code when it lands on their canvas, before the frame is complete)."""
-        _, _, adapter, dec, state, settings = self._prepare(
+        _, _, request, settings = self._submit(
             labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
-            temperature, top_k, top_p, seed, decoder_options)
+            temperature, top_k, top_p, seed, decoder_options, stream=True)
         cells, h, w = self.prior.layout.cells, self.prior.layout.height, self.prior.layout.width
-        shown = [0] * state.batch
-        decided = torch.zeros(state.batch, settings["num_frames"] * cells, dtype=torch.long, device=state.device)
-        for step in suite.decode_steps(adapter, dec, state):
-            decided[self._known(dec, state) & (decided == 0)] = state.stats.num_forwards
-            for b in range(state.batch):
-                new = state.new_tokens(b)
-                while shown[b] < len(new) // cells:
-                    t = shown[b]
-                    codes = torch.tensor(new[t * cells:(t + 1) * cells], device=state.device).reshape(h, w)
-                    yield VideoFrame(b, t, self.decode_frames(codes[None])[0], codes, state.stats.num_forwards,
-                                     state.stats, decided[b, t * cells:(t + 1) * cells].reshape(h, w).clone())
-                    shown[b] += 1
+        dev = self.prior.device
+        new = [[] for _ in range(request.batch)]
+        shown = [0] * request.batch
+        decided = torch.zeros(request.batch, settings["num_frames"] * cells, dtype=torch.long, device=dev)
+        try:
+            for step in request.steps():
+                for b, tokens in enumerate(step.committed):
+                    new[b] += tokens
+                decided[self._known(step, new, decided.shape[1]) & (decided == 0)] = step.index   # the forwards so far
+                for b in range(request.batch):
+                    while shown[b] < len(new[b]) // cells:
+                        t = shown[b]
+                        codes = torch.tensor(new[b][t * cells:(t + 1) * cells], device=dev).reshape(h, w)
+                        yield VideoFrame(b, t, self.decode_frames(codes[None])[0], codes, step.index,
+                                         step.stats, decided[b, t * cells:(t + 1) * cells].reshape(h, w).clone())
+                        shown[b] += 1
+        finally:
+            if not request.done:        # the reader left early (closed the stream): free the rows
+                request.cancel()
 
-    @staticmethod
-    def _known(dec, state) -> torch.Tensor:
-        """(B, T*H*W) bool: the codes decided so far (a canvas decoder's cells, else the committed prefix)."""
-        size = state.max_new_tokens
-        if hasattr(dec, "canvas"):
-            return torch.tensor(dec.canvas(state), device=state.device) >= 0
-        counts = torch.tensor([len(state.new_tokens(b)) for b in range(state.batch)], device=state.device)
-        return torch.arange(size, device=state.device)[None] < counts[:, None]
-
-    def _tokens(self, state, frames: int) -> torch.Tensor:
-        lay = self.prior.layout
-        return torch.tensor([state.new_tokens(b) for b in range(state.batch)],
-                            device=state.device).reshape(-1, frames, lay.height, lay.width)
+    def _known(self, step, new: list[list[int]], size: int) -> torch.Tensor:
+        """(B, T*H*W) bool: the codes decided so far (a canvas decoder's cells, else the committed
+        prefix; a row that left the batch: its committed clip)."""
+        canvases = step.canvas_tokens or [None] * len(new)
+        rows = [c if c is not None else n + [-1] * (size - len(n)) for c, n in zip(canvases, new)]
+        return torch.tensor(rows, device=self.prior.device) >= 0
 
     def decode_frames(self, codes: torch.Tensor) -> list:
         """(T, H, W) codes -> T PIL frames."""

@@ -154,6 +154,7 @@ class VideoPrior:
 
     supports_custom_mask = True
     supports_rollback = True
+    supports_row_moves = True      # holds nothing per row: rows may leave and join a batch (suite.scheduler)
 
     def __init__(self, model, meta: dict):
         self.layout = lay = VideoLayout.from_meta(meta)

@@ -187,6 +187,7 @@ class LPD:
 
     name: ClassVar[str] = "lpd"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
+    batch_independent: ClassVar[bool] = True   # each row's order and cells drawn from its own streams
 
     def bind(self, model) -> "LPD":
         from ...models.adapters import as_adapter
