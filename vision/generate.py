@@ -129,6 +129,8 @@ class GenerateWorker:
         self.pipe = load_image_pipeline(weights, dtype)
         self.decoder, self.settings, self.options = decoder or DEFAULT_DECODER, settings or {}, options or {}
 
+    concurrency = 2      # batches in flight at once: they share the prior's forwards (ImagePipeline's scheduler)
+
     def __call__(self, payload: dict) -> dict:
         import io
         res = self.pipe(payload["labels"], decoder=self.decoder, seed=payload["seed"], **self.settings, **self.options)

@@ -181,6 +181,8 @@ class VideoWorker:
         self.pipe = load_video_pipeline(weights, dtype)
         self.decoder, self.options, self.sampling = decoder or DEFAULT_DECODER, options or {}, sampling or {}
 
+    concurrency = 8      # clips in flight at once: they share the prior's forwards (VideoPipeline's scheduler)
+
     def __call__(self, payload: dict) -> dict:
         import numpy as np
         if "error" in payload:
