@@ -267,14 +267,17 @@ class Scheduler:
     # -- the stepping thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        idle = True                         # nothing ran since the thread started or last slept
         while True:
             with self._wake:
                 while not self._waiting and not self._batches and not self._closed:
                     self._wake.wait()
+                    idle = True
                 if self._closed and not self._waiting and not self._batches:
                     return
-                if not self._batches:       # idle: requests sent together (a job's inputs) start together
+                if idle:                    # requests sent together (a job's inputs) start together
                     self._wake.wait(self.gather_s)
+                    idle = False
                 admitted = self._admit()
             try:
                 self._join(admitted)
