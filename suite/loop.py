@@ -454,6 +454,28 @@ def _accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acc
     return Acceptance(committed, keep, kept)
 
 
+def prefill(model, state: DecodeState, width: int) -> Step:
+    """Cache up to `width` more pending tokens of each row (a long prompt's next chunk), keeping its
+    last pending token for the decoder's own first step: one forward, nothing committed (chunked
+    prefill, suite.scheduler). For rows of single token ids on a causal adapter."""
+    t0 = time.perf_counter()
+    take = [0 if state.done[b] else max(min(width, len(state.pending(b)) - 1), 0) for b in range(state.batch)]
+    rows = [state.pending(b)[:n] for b, n in enumerate(take)]
+    positions = [list(range(state.num_cached[b], state.num_cached[b] + n)) for b, n in enumerate(take)]
+    draft = Draft.from_rows(rows, positions, device=state.device)
+    draft.logits_from = draft.tokens.shape[1] - 1          # no logits are read: the least the adapter computes
+    with torch.no_grad():
+        model(draft.tokens, draft.positions, state.cache, forward_mask(model, state.cache, draft),
+              logits_from=draft.logits_from)
+    state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+    for b, n in enumerate(take):
+        state.num_cached[b] += n
+    state.stats.num_forwards += 1
+    committed = [[] for _ in range(state.batch)]
+    _count(state, committed, t0)
+    return Step(len(state.stats.accepted_lengths), committed, int(draft.tokens.shape[1]), list(state.done), state.stats)
+
+
 def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:
     state.stats.num_new_tokens += sum(len(c) for c in committed)
     state.stats.accepted_lengths.append([len(c) for c in committed])

@@ -48,7 +48,7 @@ from typing import Callable
 from .api import prepare
 from .cache import row_inputs_shape
 from .models.adapters import as_adapter
-from .loop import DecodeResult, DecodeState, Step, advance, begin
+from .loop import DecodeResult, DecodeState, Step, advance, begin, prefill
 from .stats import DecodeStats
 
 _FINISHED = object()     # end of a request's step stream
@@ -153,7 +153,7 @@ class Scheduler:
     gather_s = 0.02      # an idle scheduler waits this long for the rest of a burst before it starts
 
     def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", join_rows: int | None = None,
-                 fuse_tokens: int = 4):
+                 fuse_tokens: int = 4, max_tokens: int = 512):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.adapter = as_adapter(model)
@@ -164,8 +164,12 @@ class Scheduler:
         # row, 135 in groups of 8); fused newcomers join as soon as a row is free (126 forwards)
         self.join_rows = max(1, max_rows // 4) if join_rows is None else join_rows
         self.fuse_tokens = fuse_tokens
+        # tokens (rows x padded width) a newcomers' prefill forward may take: longer prompts are prefilled
+        # in chunks of max_tokens // rows tokens a row, one chunk between the running batches' steps
+        self.max_tokens = max_tokens
         self._waiting: deque[Request] = deque()
         self._batches: list[_Batch] = []
+        self._prefilling: list[_Batch] = []     # newcomers whose long prompts are being prefilled in chunks
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -236,7 +240,7 @@ class Scheduler:
 
     @property
     def live_rows(self) -> int:
-        return sum(b.state.batch for b in self._batches)
+        return sum(b.state.batch for b in self._batches + self._prefilling)
 
     def _key(self, decoder, state: DecodeState, isolated: bool = False):
         """Requests with equal keys may share a batch: the same decoder and options, sampling and
@@ -270,10 +274,10 @@ class Scheduler:
         idle = True                         # nothing ran since the thread started or last slept
         while True:
             with self._wake:
-                while not self._waiting and not self._batches and not self._closed:
+                while not self._waiting and not self._batches and not self._prefilling and not self._closed:
                     self._wake.wait()
                     idle = True
-                if self._closed and not self._waiting and not self._batches:
+                if self._closed and not self._waiting and not self._batches and not self._prefilling:
                     return
                 if idle:                    # requests sent together (a job's inputs) start together
                     self._wake.wait(self.gather_s)
@@ -281,13 +285,15 @@ class Scheduler:
                 admitted = self._admit()
             try:
                 self._join(admitted)
+                self._prefill_chunks()
                 for batch in list(self._batches):
                     self._step(batch)
                 self._retire()
             except Exception as e:          # noqa: BLE001: a bug here must not leave callers waiting
-                for request in [r for b in self._batches for r, _ in b.owners] + admitted:
+                for request in [r for b in self._batches + self._prefilling for r, _ in b.owners] + admitted:
                     request._finish(e)
                 self._batches.clear()
+                self._prefilling.clear()
 
     def _admit(self) -> list[Request]:
         """Waiting requests, first come first served, while their rows fit under max_rows, once
@@ -331,17 +337,47 @@ class Scheduler:
                 group.state.extend(request.state)
                 group.owners += [(request, r) for r in range(request.batch)]
         for (key, fused), incoming in sorted(groups.items(), key=lambda item: item[0][1]):   # prefilled groups first
-            running = next((b for b in self._batches if b.key == key), None)
-            if running is None or not fused:
-                if not self._step(incoming):              # the prefill of every newcomer of the group
-                    continue                              # failed: its requests failed or queued again
-            elif getattr(incoming.state.cache, "encdec", None) is not None:
-                self.adapter.fill_cross(incoming.state.cache)
-            if running is None:
-                self._batches.append(incoming)
+            if not fused and self._chunk(incoming) is not None:
+                self._prefilling.append(incoming)         # a long prefill: in chunks, between steps
             else:
-                running.state.extend(incoming.state)
-                running.owners += incoming.owners
+                self._enter(incoming, fused)
+
+    def _enter(self, incoming: _Batch, fused: bool) -> None:
+        """A group of newcomers joins the running batch of its key (or becomes it): prefilled first by
+        a forward of its own, or (fused) by the running batch's next forward."""
+        running = next((b for b in self._batches if b.key == incoming.key), None)
+        if running is None or not fused:
+            if not self._step(incoming):              # the prefill of every newcomer of the group
+                return                                # failed: its requests failed or queued again
+        elif getattr(incoming.state.cache, "encdec", None) is not None:
+            self.adapter.fill_cross(incoming.state.cache)
+        if running is None:
+            self._batches.append(incoming)
+        else:
+            running.state.extend(incoming.state)
+            running.owners += incoming.owners
+
+    def _chunk(self, group: _Batch) -> int | None:
+        """Tokens a row of the next prefill chunk of `group`, or None when its prefill fits `max_tokens`
+        in one forward (or cannot be chunked: frames of several codebooks, an encoder-decoder or canvas
+        model, a decoder that feeds the whole prompt in its first step, `whole_prompt`)."""
+        state = group.state
+        longest = max(len(state.pending(b)) for b in range(state.batch))
+        if state.batch * longest <= self.max_tokens or not isinstance(state.tokens[0][0], int) \
+                or getattr(state.cache, "encdec", None) is not None or getattr(self.adapter, "canvas_model", False) \
+                or getattr(group.decoder, "whole_prompt", False):
+            return None
+        return max(1, self.max_tokens // state.batch)
+
+    def _prefill_chunks(self) -> None:
+        """One chunk of every long prefill; a group whose rest fits one forward joins its batch."""
+        for group in list(self._prefilling):
+            width = self._chunk(group)
+            if width is None:
+                self._prefilling.remove(group)
+                self._enter(group, fused=False)
+            elif not self._step(group, chunk=width):
+                self._prefilling.remove(group)
 
     def _fuses(self, state: DecodeState) -> bool:
         """Whether a request prefills inside the running batch's next forward rather than in one of
@@ -352,18 +388,19 @@ class Scheduler:
             return False
         return getattr(state.cache, "encdec", None) is None or getattr(self.adapter, "fills_cross", False)
 
-    def _step(self, batch: _Batch) -> bool:
-        """One forward of `batch`; its steps delivered to their requests. On an error the batch is
-        dropped: a request alone in it fails; requests that shared it run again each alone, from
-        what they were given so far (`_isolate`), so only the one whose rows fail ends with the error.
-        False when it failed."""
+    def _step(self, batch: _Batch, chunk: int | None = None) -> bool:
+        """One forward of `batch` (chunk: a prefill chunk of that many tokens a row, `loop.prefill`);
+        its steps delivered to their requests. On an error the batch is dropped: a request alone in it
+        fails; requests that shared it run again each alone, from what they were given so far
+        (`_isolate`), so only the one whose rows fail ends with the error. False when it failed."""
         if all(batch.state.done):
             return True
         t0 = time.perf_counter()
         shared = batch.state.stats
         before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events), shared.mask_time_s)
         try:
-            step = advance(self.adapter, batch.decoder, batch.state, batch.index)
+            step = advance(self.adapter, batch.decoder, batch.state, batch.index) if chunk is None else \
+                prefill(self.adapter, batch.state, chunk)
         except Exception as e:              # noqa: BLE001
             owners = list(dict.fromkeys(r for r, _ in batch.owners))
             for request in reversed(owners):          # queued back in their order, ahead of the waiting ones
@@ -435,8 +472,8 @@ class Scheduler:
 
     def _retire(self) -> None:
         """Rows that are done, or whose request was cancelled or failed, leave their batch; a
-        request whose rows all left finishes; an empty batch goes."""
-        for batch in list(self._batches):
+        request whose rows all left finishes; an empty batch goes (a group being prefilled too)."""
+        for batch in self._batches + self._prefilling:
             keep = [i for i, (request, _) in enumerate(batch.owners)
                     if not batch.state.done[i] and not request.cancelled and not request.done]
             if len(keep) == len(batch.owners):
@@ -445,7 +482,7 @@ class Scheduler:
                 if all(request._row_done) or request.cancelled or request.done:
                     request._finish(request.error)
             if not keep:
-                self._batches.remove(batch)
+                (self._batches if batch in self._batches else self._prefilling).remove(batch)
             elif batch.movable:
                 batch.state.select(keep)
                 batch.owners = [batch.owners[i] for i in keep]

@@ -216,16 +216,18 @@ def test_eos_ends_the_row(name):
         assert res.new_tokens == ar_eos.new_tokens
 
 
+@pytest.mark.parametrize("max_tokens", [512, 4], ids=["whole", "chunked"])
 @pytest.mark.parametrize("name", list(REGISTRY))
-def test_scheduler_serves_each_request_as_decoded_alone(name):
+def test_scheduler_serves_each_request_as_decoded_alone(name, max_tokens):
     """Through suite.scheduler, a second request arriving while the first runs (joining its batch
     where the adapter and decoder move rows) with another budget (its rows leave at other steps):
-    each request's greedy tokens equal the same request decoded alone."""
+    each request's greedy tokens equal the same request decoded alone; with max_tokens=4 the
+    prompts are prefilled in chunks of 2 tokens a row between steps (where they can be)."""
     case = case_for(name)
     options = {} if name == "ar" else case.options
     budgets = (case.budget, case.budgets[-1] if case.budgets else case.budget)
     alone = [run(case, name, budget=b, seed=0)[0].new_tokens for b in budgets]   # seeded: lpd draws its order
-    sched = Scheduler(case.adapter, max_rows=8)
+    sched = Scheduler(case.adapter, max_rows=8, max_tokens=max_tokens)
     first = sched.submit(case.rows, decoder=name, max_new_tokens=budgets[0], inputs=case.inputs, stream=True,
                          seed=0, **options)
     steps = first.steps()

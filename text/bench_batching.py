@@ -11,6 +11,7 @@ every request's tokens equal its serial decode.
 
     python -m text.bench_batching --prompts 12 --decoders ar ngram jacobi lookahead
     python -m text.bench_batching --overhead      # the loop's share of a step, tiny model, 8 live rows
+    python -m text.bench_batching --long-prompt   # a long prompt joining: its prefill whole vs in chunks
 """
 from __future__ import annotations
 
@@ -165,6 +166,54 @@ def overhead(args) -> None:
     print("\n".join(lines))
 
 
+def long_prompt(args) -> None:
+    """A long prompt arriving while short chat requests decode: the running requests' longest wait
+    between two of their steps, and the long request's time to its first token, with its prefill
+    in one forward (max_tokens above its length) and in chunks of --max-tokens between steps."""
+    import text
+    torch.set_num_threads(args.threads)
+    gen = text.load()
+    adapter = suite.as_adapter(gen.model)
+    short = chat_prompts(gen, 4)
+    filler = " ".join(f"Item {i}: the {w} of the list." for i, w in enumerate(["first", "next", "last"] * 60))
+    long = gen.rows([f"Summarise this list in one sentence. {filler}"], chat=True)[0][:args.long_tokens]
+    print(f"4 chat requests x {args.max_new_tokens} new tokens decoding, then a {len(long)}-token prompt joins "
+          f"(ar, greedy, {torch.get_num_threads()} threads)", file=sys.stderr)
+    lines = ["| prefill | longest wait of a running request s | its p50 step gap s | long request: first token s | "
+             "all done s | same tokens |", "|---|---|---|---|---|---|"]
+    reference = None
+    for label, cap in (("one forward", 10 ** 9), (f"chunks of {args.max_tokens} tokens", args.max_tokens)):
+        sched = Scheduler(adapter, max_tokens=cap)
+        sched.generate([short[0]], max_new_tokens=4)                        # warm-up
+        t0 = time.perf_counter()
+        running = [sched.submit([r], max_new_tokens=args.max_new_tokens, stream=True) for r in short]
+        stamps = [[] for _ in running]
+
+        def watch(i):
+            for _ in running[i].steps():
+                stamps[i].append(time.perf_counter())
+        watchers = [threading.Thread(target=watch, args=(i,)) for i in range(len(running))]
+        for w in watchers:
+            w.start()
+        while len(stamps[0]) < 8:                                           # the short ones are under way
+            time.sleep(0.005)
+        submitted = time.perf_counter()
+        late = sched.submit([long], max_new_tokens=8, stream=True)
+        first = next(s for s in late.steps() if s.committed[0])
+        first_token = time.perf_counter() - submitted
+        out = [r.result().new_tokens[0] for r in running] + [late.result().new_tokens[0]]
+        done = time.perf_counter() - t0
+        for w in watchers:
+            w.join()
+        gaps = [b - a for st in stamps for a, b in zip(st, st[1:])]
+        reference = reference or out
+        lines.append(f"| {label} | {max(gaps):.3f} | {percentile(gaps, 0.5):.3f} | {first_token:.2f} | {done:.2f} | "
+                     f"{'yes' if out == reference else 'NO'} |")
+        print(lines[-1], file=sys.stderr)
+        sched.close()
+    print("\n".join(lines))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m text.bench_batching", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,10 +223,14 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=2.0, help="poisson arrivals per second")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--overhead", action="store_true", help="the loop's share of a step on a tiny model instead")
+    p.add_argument("--long-prompt", action="store_true",
+                   help="a long prompt joining running requests: its prefill whole against in chunks (--max-tokens)")
+    p.add_argument("--long-tokens", type=int, default=1500, help="--long-prompt: the long prompt's tokens")
+    p.add_argument("--max-tokens", type=int, default=512, help="--long-prompt: the scheduler's prefill cap")
     args = p.parse_args(argv)
-    if args.prompts < 1 or args.rate <= 0:
-        p.error("--prompts must be >= 1 and --rate > 0")
-    return exit_status(overhead if args.overhead else bench, args)
+    if args.prompts < 1 or args.rate <= 0 or args.long_tokens < 2 or args.max_tokens < 1:
+        p.error("--prompts must be >= 1, --rate > 0, --long-tokens >= 2 and --max-tokens >= 1")
+    return exit_status(overhead if args.overhead else long_prompt if args.long_prompt else bench, args)
 
 
 if __name__ == "__main__":

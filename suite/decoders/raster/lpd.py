@@ -188,6 +188,7 @@ class LPD:
     name: ClassVar[str] = "lpd"
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
     batch_independent: ClassVar[bool] = True   # each row's order and cells drawn from its own streams
+    whole_prompt: ClassVar[bool] = True        # its first step feeds the whole prompt (no chunked prefill)
 
     def bind(self, model) -> "LPD":
         from ...models.adapters import as_adapter

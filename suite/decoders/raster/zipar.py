@@ -149,6 +149,7 @@ class ZipAR:
     requires: ClassVar[frozenset] = frozenset({"custom_mask"})
     row_type: ClassVar[type] = ZipARRow    # the per-row state `start` makes (subclasses extend it)
     batch_independent: ClassVar[bool] = True   # rows draw from their own streams, start rows by their own canvas
+    whole_prompt: ClassVar[bool] = True        # its first step feeds the whole prompt (no chunked prefill)
 
     def bind(self, model) -> "ZipAR":
         return self if self.grid is not None else dataclasses.replace(self, grid=grid_of(model))
