@@ -7,10 +7,9 @@ every sentence must be the same both ways (BENCHMARKS.md "TTS sentences through 
 from __future__ import annotations
 
 import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from concurrent_rounds import rounds
 
 import speech
 
@@ -31,17 +30,8 @@ def main() -> None:
     texts = [SENTENCES[i % len(SENTENCES)] for i in range(args.sentences)]
     speak = lambda t: tts(t, decoder=args.decoder, seed=0)          # noqa: E731
     speak(texts[0])                                                 # warm-up
-    for r in range(args.rounds):
-        t0 = time.perf_counter()
-        serial = [speak(t) for t in texts]
-        one = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.concurrency) as ex:
-            together = list(ex.map(speak, texts))
-        many = time.perf_counter() - t0
-        same = all(a.codes.tolist() == b.codes.tolist() for a, b in zip(serial, together))
-        print(f"round {r + 1}: one at a time {one:.2f} s, {args.concurrency} in flight {many:.2f} s: "
-              f"{one / many:.2f}x the throughput; codes identical: {same}", flush=True)
+    rounds(speak, texts, args.concurrency, args.rounds, lambda a, b: a.codes.tolist() == b.codes.tolist(),
+           f"{args.sentences} sentences, {args.decoder}")
 
 
 if __name__ == "__main__":

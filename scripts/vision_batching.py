@@ -8,10 +8,9 @@ time, the shipped sampling (seeded: every user's images must be the same both wa
 from __future__ import annotations
 
 import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from concurrent_rounds import rounds
 
 import vision
 
@@ -33,20 +32,8 @@ def main() -> None:
         call = lambda i: pipe([pipe.classes[i % len(pipe.classes)]], motion=pipe.motions[i % len(pipe.motions)],  # noqa: E731
                               num_frames=args.frames, decoder=args.decoder, seed=i)
     call(0)                                                         # warm-up
-    users = range(args.users)
-    for r in range(args.rounds):
-        t0 = time.perf_counter()
-        serial = [call(i) for i in users]
-        one = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.users) as ex:
-            together = list(ex.map(call, users))
-        many = time.perf_counter() - t0
-        same = all(torch.equal(a.tokens, b.tokens) for a, b in zip(serial, together))
-        forwards = sum(x.stats.num_forwards for x in serial)
-        print(f"round {r + 1}: {args.what} {args.decoder}, {args.users} users one at a time {one:.2f} s "
-              f"({forwards} forwards), at once {many:.2f} s: {one / many:.2f}x the throughput "
-              f"({many / one:.2f}x the time); tokens identical: {same}", flush=True)
+    rounds(call, list(range(args.users)), args.users, args.rounds, lambda a, b: torch.equal(a.tokens, b.tokens),
+           f"{args.what} {args.decoder}, {args.users} users")
 
 
 if __name__ == "__main__":

@@ -118,7 +118,8 @@ class FormLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features if self.in_features else 0
         if (rows >= len(self._by_rows) or x.device.type != "cpu" or self.weight.device.type != "cpu"
-                or (torch.is_grad_enabled() and self.weight.requires_grad) or x.dtype != self.weight.dtype):
+                or (torch.is_grad_enabled() and self.weight.requires_grad) or x.dtype != self.weight.dtype
+                or torch.compiler.is_compiling()):     # a compiled graph picks its own kernels (none of ours lower)
             return F.linear(x, self.weight, self.bias)
         form = self._by_rows[rows]
         if form == "linear":
@@ -210,7 +211,8 @@ class FusedLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (x.device.type == "cpu" and self.weight.device.type == "cpu" and x.dtype == self.weight.dtype
-                and not (torch.is_grad_enabled() and self.weight.requires_grad)):
+                and not (torch.is_grad_enabled() and self.weight.requires_grad)
+                and not torch.compiler.is_compiling()):      # a compiled graph fuses by itself (no weakref tricks)
             out = self._group.serve(self, x)
             if out is not None:
                 return out
