@@ -106,15 +106,18 @@ def _rows(input_ids, attention_mask) -> list[list]:
     return [r[m].tolist() for r, m in zip(ids, mask)]
 
 
-def _sequences(input_ids, new_tokens: list[list[int]], pad: int) -> torch.Tensor:
+def _sequences(input_ids, new_tokens: list[list], pad: int) -> torch.Tensor:
     """(B, P + new) on the input's device, as transformers' generate returns it (ragged rows given
-    as lists are left-padded with `pad`, as a tokenizer pads them for it)."""
-    if isinstance(input_ids, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in input_ids):
-        width = max(len(r) for r in input_ids)
-        input_ids = [[pad] * (width - len(r)) + list(r) for r in input_ids]
-    ids = torch.as_tensor(input_ids)
-    if ids.dim() == 1:
-        ids = ids[None]
-    width = max(len(n) for n in new_tokens)
-    tail = torch.tensor([n + [pad] * (width - len(n)) for n in new_tokens], dtype=ids.dtype, device=ids.device)
-    return torch.cat([ids, tail.reshape(ids.shape[0], width)], 1)
+    as lists are left-padded with `pad`, as a tokenizer pads them for it); rows of frames (tuples
+    of Q codebook ids) give (B, P + new, Q), padded with frames of `pad`."""
+    given = input_ids if isinstance(input_ids, torch.Tensor) else None
+    rows = (given[None] if given.dim() == 1 else given).tolist() if given is not None else _rows(input_ids, None)
+    frame = isinstance(rows[0][0], (list, tuple)) if rows and rows[0] else False
+    blank = [pad] * len(rows[0][0]) if frame else pad
+    plain = (lambda t: list(t)) if frame else (lambda t: t)
+    prompt = max(len(r) for r in rows)
+    width = max((len(n) for n in new_tokens), default=0)
+    out = [[blank] * (prompt - len(r)) + [plain(t) for t in r] + [plain(t) for t in n] + [blank] * (width - len(n))
+           for r, n in zip(rows, new_tokens)]
+    return torch.tensor(out, dtype=given.dtype if given is not None else torch.long,
+                        device=given.device if given is not None else None)

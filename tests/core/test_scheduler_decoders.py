@@ -4,7 +4,7 @@ requests are joined mid-flight (`DecodeState.extend`), stepped together, and fin
 (`DecodeState.select`); every row's greedy output is its prompt's decoded alone, token for token."""
 import pytest
 import torch
-from tinymodels import tiny_eagle_head, tiny_model
+from tinymodels import tiny_eagle_head, tiny_model, tiny_tts
 
 import suite
 from suite.loop import advance, begin
@@ -131,3 +131,17 @@ def test_the_scheduler_joins_them_mid_flight(llama, options, decoder):
     assert outs == [alone(llama, p, n) for p, n in zip(prompts, budgets)]
     assert len({r.key for r in [first] + later}) == 1      # they shared a batch key
     sched.close()
+
+
+def test_generate_returns_sequences_of_frames():
+    """suite.generate over a multi-codebook model: sequences (B, P + new, Q), prompt then new frames."""
+    from speech.alignment import frame_conditioning
+    from speech.tts_model import FrameTTSAdapter
+    model = tiny_tts()
+    cfg = model.config
+    prompt = [(cfg.parallel_token,) + (cfg.pad,) * (cfg.num_codebooks - 1), (cfg.bos,) * cfg.num_codebooks]
+    table = frame_conditioning(cfg.phone_ids("a b c a".split()), [2, 1, 0, 3], 3)
+    adapter = FrameTTSAdapter(model, "frame").for_request([1], [table])
+    out = suite.generate(adapter, [prompt], decoder="parallel", max_new_tokens=5, seed=0, temperature=1.0)
+    assert out.sequences.shape == (1, 2 + len(out.new_tokens[0]), cfg.num_codebooks)
+    assert out.sequences[0].tolist() == [list(f) for f in prompt + out.new_tokens[0]]
