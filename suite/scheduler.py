@@ -360,10 +360,11 @@ class Scheduler:
     def _chunk(self, group: _Batch) -> int | None:
         """Tokens a row of the next prefill chunk of `group`, or None when its prefill fits `max_tokens`
         in one forward (or cannot be chunked: frames of several codebooks, an encoder-decoder or canvas
-        model, a decoder that feeds the whole prompt in its first step, `whole_prompt`)."""
+        model, an adapter holding per-row state (a VLM reads its images with the whole prompt), a
+        decoder that feeds the whole prompt in its first step, `whole_prompt`)."""
         state = group.state
         longest = max(len(state.pending(b)) for b in range(state.batch))
-        if state.batch * longest <= self.max_tokens or not isinstance(state.tokens[0][0], int) \
+        if state.batch * longest <= self.max_tokens or not group.movable or not isinstance(state.tokens[0][0], int) \
                 or getattr(state.cache, "encdec", None) is not None or getattr(self.adapter, "canvas_model", False) \
                 or getattr(group.decoder, "whole_prompt", False):
             return None
