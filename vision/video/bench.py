@@ -71,13 +71,15 @@ def run(pipe, specs, labels, motions, seeds, frames, batch, sampling, progress=T
 
 
 def clip_scores(clips, labels, motions, classifier, motion_net, fd_net, ref_feats) -> dict:
-    """Per-frame class accuracy, motion accuracy and FD of a list of clips."""
+    """Per-frame class accuracy, motion accuracy (None for clips of another length than the motion
+    classifier's) and FD of a list of clips."""
     from ..metrics import frechet_distance, mobilenet_features, predict
     from .metrics import predict_motion
     frames = [f for clip in clips for f in clip]
     frame_labels = np.repeat(labels, [len(c) for c in clips])
+    judged = len(clips[0]) == motion_net.frames
     out = {"class_accuracy": float((predict(classifier, frames) == frame_labels).mean()),
-           "motion_accuracy": float((predict_motion(motion_net, clips) == np.asarray(motions)).mean()),
+           "motion_accuracy": float((predict_motion(motion_net, clips) == np.asarray(motions)).mean()) if judged else None,
            "clips": len(clips), "frames": len(frames)}
     out["frechet"] = frechet_distance(mobilenet_features(fd_net, frames), ref_feats) if fd_net is not None else None
     return out
@@ -98,6 +100,15 @@ def score(rows, classifier, motion_net, fd_net, ref_feats):
     return out
 
 
+def motion_text(e: dict, error: bool = False) -> str:
+    """Motion accuracy (± its binomial standard error), or why there is none."""
+    acc = e["motion_accuracy"]
+    if acc is None:
+        return "- (clips of another length than the motion classifier's)"
+    se = 100 * np.sqrt(acc * (1 - acc) / max(e["clips"], 1))
+    return f"{100 * acc:.1f}%" + (f" ±{se:.1f}" if error else "")
+
+
 def table(results, header: str) -> str:
     lines = [header, "",
              "| decoder | forwards/clip | tok/forward | fewer forwards | wall s | wall speedup | class acc (frames) "
@@ -105,10 +116,9 @@ def table(results, header: str) -> str:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for e in results:
         fd = "-" if e["frechet"] is None else f"{e['frechet']:.1f}"
-        se = 100 * np.sqrt(e["motion_accuracy"] * (1 - e["motion_accuracy"]) / max(e["clips"], 1))
         lines.append(f"| {e['decoder']} | {e['forwards_per_clip']:.1f} | {e['tokens_per_forward']:.2f} | "
                      f"{e['forward_ratio']:.2f}x | {e['wall_s']:.1f} | {e['wall_speedup']:.2f}x | "
-                     f"{100 * e['class_accuracy']:.1f}% | {100 * e['motion_accuracy']:.1f}% ±{se:.1f} | {fd} | "
+                     f"{100 * e['class_accuracy']:.1f}% | {motion_text(e, True)} | {fd} | "
                      f"{100 * e['same_as_ar']:.0f}% |")
     return "\n".join(lines)
 
@@ -175,7 +185,7 @@ def _main(args) -> int:
     print(table(results, header))
     print()
     print("References (same clip count): " + "; ".join(
-        f"{name}: class acc {100 * r['class_accuracy']:.1f}%, motion acc {100 * r['motion_accuracy']:.1f}%"
+        f"{name}: class acc {100 * r['class_accuracy']:.1f}%, motion acc {motion_text(r)}"
         + (f", FD {r['frechet']:.1f}" if r["frechet"] is not None else "") for name, r in refs))
     if args.json:
         write_json(args.json, {"settings": header, "results": results,

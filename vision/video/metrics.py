@@ -28,6 +28,7 @@ class MotionClassifier(torch.nn.Module):
 
     def __init__(self, frames: int = vdata.FRAMES, num_motions: int = len(vdata.MOTIONS), width: int = 32):
         super().__init__()
+        self.frames = frames           # clips of this many frames only (they are stacked as channels)
         layers, c = [], 3 * frames
         for out in (width, width * 2, width * 3, width * 3):
             layers += [torch.nn.Conv2d(c, out, 3, padding=1), torch.nn.BatchNorm2d(out), torch.nn.ReLU(),
