@@ -46,10 +46,13 @@ class KVCache:
         self.inputs_padded = False
 
     def grouped(self, fanout: int) -> "KVCache":
-        """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG)."""
+        """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG); row inputs
+        are per logical row too (the first copy's: the copies of a row share what they read)."""
         view = copy.copy(self)
         view.fanout = fanout
-        view.valid, view.positions = self.valid[:self.batch // fanout], self.positions[:self.batch // fanout]
+        rows = self.batch // fanout
+        view.valid, view.positions = self.valid[:rows], self.positions[:rows]
+        view.row_inputs = {name: t[:rows] for name, t in self.row_inputs.items()}
         return view
 
     @property
