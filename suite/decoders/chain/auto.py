@@ -80,8 +80,9 @@ class Auto:
     candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
-    probe: int = 1            # steps per candidate before exploiting (2 measured 4% slower on average over
-                              # four prompt groups, BENCHMARKS.md "auto's exploration")
+    probe: int = 2            # steps per candidate before exploiting (1 measured 4% faster on average over four
+                              # prompt groups, BENCHMARKS.md "auto's exploration", but a seeded sampled request
+                              # is reproducible only while auto explores: choices after it follow wall time)
     recheck: int = 12         # the runner-up gets one step this often
     decoders: tuple = ()      # the bound candidates (bind fills this)
 
