@@ -132,21 +132,21 @@ def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, h
 
 
 def load_video_llama(folder: str, meta: dict):
-    """The Llama of a video prior folder with its recorded position and input schemes installed
-    (the previous-frame table is read from the folder's safetensors: transformers skips it)."""
-    from safetensors import safe_open
-    from transformers import LlamaForCausalLM
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    """The Llama of a video prior folder with its recorded position and input schemes installed,
+    every weight read from the folder's safetensors (strictly: the previous-frame weights too,
+    which transformers' own loader would skip)."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model = LlamaForCausalLM(LlamaConfig.from_pretrained(folder)).float()
     layout = VideoLayout.from_meta(meta)
     rotary.install(model, layout.cells, meta.get("positions"))
     prevframe.install(model, layout, meta.get("inputs"))
-    extra = prevframe.module(model)
     index = os.path.join(folder, SHARD_INDEX)
-    for name, param in ([] if extra is None else extra.named_parameters()):
-        key = f"model.prev_frame.{name}"
-        file = read_json(index)["weight_map"][key] if os.path.isfile(index) else "model.safetensors"
-        with safe_open(os.path.join(folder, file), "pt") as f:
-            param.data.copy_(f.get_tensor(key))
+    files = sorted(set(read_json(index)["weight_map"].values())) if os.path.isfile(index) else ["model.safetensors"]
+    state = {}
+    for file in files:
+        state.update(load_file(os.path.join(folder, file)))
+    model.load_state_dict(state)
     return model
 
 
