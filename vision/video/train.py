@@ -7,7 +7,9 @@
 The prior starts from the shipped image prior (vision/weights/prior: frame 0 is an image of the
 class from the first step) and learns the frames after it through the windowed mask of
 vision/video/prior.py, on whole clips, with the null prompt for classifier-free guidance on 10 %
-of them. It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
+of them. With --inputs (default both) each slot also reads frame t-1's codes around its cell
+(vision/video/prevframe.py: input tables and a copy head, zero at the start, trained at their own
+learning-rate scales). It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
 the weights folder only when complete.
 """
 from __future__ import annotations
