@@ -72,6 +72,10 @@ class _Doubled:
         return self._cache.num_slots
 
     @property
+    def row_inputs(self) -> dict:            # the adapter's per-row inputs, as its cache made them
+        return self._cache.row_inputs
+
+    @property
     def capacity(self) -> int | None:        # a static cache's slots (suite.models.static_cache)
         return getattr(self._cache, "capacity", None)
 

@@ -34,12 +34,14 @@ def gen(model, prompt, decoder, n, **kw):
 
 def full_logits(video, seqs: torch.Tensor) -> torch.Tensor:
     """(B, L, K) logits of whole sequences in one uncached forward under the training mask."""
+    from vision.video import prevframe
     lay = video.layout
     pos = torch.arange(seqs.shape[1]).expand(len(seqs), -1)
     with torch.no_grad():
-        out = video.model(input_ids=lay.inputs(seqs, pos), position_ids=lay.position_ids(pos),
-                          attention_mask=lay.training_mask(seqs.shape[1])[None, None].expand(len(seqs), 1, -1, -1))
-    return out.logits[..., :lay.codebook]
+        embeds = prevframe.embed(video.model, lay.inputs(seqs, pos), seqs, pos)
+        hidden = video.model.model(inputs_embeds=embeds, position_ids=lay.position_ids(pos),
+                                   attention_mask=lay.training_mask(seqs.shape[1])[None, None].expand(len(seqs), 1, -1, -1))
+        return prevframe.logits(video.model, hidden.last_hidden_state, seqs, pos, lay.codebook)
 
 
 def test_window_mask_sees_prompt_own_frame_and_the_neighbourhood_above():
@@ -71,12 +73,30 @@ def test_frame_rotary_splits_a_position_into_frame_and_slot():
     assert torch.allclose(cos[0, :cells, :half - n], plain_cos[0, :, :half - n])
 
 
-@pytest.mark.parametrize("positions", ["frame", "1d"])
-def test_cached_ar_follows_the_training_mask(video, positions):
-    """Greedy ar through the adapter (cache, window mask per step) picks the argmax of one
-    uncached forward over its own output under the training mask, at every cell (both position
-    schemes: the shipped frame-aware rotary and the older 1-D one)."""
-    video = video if positions == "frame" else tiny_video(positions="1d")
+def test_prev_frame_inputs_read_the_window_above_but_never_a_frame_s_last_cell():
+    """Slot p (predicting cell p + 1 - P) reads frame t-1's cells within the radius of its cell;
+    frame 0, cells off the grid and the frame's last cell (its slot reads BOF) read "none"."""
+    from vision.video.prevframe import PrevFrame
+    pf = PrevFrame(codebook=8, hidden=4, height=4, width=4, radius=1, prompt=PROMPT)
+    where, ok = pf.neighbours(torch.tensor([PROMPT + 16 + 4]))     # predicts cell (1, 1, 1)
+    assert where[ok].tolist() == [PROMPT + r * 4 + c for r in (0, 1, 2) for c in (0, 1, 2)]
+    where, ok = pf.neighbours(torch.tensor([PROMPT + 16 + 14]))    # predicts cell (1, 3, 3)
+    assert where[ok].tolist() == [PROMPT + 10, PROMPT + 11, PROMPT + 14]
+    assert not pf.neighbours(torch.tensor([0, PROMPT - 1, PROMPT + 14]))[1].any()   # frame 0
+    lay = VideoLayout(8, 2, 2, frames=2, height=4, width=4, radius=1)
+    seen = lay.training_mask()
+    for p in range(PROMPT - 1, lay.length - 1):                     # a subset of what the window shows
+        where, ok = pf.neighbours(torch.tensor([p]))
+        assert seen[p, where[ok]].all()
+
+
+@pytest.mark.parametrize("positions,inputs", [("frame", "both"), ("frame", "tables"), ("frame", "copy"), ("frame", None),
+                                              ("1d", None)])
+def test_cached_ar_follows_the_training_mask(video, positions, inputs):
+    """Greedy ar through the adapter (cache, window mask and previous-frame board per step) picks
+    the argmax of one uncached forward over its own output under the training mask, at every
+    cell (the shipped schemes and older folders': 1-D positions, no previous-frame inputs)."""
+    video = video if inputs == "both" else tiny_video(positions=positions, inputs=inputs)
     n = video.layout.frames * video.layout.cells
     p = prompts(video, [(0, 1), (1, 0)])
     out = gen(video, p, "ar", n)
@@ -86,7 +106,7 @@ def test_cached_ar_follows_the_training_mask(video, positions):
 
 @pytest.mark.parametrize("guided,positions", [(False, "frame"), (True, "frame"), (False, "1d")])
 def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided, positions):
-    video = video if positions == "frame" else tiny_video(positions="1d")
+    video = video if positions == "frame" else tiny_video(positions="1d", inputs=None)
     lay = video.layout
     n = lay.frames * lay.cells
     p = prompts(video, [(0, 0), (1, 1)])
@@ -242,3 +262,31 @@ def test_video_zipar_sjd_is_lossless_when_sampling(coupled):
     law = exact_law(video, prompt, 6, SamplingParams(**setting), vocab=2)
     assert goodness_of_fit(samples, law) > 1e-3
     assert longest > 2
+
+
+def test_a_written_prior_loads_back_with_its_previous_frame_weights(tmp_path):
+    """write_prior records the schemes in video_prior.json and VideoPrior.load reads every weight
+    back (the previous-frame tables and copy gates too): the same logits through the cache."""
+    from vision.video import prevframe, rotary
+    from vision.video.prior import VideoPrior, build_video_prior
+    from vision.video.train import _meta, write_prior
+    lay = VideoLayout(8, 10, 6, frames=2, height=2, width=2, radius=1)
+    positions, inputs = rotary.meta(), prevframe.meta(1, tables=True, copy=True)
+    torch.manual_seed(0)
+    model = build_video_prior(lay, hidden=32, layers=2, heads=4, positions=positions, inputs=inputs).eval()
+    with torch.no_grad():
+        for param in prevframe.module(model).parameters():
+            param.normal_(0, 0.3)
+    write_prior(model, lay, str(tmp_path / "prior"), {}, positions, inputs)
+    back = VideoPrior.load(str(tmp_path / "prior"))
+    assert back.meta["inputs"] == inputs
+    video = VideoPrior(model, _meta(lay, positions, inputs))
+    seqs = torch.tensor([lay.prompt(1, 0) + [3, 1, 4, 1, 5, 2, 6, 5]])
+    pos = torch.arange(seqs.shape[1])[None]
+    with torch.no_grad():
+        want = video(seqs, pos, video.new_cache(1), None)
+        got = back(seqs, pos, back.new_cache(1), None)
+    assert torch.equal(want, got)
+    with torch.no_grad():                    # and they matter: without the copy gates, other logits
+        prevframe.module(back.model).gate.zero_()
+        assert not torch.equal(want, back(seqs, pos, back.new_cache(1), None))

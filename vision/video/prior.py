@@ -16,6 +16,9 @@ ids: both prompt tokens at 0, cell j at 1 + j, so frame 0 sits where the image p
 (`warm_start` copies its weights). With video_prior.json's "positions" (vision/video/rotary.py)
 the rotary embedding reads an id as (frame, slot in the frame), so every frame sits where the
 image does and "the same cell one frame back" is a small offset; without it, plain 1-D rotary.
+With its "inputs" (vision/video/prevframe.py) a slot also reads the codes of frame t-1 around its
+cell directly (input tables, a copy head): the adapter keeps each row's fed tokens by position in
+the cache (`row_inputs["board"]`), so a cached forward that receives only new tokens finds them.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from suite import AdapterConfig, HFCausalLM, KVCache
 from suite.runtime.storage import read_json
 
 from ..prior import SHARD_INDEX
-from . import rotary
+from . import prevframe, rotary
 
 PRIOR_FILE = "video_prior.json"
 PROMPT = 2                                    # [motion, class]
@@ -113,8 +116,9 @@ class VideoLayout:
 
 
 def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, heads: int = 8,
-                      positions: dict | None = None):
-    """A fresh Llama video prior; `positions`: video_prior.json's entry (None: 1-D rotary)."""
+                      positions: dict | None = None, inputs: dict | None = None):
+    """A fresh Llama video prior; `positions`, `inputs`: video_prior.json's entries (None: 1-D
+    rotary; no previous-frame inputs)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=layout.vocab, hidden_size=hidden, intermediate_size=hidden * 3,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
@@ -123,6 +127,26 @@ def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, h
                       attn_implementation="sdpa")
     model = LlamaForCausalLM(cfg)
     rotary.install(model, layout.cells, positions)
+    prevframe.install(model, layout, inputs)
+    return model
+
+
+def load_video_llama(folder: str, meta: dict):
+    """The Llama of a video prior folder with its recorded position and input schemes installed,
+    every weight read from the folder's safetensors (strictly: the previous-frame weights too,
+    which transformers' own loader would skip)."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model = LlamaForCausalLM(LlamaConfig.from_pretrained(folder)).float()
+    layout = VideoLayout.from_meta(meta)
+    rotary.install(model, layout.cells, meta.get("positions"))
+    prevframe.install(model, layout, meta.get("inputs"))
+    index = os.path.join(folder, SHARD_INDEX)
+    files = sorted(set(read_json(index)["weight_map"].values())) if os.path.isfile(index) else ["model.safetensors"]
+    state = {}
+    for file in files:
+        state.update(load_file(os.path.join(folder, file)))
+    model.load_state_dict(state)
     return model
 
 
@@ -159,6 +183,7 @@ class VideoPrior:
     def __init__(self, model, meta: dict):
         self.layout = lay = VideoLayout.from_meta(meta)
         rotary.install(model, lay.cells, meta.get("positions"))
+        prevframe.install(model, lay, meta.get("inputs"))
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
         self.codebook_size = lay.codebook
@@ -174,7 +199,24 @@ class VideoPrior:
         return self.inner.device
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        return self.inner.new_cache(batch, max_len)
+        cache = self.inner.new_cache(batch, max_len)
+        if prevframe.module(self.model) is not None:     # the tokens each row has fed, by position
+            cache.row_inputs["board"] = torch.full((batch, self.layout.length), self.codebook_size,
+                                                   dtype=torch.long, device=self.device)
+        return cache
+
+    def _board(self, cache, tokens, positions) -> torch.Tensor:
+        """Record the forward's tokens on the rows' boards; returns (B, L) boards where only
+        fed tokens that the attention sees (live cache slots, this forward's) are kept."""
+        board = cache.row_inputs["board"]
+        n, rows = tokens.shape[0], board.shape[0]
+        k = n // rows                          # 2 under CFG once rows were selected (codes match)
+        board.scatter_(1, positions[:rows], tokens[:rows])
+        seen = torch.zeros(n, board.shape[1] + 1, dtype=torch.bool, device=board.device)
+        held = torch.where(cache.valid.to(board.device), cache.positions.to(board.device), board.shape[1])
+        seen.scatter_(1, held, True)
+        seen.scatter_(1, positions, True)
+        return torch.where(seen[:, :-1], board.repeat(k, 1), self.codebook_size)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         dev = self.device
@@ -185,20 +227,26 @@ class VideoPrior:
             attention_mask = cache.attention_mask(causal)
         keys = torch.cat([cache.positions.to(dev), positions], 1)                 # (B, S+N)
         mask = attention_mask.to(dev) & self.layout.mask(positions, keys)[:, None]
-        logits = self.inner(self.layout.inputs(tokens, positions), self.layout.position_ids(positions),
-                            cache, mask, logits_from)
+        ids, pos_ids = self.layout.inputs(tokens, positions), self.layout.position_ids(positions)
+        if prevframe.module(self.model) is None:
+            logits = self.inner(ids, pos_ids, cache, mask, logits_from)
+        else:
+            board = self._board(cache, tokens, positions)
+            embeds = prevframe.embed(self.model, ids, board, positions)
+            hidden = self.model.model(inputs_embeds=embeds, position_ids=pos_ids, cache=cache.backend,
+                                      attention_mask=mask, use_cache=True).last_hidden_state[:, logits_from:]
+            return prevframe.logits(self.model, hidden, board, positions[:, logits_from:], self.codebook_size)
         return logits[..., :self.codebook_size]
 
     @classmethod
     def load(cls, folder: str) -> "VideoPrior":
-        from transformers import LlamaForCausalLM
         from ..tokenizer import require_files
         sharded = os.path.isfile(os.path.join(folder, SHARD_INDEX))
         require_files(folder, ("config.json", SHARD_INDEX if sharded else "model.safetensors", PRIOR_FILE),
                       "python -m vision.video.train prior")
         try:
             meta = read_json(os.path.join(folder, PRIOR_FILE))
-            model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            model = load_video_llama(folder, meta)
         except Exception as e:
             raise ValueError(f"cannot load the video prior from {folder}: {e}; "
                              "re-create it with `python -m vision.video.train prior`") from e

@@ -7,7 +7,9 @@
 The prior starts from the shipped image prior (vision/weights/prior: frame 0 is an image of the
 class from the first step) and learns the frames after it through the windowed mask of
 vision/video/prior.py, on whole clips, with the null prompt for classifier-free guidance on 10 %
-of them. It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
+of them. With --inputs (default both) each slot also reads frame t-1's codes around its cell
+(vision/video/prevframe.py: input tables and a copy head, zero at the start, trained at their own
+learning-rate scales). It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
 the weights folder only when complete.
 """
 from __future__ import annotations
@@ -20,13 +22,13 @@ import time
 
 import torch
 
-from suite.runtime.storage import atomic_folder, atomic_path, cache_dir, write_json
+from suite.runtime.storage import atomic_folder, atomic_path, cache_dir, read_json, write_json
 from suite.runtime.training import cpu_budget, log, optimizer_step, set_learning_rate, training_device, warmup_cosine
 
 from . import data as vdata
 from .codes import VISION_WEIGHTS, encode_clips
-from . import rotary
-from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, warm_start
+from . import prevframe, rotary
+from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, load_video_llama, warm_start
 
 WEIGHTS = os.path.join(VISION_WEIGHTS, "video")
 
@@ -62,8 +64,10 @@ def sequence_loss(model, layout: VideoLayout, seqs, mask, per_frame: bool = Fals
     b, length = seqs.shape
     pos = torch.arange(length, device=seqs.device).expand(b, -1)
     k = layout.codebook
-    logits = model(input_ids=layout.inputs(seqs, pos), position_ids=layout.position_ids(pos),
-                   attention_mask=mask[None, None].expand(b, 1, -1, -1)).logits[:, 1:-1, :k]
+    embeds = prevframe.embed(model, layout.inputs(seqs, pos), seqs, pos)
+    hidden = model.model(inputs_embeds=embeds, position_ids=layout.position_ids(pos),
+                         attention_mask=mask[None, None].expand(b, 1, -1, -1)).last_hidden_state[:, 1:-1]
+    logits = prevframe.logits(model, hidden, seqs, pos[:, 1:-1], k)
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, k), seqs[:, 2:].reshape(-1), reduction="none")
     if per_frame:
         return nll.reshape(b, layout.frames, -1).mean((0, 2))
@@ -90,7 +94,14 @@ def _positions(args) -> dict | None:
     return rotary.meta() if args.positions == "frame" else None
 
 
-def _meta(layout: VideoLayout, positions: dict | None) -> dict:
+def _inputs(args) -> dict | None:
+    """video_prior.json's "inputs": previous-frame codes around each cell (vision/video/prevframe.py):
+    input tables, a copy head, or both; None: neither."""
+    tables, copy = args.inputs in ("tables", "both"), args.inputs in ("copy", "both")
+    return prevframe.meta(args.radius, tables, copy) if tables or copy else None
+
+
+def _meta(layout: VideoLayout, positions: dict | None, inputs: dict | None = None) -> dict:
     from ..data import CLASSES, SIZE
     meta = {"codebook_size": layout.codebook, "classes": list(CLASSES), "motions": list(vdata.MOTIONS),
             "frames": layout.frames, "grid": [layout.height, layout.width], "radius": layout.radius,
@@ -98,6 +109,8 @@ def _meta(layout: VideoLayout, positions: dict | None) -> dict:
             "sampling": SAMPLING}
     if positions is not None:
         meta["positions"] = positions
+    if inputs is not None:
+        meta["inputs"] = inputs
     return meta
 
 
@@ -116,12 +129,16 @@ def train_prior(args) -> None:
     mask = layout.training_mask().to(device)
     ckpt_path = os.path.join(args.checkpoint, "checkpoint.pt")
     state = torch.load(ckpt_path, weights_only=False) if args.resume and os.path.exists(ckpt_path) else None
-    model = build_video_prior(layout, args.hidden, args.layers, args.heads, _positions(args))
+    model = build_video_prior(layout, args.hidden, args.layers, args.heads, _positions(args), _inputs(args))
     if state is not None:
         model.load_state_dict(state["model"])
         log(f"resuming from {ckpt_path}: step {state['step']}, {state['minutes']:.1f} minutes")
     elif args.init:
-        model.load_state_dict(LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32).state_dict())
+        init = load_video_llama(args.init, read_json(os.path.join(args.init, PRIOR_FILE))).state_dict()
+        missing = set(model.state_dict()) - set(init)
+        if {m for m in missing if not m.startswith("model.prev_frame.")}:
+            raise ValueError(f"{args.init} is not a video prior of this layout: it lacks {sorted(missing)[:3]}")
+        model.load_state_dict(init, strict=False)     # new previous-frame weights stay zero
         log(f"starting from the video prior in {args.init}")
     elif not args.scratch:
         warm_start(model, LlamaForCausalLM.from_pretrained(os.path.join(VISION_WEIGHTS, "prior"), dtype=torch.float32),
@@ -129,7 +146,7 @@ def train_prior(args) -> None:
         log("warm start from vision/weights/prior")
     model.to(device).train()
     log(f"video prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(_param_groups(model, args), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     step, before, wall0 = 0, 0.0, time.time()
     if state is not None:
         opt.load_state_dict(state["opt"])
@@ -167,9 +184,21 @@ def train_prior(args) -> None:
                 {"test_loss": float(per_frame.mean()), "test_loss_per_frame": [float(v) for v in per_frame],
                  "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
                  "minutes_kind": "cpu" if device.type == "cpu" else "wall",
-                 "batch": args.batch, "lr": args.lr, "positions": args.positions, "train_clips": len(seqs), "test_clips": len(tc),
+                 "batch": args.batch, "lr": args.lr, "positions": args.positions, "inputs": args.inputs,
+                 "tables_lr_scale": args.tables_lr_scale, "copy_lr_scale": args.copy_lr_scale, "train_clips": len(seqs), "test_clips": len(tc),
                  "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)},
-                _positions(args))
+                _positions(args), _inputs(args))
+
+
+def _param_groups(model, args) -> list[dict]:
+    """The transformer at --lr; the new previous-frame tables and copy gates (zero at the start)
+    at their own scales of it, without weight decay."""
+    extra = prevframe.module(model)
+    new = {"weight": args.tables_lr_scale, "gate": args.copy_lr_scale, "gate_bias": args.copy_lr_scale}
+    groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("model.prev_frame.")]}]
+    if extra is not None:
+        groups += [{"params": [p], "scale": new[n], "weight_decay": 0.0} for n, p in extra.named_parameters()]
+    return groups
 
 
 def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
@@ -179,12 +208,13 @@ def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
     log(f"checkpoint at step {step} ({minutes:.1f} minutes) -> {path}")
 
 
-def write_prior(model, layout: VideoLayout, folder: str, metrics: dict, positions: dict | None = None) -> None:
+def write_prior(model, layout: VideoLayout, folder: str, metrics: dict, positions: dict | None = None,
+                inputs: dict | None = None) -> None:
     from ..prior import save_prior
     with atomic_folder(folder) as tmp:
         save_prior(model, str(tmp))
         model.to(next(iter(model.parameters())).device)
-        write_json(tmp / PRIOR_FILE, _meta(layout, positions), indent=1)
+        write_json(tmp / PRIOR_FILE, _meta(layout, positions, inputs), indent=1)
         write_json(tmp / "metrics.json", metrics, indent=1)
 
 
@@ -209,6 +239,13 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--positions", choices=["frame", "1d"], default="frame",
                    help="prior: rotary positions by (frame, slot in the frame) (vision/video/rotary.py) or plain 1-D")
+    p.add_argument("--inputs", choices=["tables", "copy", "both", "none"], default="both",
+                   help="prior: the previous frame's codes around each cell as input tables, a copy head, or both "
+                   "(vision/video/prevframe.py)")
+    p.add_argument("--tables-lr-scale", type=float, default=1.0,
+                   help="prior: the previous-frame input tables' learning rate, times --lr (they start at zero)")
+    p.add_argument("--copy-lr-scale", type=float, default=3.0,
+                   help="prior: the copy gates' learning rate, times --lr (they start at zero)")
     p.add_argument("--out", default=os.path.join(WEIGHTS, "prior"), help="prior: the weights folder to write")
     p.add_argument("--init", default=None, help="prior: start from this video prior folder (same layout) instead of "
                    "the image prior")
