@@ -204,8 +204,10 @@ def _plain(dec) -> dict:
 
 def load_image_pipeline(weights: str | None = None, dtype=None) -> ImagePipeline:
     """The embedded tokenizer + prior from `weights` (default: vision/weights/), offline; the prior
-    in `dtype` (float32, bfloat16 or auto: suite.models.dtypes; None: the process default)."""
+    in `dtype` (float32, bfloat16 or auto: suite.models.dtypes; None: the process default), its
+    linear layers swapped to this CPU's fastest per-width forms (suite.models.linear_forms)."""
     from suite.models.dtypes import cast
+    from suite.models.linear_forms import swap_linears
     root = weights or DEFAULT_WEIGHTS
     if not os.path.isdir(root):
         raise ValueError(f"weights folder {root} does not exist; train with `python -m vision.train tokenizer` "
@@ -213,6 +215,7 @@ def load_image_pipeline(weights: str | None = None, dtype=None) -> ImagePipeline
     tokenizer = VQTokenizer.load(os.path.join(root, "tokenizer"))
     prior = ImagePrior.load(os.path.join(root, "prior"))
     cast(prior.model, dtype)
+    swap_linears(prior.model)   # ar 1.16x on 2 labels, the same tokens (BENCHMARKS.md, dtype across the suite)
     return ImagePipeline(tokenizer, prior)
 
 
