@@ -73,17 +73,17 @@ class PrevFrame(nn.Module):
         return logits.scatter_add(-1, codes.clamp(max=self.codebook - 1), gates.to(logits.dtype))
 
 
-def install(model, layout, inputs: dict | None) -> None:
-    """Add the scheme recorded in video_prior.json's "inputs" to `model` (None: nothing)."""
+def install(model, layout, inputs: dict | None, prompt: int) -> None:
+    """Add the scheme recorded in video_prior.json's "inputs" to `model` (None: nothing); `prompt`
+    is the number of conditioning slots before the first frame."""
     if inputs is None:
         return
     if inputs.get("scheme") != SCHEME:
         raise ValueError(f"unknown video prior input scheme {inputs.get('scheme')!r}")
     if getattr(model.model, "prev_frame", None) is None:
-        from .prior import PROMPT
         emb = model.model.embed_tokens.weight
         model.model.prev_frame = PrevFrame(layout.codebook, emb.shape[1], layout.height, layout.width,
-                                           int(inputs["radius"]), PROMPT, inputs.get("tables", True),
+                                           int(inputs["radius"]), prompt, inputs.get("tables", True),
                                            inputs.get("copy", False)).to(emb.device)
 
 

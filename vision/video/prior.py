@@ -127,7 +127,7 @@ def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, h
                       attn_implementation="sdpa")
     model = LlamaForCausalLM(cfg)
     rotary.install(model, layout.cells, positions)
-    prevframe.install(model, layout, inputs)
+    prevframe.install(model, layout, inputs, PROMPT)
     return model
 
 
@@ -140,7 +140,7 @@ def load_video_llama(folder: str, meta: dict):
     model = LlamaForCausalLM(LlamaConfig.from_pretrained(folder)).float()
     layout = VideoLayout.from_meta(meta)
     rotary.install(model, layout.cells, meta.get("positions"))
-    prevframe.install(model, layout, meta.get("inputs"))
+    prevframe.install(model, layout, meta.get("inputs"), PROMPT)
     index = os.path.join(folder, SHARD_INDEX)
     files = sorted(set(read_json(index)["weight_map"].values())) if os.path.isfile(index) else ["model.safetensors"]
     state = {}
@@ -183,7 +183,7 @@ class VideoPrior:
     def __init__(self, model, meta: dict):
         self.layout = lay = VideoLayout.from_meta(meta)
         rotary.install(model, lay.cells, meta.get("positions"))
-        prevframe.install(model, lay, meta.get("inputs"))
+        prevframe.install(model, lay, meta.get("inputs"), PROMPT)
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
         self.codebook_size = lay.codebook
