@@ -304,10 +304,15 @@ def bind_cost(decoder, model, masked: bool = False):
         return decoder
     if decoder.cost != "auto":
         raise ValueError(f"cost must be 'auto', None or a suite.cost.CostCurve, got {decoder.cost!r}")
-    adapter = as_adapter(model)
+    return replace(decoder, cost=target_curve(as_adapter(model), masked))
+
+
+def target_curve(adapter, masked: bool = False) -> CostCurve | None:
+    """The adapter's measured curve where it declares `supports_cost_model`, else None;
+    PARASUITE_COST=0: None everywhere."""
     use = getattr(adapter, "supports_cost_model", False) and os.environ.get("PARASUITE_COST", "1") != "0"
-    return replace(decoder, cost=forward_cost(adapter, masked) if use else None)
+    return forward_cost(adapter, masked) if use else None
 
 
 __all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
-           "forward_cost", "measure_curve", "record"]
+           "forward_cost", "measure_curve", "record", "target_curve"]

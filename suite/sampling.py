@@ -31,6 +31,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def repeatable(self) -> bool:
+        """Sampled with a seed: the request must give the same tokens every time, so no choice
+        that changes them (a draft's size, auto's candidate) may read the clock."""
+        return not self.greedy and self.seed is not None
+
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k and top-p.

@@ -112,3 +112,26 @@ def test_auto_samples_the_target_distribution():
                              decoder=Auto(draft_head=head, probe=1, recheck=2), **kw)
         samples += [tuple(t) for t in out.new_tokens]
     assert goodness_of_fit(samples, law) > 1e-3
+
+
+def test_seeded_sampling_repeats_whatever_the_clock(monkeypatch):
+    # auto's choices and eagle's tree depth read the clock when they may: a seeded sampled request
+    # must not, so a clock that jumps at random changes none of its tokens
+    import random
+    import time as real_time
+    from suite.decoders.chain import auto as auto_module, eagle as eagle_module
+    from suite.decoders.chain.auto import Auto
+    model = tiny_model("llama")
+    head = tiny_eagle_head(model)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
+    runs = []
+    for clock_seed in (0, 1):
+        jumps = random.Random(clock_seed)
+        clock = type("Clock", (), {"perf_counter": staticmethod(lambda: real_time.perf_counter() + jumps.random())})
+        monkeypatch.setattr(auto_module, "time", clock)
+        monkeypatch.setattr(eagle_module, "time", clock)
+        out = suite.generate(model, ids, decoder=Auto(draft_head=head, recheck=3), max_new_tokens=40,
+                             temperature=1.0, seed=7)
+        runs.append((out.new_tokens, {k: v for k, v in out.stats.events.items() if k.startswith("auto:")}))
+    assert runs[0] == runs[1]
+    assert len(runs[0][1]) >= 3     # several candidates ran

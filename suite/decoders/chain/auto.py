@@ -4,7 +4,10 @@ The request starts by trying each candidate (eagle, ngram, lookahead, token_recy
 sam_decoding, ar by default) for `probe` steps in turn; then every step runs the candidate with the best running tokens/s (an
 exponential mean of committed tokens over the wall time of propose + forward + accept; in a batch,
 the rows times the least any row committed, as suite.cost.best_size counts them), and
-every `recheck` steps the runner-up gets one step so its estimate stays fresh. Each step is one
+every `recheck` steps the runner-up gets one step so its estimate stays fresh. A seeded sampled
+request must repeat its tokens, so its rates read no clock: a step's time is the price of its
+forward on the target's measured cost curve (suite.cost; 1 a forward where the adapter has none),
+and drafting time is not counted. Each step is one
 candidate's own propose/accept on the shared cache, so every step is lossless given the history
 (greedy: equal to `ar`; sampling: in distribution), and so is the whole request: the choice only
 reads the past. Every step also asks for the target's hidden states when eagle is a candidate,
@@ -21,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from ...cost import batch_progress
+from ...cost import batch_progress, target_curve
 from ...loop import Acceptance, DecodeState, Draft
 
 _WARNED: set[str] = set()
@@ -80,11 +83,12 @@ class Auto:
     candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
-    probe: int = 2            # steps per candidate before exploiting (1 measured 4% faster on average over four
-                              # prompt groups, BENCHMARKS.md "auto's exploration", but a seeded sampled request
-                              # is reproducible only while auto explores: choices after it follow wall time)
+    probe: int = 1            # steps per candidate before exploiting (1 measured 4% faster than 2 on average
+                              # over four prompt groups: BENCHMARKS.md "auto's exploration")
     recheck: int = 12         # the runner-up gets one step this often
     decoders: tuple = ()      # the bound candidates (bind fills this)
+    curves: tuple = (None, None)   # the target's (causal, masked) cost curves (bind fills them): the
+                                   # price of a seeded sampled request's steps
 
     name: ClassVar[str] = "auto"
     requires: ClassVar[frozenset] = frozenset()
@@ -109,7 +113,8 @@ class Auto:
                 _say_once(f"auto runs without {name}: {e}")
         if not bound:
             raise ValueError(f"auto found none of {', '.join(self.candidates)} usable on this model")
-        return replace(self, decoders=tuple(bound))
+        masked = target_curve(adapter, True) if getattr(adapter, "supports_custom_mask", False) else None
+        return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked))
 
     def start(self, state: DecodeState) -> None:
         if not self.decoders:
@@ -162,7 +167,11 @@ class Auto:
         state.stats.count(f"auto:{dec.name}")
         if a.prefill:
             return acc
-        rate = batch_progress(acc.committed) / max(time.perf_counter() - a.t0, 1e-9)   # the slowest row's pace
+        if state.params.repeatable:
+            seconds = self._price(draft)
+        else:
+            seconds = max(time.perf_counter() - a.t0, 1e-9)
+        rate = batch_progress(acc.committed) / seconds    # the slowest row's pace
         old = a.rate[dec.name]
         a.rate[dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
         a.step += 1
@@ -177,6 +186,12 @@ class Auto:
         if eagle is not None:
             with as_candidate(state, eagle):
                 eagle.observe(state, draft, keep)
+
+    def _price(self, draft: Draft) -> float:
+        """The forward's seconds on the target's cost curve (a custom mask on the masked one)."""
+        causal, masked = self.curves
+        curve = masked if masked is not None and not draft.causal else causal
+        return 1.0 if curve is None else curve(draft.tokens.numel())
 
     @staticmethod
     def _eagle(a: AutoShared):

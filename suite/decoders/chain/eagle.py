@@ -225,8 +225,10 @@ class Eagle:
         forwards = 0
         for d in range(1, min(self.depth, int(caps.max()))):
             best = float(torch.cat(scores, 1).gather(1, frontier).max()) if d > 1 else float(score.max())
-            if s.head_s is not None and self.cost is not None and math.exp(best) * calib * self.cost(1) < s.head_s:
-                break                              # no frontier node is likely enough to pay for a head forward
+            if (s.head_s is not None and self.cost is not None and not state.params.repeatable
+                    and math.exp(best) * calib * self.cost(1) < s.head_s):
+                break    # no frontier node is likely enough to pay for a head forward (read off the clock:
+                         # a seeded sampled request grows to full depth, so its tokens repeat)
             mask = torch.cat([ctx_valid[:, None, :].expand(-1, k, -1), vis], 2)[:, None]
             out, keys, values = h.step(feat, torch.cat(tok, 1).gather(1, frontier),
                                        (root_pos + d - 1)[:, None].expand(-1, k), mask, past=(keys, values),

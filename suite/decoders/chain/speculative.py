@@ -95,7 +95,7 @@ class Speculative:
         cached = [row.draft_cached for row in state.rows]
         want = [0 if state.done[b] else room_for_guesses(state, b, self.num_draft) for b in range(state.batch)]
         if self.cost is not None:   # each draft token costs one draft forward (measured as we go)
-            if shared.draft_s is None:
+            if shared.draft_s is None or state.params.repeatable:   # a seeded sampled request: no clock
                 shared.draft_s = 0.5 * self.cost(1)
             per_token = shared.draft_s
             want = chain_sizes(state, self.cost, want, draft_seconds=lambda n: n * per_token)
