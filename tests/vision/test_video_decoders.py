@@ -117,6 +117,20 @@ def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided, positions)
     assert diag.stats.num_forwards == lay.cells + (lay.frames - 1) * lag < ar.stats.num_forwards
 
 
+@pytest.mark.parametrize("guided", [False, True])
+def test_diagonal_samples_ar_codes_for_the_same_seed(video, guided):
+    # each cell is drawn from its exact conditional with its row's uniform at its position
+    # (suite.random_streams): the same seed gives ar's clip, whatever the order cells are filled in
+    lay = video.layout
+    p = prompts(video, [(0, 0), (1, 1)])
+    model = cfg(video, p) if guided else video
+    kw = dict(temperature=0.7, top_k=8, seed=3)
+    ar, diag = gen(model, p, "ar", lay.frames * lay.cells, **kw), gen(model, p, Diagonal(), lay.frames * lay.cells, **kw)
+    assert diag.new_tokens == ar.new_tokens
+    other = gen(model, p, "ar", lay.frames * lay.cells, **{**kw, "seed": 4})
+    assert other.new_tokens != ar.new_tokens
+
+
 def test_video_zipar_full_rows_is_diagonal_and_windows_overlap_rows(video):
     lay = video.layout
     n = lay.frames * lay.cells
