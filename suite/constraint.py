@@ -7,17 +7,17 @@ makes one `RowConstraint` per row: the row's matcher, advanced by every committe
 carry them in `RequestInputs.constraints` (one per row, None for a free row), so they move with
 their rows (`DecodeState.select` / `extend`, the scheduler).
 
-The decode loop (suite/loop.py) applies them in one place, for every decoder:
-  * masking (`loop._mask_logits`): after the forward, every scored slot whose tokens are a continuation of the
+The decode loop (suite/loop.py) applies them in one place (suite/structured.py), for every decoder:
+  * masking (`structured.mask_logits`): after the forward, every scored slot whose tokens are a continuation of the
     row's committed text (the chain or tree path that leads to it, tentatively walked through the
     matcher and rolled back) gets its logits masked to the tokens the grammar allows there (EOS
     only where the grammar accepts). Target and draft distributions are then processed the same
     way by `logits_to_probs`, so a lossless rule stays lossless with respect to the constrained
     distribution (greedy: token for token equal to constrained `ar`). A draft token the grammar
     rejects has probability 0 and is never accepted.
-  * following (`loop._follow`): the committed tokens advance each row's matcher; then, where the grammar allows a
+  * following (`structured.follow`): the committed tokens advance each row's matcher; then, where the grammar allows a
     single token, it is committed at once without a forward (its constrained probability is 1).
-  * forced spans (`loop._forced_spans`): where every live row's grammar forces a string (`{"name": "`, `", "age": `, an enum's tail),
+  * forced spans (`structured.forced_spans`): where every live row's grammar forces a string (`{"name": "`, `", "age": `, an enum's tail),
     its tokens (the tokenizer's own encoding of it, checked against the grammar) are drafted as
     point masses and verified in one forward (greedy prefix, or the speculative rule when sampling),
     with the token after them: the span costs one forward instead of one a token. That step is the

@@ -5,107 +5,27 @@ Every decoder of every modality runs through `decode_steps`; streaming UIs itera
 dataclass of hyperparameters) serves many requests at once. A decoder's own bookkeeping is typed:
 one instance of the dataclass it declares per row (`state.rows`), and, where a step needs
 something batch-wide (a draft model's cache, a running mean of its step time), one instance of
-the dataclass it declares for that (`state.shared`).
+the dataclass it declares for that (`state.shared`). A step's data (`Draft`, `Acceptance`) live in
+suite/draft.py, structured output's part of a step in suite/structured.py.
 """
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Protocol
 
 import torch
 
-from . import constraint as grammar
-from .acceptance import accept_greedy_prefix, accept_speculative
+from . import structured
 from .cache import KVCache
+from .draft import Acceptance, Canvas, Draft
 from .inputs import RequestInputs
 from .random_streams import RowStreams
-from .sampling import SamplingParams, logits_to_probs
+from .sampling import SamplingParams
 from .stats import DecodeStats
 
-
-@dataclass
-class Draft:
-    """What one forward scores. tokens/positions (B, N); mask (B, N, N) visibility among the
-    draft's own slots (the cache part comes from the cache's validity); valid (B, N) marks
-    real slots (rows are padded to the longest draft); meta is the decoder's bookkeeping. The
-    forward returns logits for slots logits_from.. only: index them with `slot - logits_from`."""
-
-    tokens: torch.Tensor
-    positions: torch.Tensor
-    mask: torch.Tensor                      # every slot sees itself (the diagonal is True)
-    valid: torch.Tensor
-    meta: Any = None
-    logits_from: int = 0     # logits are needed for slots >= this only (prefill needs one)
-    past_mask: torch.Tensor | None = None   # (B, N, S) cached slots each draft slot may see
-                                            # (AND the cache's validity); None = every live slot
-    want_hidden: bool = False               # ask the forward for the target's last hidden states
-    hidden: torch.Tensor | None = None      # (B, N, D) filled by the loop when want_hidden (every slot)
-    lengths: list[int] | None = None        # real slots per row, on the host (from_rows fills it)
-    causal: bool = False                    # every row has N real slots and a causal mask: with no past_mask
-                                            # and a cache without holes, the model's own causal mask is this one
-    canvas: "Canvas | None" = None          # for a canvas model (suite.models: `canvas_model`): where each row's
-                                            # canvas starts; None for a causal model
-
-    @staticmethod
-    def from_rows(tokens: list[list[int]], positions: list[list[int]],
-                  masks: list[torch.Tensor | None] | None = None, meta: Any = None,
-                  logits_from: int = 0, *, device: torch.device, canvas: "Canvas | None" = None) -> "Draft":
-        """Pad per-row drafts to one (B, N) block on `device` (the request's, `state.device`);
-        a row's mask (on that device too) defaults to causal."""
-        lengths = [len(t) for t in tokens]
-        n = max(1, max(lengths))
-        both = torch.tensor([[list(t) + [0] * (n - len(t)) for t in tokens],
-                             [list(p) + [0] * (n - len(p)) for p in positions]], dtype=torch.long, device=device)
-        if min(lengths) == n and not any(m is not None for m in masks or []):          # no padding: the common case
-            mask, valid = _causal_block(len(tokens), n, torch.device(device))
-            return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, causal=True, canvas=canvas)
-        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()              # (N, N)
-        valid = torch.arange(n, device=device)[None] < torch.tensor(lengths, device=device)[:, None]   # (B, N)
-        # real slots see the real slots before them; padding sees itself only
-        mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool, device=device)[None]
-        for b, row_mask in enumerate(masks or []):
-            if row_mask is not None:
-                mask[b, :len(tokens[b]), :len(tokens[b])] = row_mask
-        return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, canvas=canvas)
-
-
-@dataclass
-class Canvas:
-    """A canvas model's draft layout (an encoder over the committed text, a decoder that denoises a
-    canvas, e.g. DiffusionGemma). Row b's slots [0, starts[b]) are committed text for the encoder
-    (their K/V is cached and kept: only these slots take cache slots); slots [starts[b], ends[b])
-    are its canvas, and the logits of a canvas slot predict that slot's own token (no shift)."""
-    starts: list[int]
-    ends: list[int]
-    self_conditioning: torch.Tensor | None = None   # (B, L, V) logits of the previous denoising step, or None
-    conditioned: torch.Tensor | None = None         # (B,) bool: rows whose self_conditioning is real (None: all)
-
-    @property
-    def width(self) -> int:
-        """Cache slots this forward writes: the longest row's committed text."""
-        return max(self.starts, default=0)
-
-
-@functools.lru_cache(maxsize=64)
-def _causal_block(batch: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (B, N, N) causal mask and (B, N) all-True validity of an unpadded draft, built once per
-    shape and shared by every draft of that shape (read only: nothing writes into a draft's mask)."""
-    return (torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(batch, n, n),
-            torch.ones(batch, n, dtype=torch.bool, device=device))
-
-
-@dataclass
-class Acceptance:
-    """committed: new tokens per row, in order. keep (B, N): draft slots whose K/V stays live;
-    they must be the committed tokens that directly follow the row's cached ones."""
-
-    committed: list[list[int]]
-    keep: torch.Tensor
-    kept: list[int] | None = None    # given: keep is each row's first kept[b] slots, known on the host (no sync)
-    refining: bool = False           # a canvas step: a row may commit nothing while its canvas is refined
-                                     # (the decoder bounds its steps itself)
+__all__ = ["Acceptance", "Canvas", "DecodeResult", "DecodeState", "Decoder", "Draft", "Step", "advance", "begin",
+           "decode", "decode_steps", "forward_mask", "plain_causal", "prefill"]
 
 
 @dataclass
@@ -255,7 +175,7 @@ def begin(decoder: Decoder, state: DecodeState) -> Step | None:
         committed = state.commit(known, scored=False)
     forced = None
     if state.inputs.constraints is not None:    # tokens the grammar forces before any forward
-        forced = _follow(state, committed)
+        forced = structured.follow(state, committed)
     if known is not None or (forced and any(forced)):
         state.stats.num_new_tokens += sum(len(c) for c in committed)   # not a forward: no accepted length
         step = Step(0, committed, 0, list(state.done), state.stats, forced)
@@ -268,7 +188,7 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     the rejected K/V."""
     t0 = time.perf_counter()
     constrained = state.inputs.constraints is not None
-    span_step = constrained and _forced_spans(state)       # the rows' forced spans, verified in this forward
+    span_step = constrained and structured.forced_spans(state)       # the rows' forced spans, verified in this forward
     if span_step:
         draft = span_step
         draft.want_hidden = bool(getattr(decoder, "observes", lambda s: False)(state))
@@ -291,9 +211,9 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
         slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
     state.stats.num_forwards += 1
     if constrained:
-        _mask_logits(state, draft, logits)
+        structured.mask_logits(state, draft, logits)
     if span_step:
-        acc = _accept_spans(state, draft, logits)
+        acc = structured.accept_spans(state, draft, logits)
         if draft.want_hidden:           # the decoder keeps the target's features of every kept slot (eagle)
             decoder.observe(state, draft, acc.keep)
     else:
@@ -305,7 +225,7 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     forced = None
     if constrained:
         spans = [min(k - p, len(c)) for k, p, c in zip(acc.kept, draft.meta.num_pending, committed)] if span_step else None
-        forced = _follow(state, committed, spans)
+        forced = structured.follow(state, committed, spans)
     _count(state, committed, t0)
     return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
 
@@ -322,137 +242,6 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
     while not all(state.done):
         yield advance(model, decoder, state, index)
         index += 1
-
-
-# -- structured output: the rows' grammar constraints (suite.constraint), applied for every decoder ---------
-
-FORCED_SPAN_MIN = 2      # a step verifies forced spans (instead of the decoder's draft) when every live row has
-                         # at least this many forced tokens
-FORCED_SPAN_MAX = 16     # forced tokens verified per row in one forward at most
-
-
-def _mask_logits(state: DecodeState, draft: Draft, logits: torch.Tensor) -> None:
-    """Mask, in place, the logits of every scored slot of a constrained row whose draft path continues
-    the row's committed text: only the tokens its grammar allows after that path stay finite (EOS
-    only where the grammar accepts). Slots whose path leaves the grammar keep their logits: the
-    invalid draft token before them has probability 0, so nothing after it is accepted."""
-    t0 = time.perf_counter()
-    n = logits.shape[1]
-    bits = index = tokens = positions = None
-    for b, c in enumerate(state.inputs.constraints):
-        if c is None or state.done[b] or c.finished:
-            continue
-        if bits is None:
-            bits = torch.full((logits.shape[0] * n, (logits.shape[-1] + 31) // 32), -1,
-                              dtype=torch.int32)  # host: xgrammar fills its bitmask on the CPU
-            index, tokens, positions = [], draft.tokens.tolist(), draft.positions.tolist()
-        p = len(state.pending(b))
-        length = draft.lengths[b] if draft.lengths is not None else int(draft.valid[b].sum())
-        paths, where = [()], [p - 1]
-        if length > p and draft.causal:          # a chain: slot s's path is the draft's tokens p..s
-            for s in range(p, length):
-                paths.append(tuple(tokens[b][p:s + 1])), where.append(s)
-        elif length > p:                         # a tree: slot s's path is the slots it sees, if consecutive
-            seen, base = draft.mask[b, :length, :length].tolist(), positions[b][p - 1]
-            for s in range(p, length):
-                on = sorted((j for j in range(p, s + 1) if seen[s][j]), key=lambda j: positions[b][j])
-                if [positions[b][j] for j in on] == list(range(base + 1, base + 1 + len(on))):
-                    paths.append(tuple(tokens[b][j] for j in on)), where.append(s)
-        keep = [k for k, s in enumerate(where) if s >= draft.logits_from]
-        rows = [b * n + where[k] - draft.logits_from for k in keep]
-        ok = c.path_masks([paths[k] for k in keep], bits, rows)
-        index += [r for r, good in zip(rows, ok) if good]
-    if index:
-        grammar.apply_masks(logits, bits, index)
-    state.stats.mask_time_s += time.perf_counter() - t0
-
-
-def _follow(state: DecodeState, committed: list[list[int]], spans: list[int] | None = None) -> list[int]:
-    """Advance each constrained row's matcher by its committed tokens; then, while its grammar allows
-    a single token, commit it at once (no forward: its constrained probability is 1), appending it
-    to the row's `committed`. Returns the forced tokens per row (`spans`: those of a forced-span step)."""
-    t0 = time.perf_counter()
-    forced = list(spans) if spans is not None else [0] * state.batch
-    for b, c in enumerate(state.inputs.constraints):
-        if c is None:
-            continue
-        c.accept(committed[b])
-        while c.forced and not state.done[b]:
-            token = c.single()
-            if token is None:
-                break
-            new = state.commit(Acceptance([[token] if r == b else [] for r in range(state.batch)], None,
-                                          [0] * state.batch), scored=False)[b]
-            if not new:
-                break
-            c.accept(new)
-            committed[b].extend(new)
-            forced[b] += len(new)
-    state.stats.num_forced_tokens += sum(forced)
-    state.stats.mask_time_s += time.perf_counter() - t0
-    return forced
-
-
-@dataclass
-class ForcedSpans:
-    """A forced-span step's draft: per row its pending tokens, then the tokens its grammar forces."""
-    num_pending: list[int]
-    spans: list[list[int]]
-
-
-def _forced_spans(state: DecodeState) -> Draft | None:
-    """The draft of a forced-span step: when every live row is constrained (with forced spans on)
-    and its grammar forces at least FORCED_SPAN_MIN tokens, each row's pending tokens then its
-    forced tokens, a chain verified in one forward; else None (the decoder drafts this step)."""
-    t0 = time.perf_counter()
-    spans, live = [], []
-    try:
-        for b, c in enumerate(state.inputs.constraints):
-            if state.done[b]:
-                spans.append([])
-                continue
-            if c is None or not c.forced or c.finished:
-                return None
-            spans.append(c.span(min(FORCED_SPAN_MAX, state.room(b) - 1)))
-            live.append(len(spans[-1]))
-    finally:
-        state.stats.mask_time_s += time.perf_counter() - t0
-    if not live or min(live) < FORCED_SPAN_MIN:
-        return None
-    rows, positions, pending = [], [], []
-    for b in range(state.batch):
-        own = [] if state.done[b] else state.pending(b)
-        start = state.num_cached[b]
-        rows.append(own + spans[b]), positions.append(list(range(start, start + len(own) + len(spans[b]))))
-        pending.append(len(own))
-    first = min(n - 1 for n in pending if n > 0)
-    return Draft.from_rows(rows, positions, meta=ForcedSpans(pending, spans), logits_from=first, device=state.device)
-
-
-def _accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance:
-    """Verify each row's forced span as point-mass drafts against its (masked) logits: greedy keeps the
-    prefix equal to the argmax, sampling applies the speculative rule (lossless); then the next token."""
-    meta: ForcedSpans = draft.meta
-    committed, kept = [], []
-    for b in range(state.batch):
-        p, span = meta.num_pending[b], meta.spans[b]
-        if state.done[b] or not p:
-            committed.append([]), kept.append(0)
-            continue
-        start = p - 1 - draft.logits_from
-        chain = logits[b, start:start + len(span) + 1]                                   # (G+1, V)
-        guess = torch.tensor(span, dtype=torch.long, device=logits.device)
-        if state.params.greedy:
-            verdict = accept_greedy_prefix(guess, chain.argmax(-1))
-        else:
-            u = state.streams.row_chain(b, len(state.tokens[b]), len(span))    # keyed by the positions they decide
-            verdict = accept_speculative(guess, None, logits_to_probs(chain, state.params), u)
-        committed.append(span[:verdict.num_accepted] + [verdict.next_token])
-        kept.append(p + verdict.num_accepted)
-    keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < torch.tensor(
-        kept, device=draft.valid.device)[:, None]
-    return Acceptance(committed, keep, kept)
-
 
 def prefill(model, state: DecodeState, width: int) -> Step:
     """Cache up to `width` more pending tokens of each row (a long prompt's next chunk), keeping its

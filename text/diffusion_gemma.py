@@ -4,7 +4,7 @@
 The family is a block-diffusion LM: an encoder reads the committed text into a K/V cache, and a
 decoder denoises a canvas of `canvas_length` tokens that attends to that cache and to itself
 (bidirectionally), predicting each canvas slot's own token. `DiffusionGemmaAdapter` exposes it as a
-canvas model (`suite.loop.Canvas`): one forward = the encoder over a draft's committed-text slots
+canvas model (`suite.draft.Canvas`): one forward = the encoder over a draft's committed-text slots
 (their K/V kept in the suite's cache), then the decoder over its canvas slots, as the family's
 `generate` calls them (`model.model.encoder`, then the model's forward without input_ids). Where rows
 are dense (one prompt), the model sees the cache as the family's own cache shows it (`SlidingView`),
@@ -61,7 +61,7 @@ class DiffusionGemmaAdapter:
     supports_custom_mask = True
     supports_rollback = True
     supports_row_moves = True     # holds nothing per row
-    canvas_model = True           # drafts carry `suite.loop.Canvas`; only `only_decoders` drive it
+    canvas_model = True           # drafts carry `suite.draft.Canvas`; only `only_decoders` drive it
     only_decoders = DECODERS
 
     def __init__(self, model):
@@ -102,7 +102,7 @@ class DiffusionGemmaAdapter:
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, canvas=None):
         """tokens/positions (B, N); attention_mask (B, 1, N, S+N) from the loop; canvas: the layout
-        (suite.loop.Canvas). Returns (B, N - logits_from, V): each canvas slot's logits (its own
+        (suite.draft.Canvas). Returns (B, N - logits_from, V): each canvas slot's logits (its own
         token), zeros for committed-text slots."""
         if canvas is None:
             raise ValueError(f"DiffusionGemma denoises a canvas: decode with one of {', '.join(DECODERS)}")

@@ -8,7 +8,7 @@ import torch
 from tinymodels import tiny_model
 
 import suite
-from suite import loop
+from suite import draft
 from suite.cost import CostCurve
 from suite.decoders.chain.ar import AR
 from suite.scheduler import RequestCancelled, Scheduler
@@ -167,7 +167,7 @@ def test_memory_stays_flat_over_many_requests(llama):
                 pass
 
     def live_tensors() -> int:
-        loop._causal_block.cache_clear()      # cached masks of the batch shapes met so far: not a leak
+        draft._causal_block.cache_clear()      # cached masks of the batch shapes met so far: not a leak
         gc.collect()
         return len([o for o in gc.get_objects() if isinstance(o, torch.Tensor)])
 
