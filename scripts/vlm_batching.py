@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))      # tiny_vlm: the pages, the tiny configs
 from concurrent_rounds import rounds  # noqa: E402
 
 
@@ -33,7 +34,6 @@ def main() -> None:
     from suite.models.vlm import load_vlm
     folder = args.folder
     if args.tiny:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         import tiny_vlm
         if args.smol:
             tiny_vlm.HIDDEN.update(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
