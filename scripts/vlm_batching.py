@@ -30,6 +30,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--smol", action="store_true", help="--tiny: the text decoder at SmolLM2-135M's size")
     args = p.parse_args()
+    if (args.folder is None) == (args.tiny is None):
+        p.error("give a VLM folder or --tiny FAMILY")
     torch.set_num_threads(args.threads)
     from suite.models.vlm import load_vlm
     folder = args.folder
@@ -42,7 +44,7 @@ def main() -> None:
         folder = tiny_vlm.BUILDERS[args.tiny](ensure_converted(), Path(tempfile.mkdtemp()))
     vlm = load_vlm(folder)
     from tiny_vlm import images
-    batches = [ask(vlm, folder, picture) for picture in images(args.users, size=(60, 80))]
+    batches = [ask(vlm, picture) for picture in images(args.users, size=(60, 80))]
 
     def call(i):
         options = {"draft": "self:1"} if args.decoder == "speculative" else {}
@@ -53,7 +55,7 @@ def main() -> None:
            f"{vlm.family}, {args.decoder}, {args.users} requests of {args.max_new_tokens} tokens")
 
 
-def ask(vlm, folder, picture):
+def ask(vlm, picture):
     """The processor batch of one request: the family's page-reading prompt, or its grounding one."""
     from document.hf_reader import FAMILIES as READERS, HFPageReader
     if vlm.family in READERS:
