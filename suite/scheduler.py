@@ -29,8 +29,9 @@ replayed, fails with the batch).
 Decoders whose batch-wide state cannot move rows (`DecodeState.regroupable`), or adapters that hold
 per-row inputs themselves (`supports_row_moves` False: conditioning tables), run each request as a
 fixed batch. Per-row
-inputs that travel in the cache (`cache.row_inputs`: an encoder-decoder's encoder states, put
-there by the request's bound adapter, `submit(..., bound=...)`) move with their rows.
+inputs that travel in the cache (`cache.row_inputs`: an encoder-decoder's encoder states, a VLM's
+image features, put there by the request's bound adapter, `submit(..., bound=...)`) move with
+their rows.
 
 vLLM's scheduler, SGLang's filter/merge and TGI's filter/concatenate retire and admit rows the
 same way; the rows here carry any decoder's typed state (`DecodeState.rows`).
@@ -360,13 +361,14 @@ class Scheduler:
     def _chunk(self, group: _Batch) -> int | None:
         """Tokens a row of the next prefill chunk of `group`, or None when its prefill fits `max_tokens`
         in one forward (or cannot be chunked: frames of several codebooks, an encoder-decoder or canvas
-        model, an adapter holding per-row state (a VLM reads its images with the whole prompt), a
-        decoder that feeds the whole prompt in its first step, `whole_prompt`)."""
+        model, an adapter holding per-row state, an adapter or decoder that takes the whole prompt at
+        once, `whole_prompt`: a VLM reads its images with the whole prompt, zipar feeds it in its
+        first step)."""
         state = group.state
         longest = max(len(state.pending(b)) for b in range(state.batch))
         if state.batch * longest <= self.max_tokens or not group.movable or not isinstance(state.tokens[0][0], int) \
                 or getattr(state.cache, "encdec", None) is not None or getattr(self.adapter, "canvas_model", False) \
-                or getattr(group.decoder, "whole_prompt", False):
+                or getattr(group.decoder, "whole_prompt", False) or getattr(self.adapter, "whole_prompt", False):
             return None
         return max(1, self.max_tokens // state.batch)
 

@@ -149,3 +149,18 @@ def qwen2_vl(embedded_folder, folder):
 
 
 BUILDERS.update({"got_ocr2": got_ocr2, "qwen2_vl": qwen2_vl})
+
+
+def requests_share_forwards(vlm, batches, budgets):
+    """Requests of one processor batch each (`batches`: one image each) sent to the VLM's scheduler,
+    the last once the first has taken a step (it joins mid-flight): each gets its alone tokens, and
+    they share forwards."""
+    alone = [vlm.generate(None, None, max_new_tokens=n, batch=b).tokens[0] for b, n in zip(batches, budgets)]
+    first = vlm.submit(None, None, max_new_tokens=budgets[0], batch=batches[0], stream=True)
+    rest = [vlm.submit(None, None, max_new_tokens=n, batch=b) for b, n in zip(batches[1:-1], budgets[1:-1])]
+    next(first.steps())
+    late = vlm.submit(None, None, max_new_tokens=budgets[-1], batch=batches[-1])
+    requests = [first] + rest + [late]
+    assert [r.result().new_tokens[0] for r in requests] == alone
+    assert set(first.forward_ids) & set(rest[0].forward_ids)
+    assert set(first.forward_ids) & set(late.forward_ids)          # the late one joined the running batch

@@ -7,7 +7,10 @@ their public forward, from a local folder saved with `save_pretrained` (processo
 
 The image runs through the model's own `get_image_features` once per request; its features take
 the place of the image placeholder slots of the prompt (as the model's forward splices them) on
-the prefill, and every later forward is text over the cache. Decoder-only families (PaliGemma,
+the prefill, and every later forward is text over the cache. What a row reads besides its tokens
+(its image features, prompt length, M-RoPE table or encoder states) travels in its cache, so every
+`generate` is a request of the model's scheduler (suite.scheduler) and concurrent requests share
+forwards: rows leave at their EOS and others join between steps. Decoder-only families (PaliGemma,
 GOT-OCR2, Qwen2-VL, Kosmos-2) take `inputs_embeds`, logical `position_ids` (PaliGemma counts from
 1, Kosmos-2 from its padding index + 1, Qwen2-VL's M-RoPE is the model's own `get_rope_index` over
 the prompt, then text positions shifted by its delta) and suite's 4-D mask (PaliGemma: the prompt
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -86,9 +90,9 @@ class GenerationRules:
                                int(getattr(gen, "min_new_tokens", 0) or 0))
 
     def apply(self, logits: torch.Tensor, cur_len: torch.Tensor, prompt_len: torch.Tensor,
-              max_new_tokens: int) -> torch.Tensor:
+              max_new_tokens) -> torch.Tensor:
         """logits (B, N, V) of slots whose next token extends a sequence of cur_len (B, N) tokens;
-        prompt_len (B,) per row."""
+        prompt_len (B,) and max_new_tokens (an int, or (B, 1): each row's) per row."""
         low = float("-inf")
         new = cur_len - prompt_len[:, None]                          # (B, N) tokens generated so far
         begin = 1 if (prompt_len.max() == 1 and self.forced_bos is not None) else 0
@@ -117,8 +121,16 @@ class GenerationRules:
 # ---------------------------------------------------------------- the adapters
 
 class _VLMBase:
+    """What a row reads besides its tokens travels in its cache (`cache.row_inputs`: its prompt
+    length and token budget, its image features or encoder states), put there by an adapter bound to
+    its request's batch (`VLM.adapter`); every forward reads them from the cache, so rows of
+    different requests run together through the model's one adapter (suite.scheduler moves them)."""
     supports_custom_mask = True
     supports_rollback = True
+    supports_row_moves = True
+    whole_prompt = True            # a prompt is prefilled in one forward (its images at once; PaliGemma's
+                                   # prefix attends both ways): never in chunks
+    row_data: dict | None = None   # the row inputs of the batch this adapter is bound to (None: unbound)
 
     def _config(self, vlm) -> AdapterConfig:
         return AdapterConfig(vocab_size=vlm.vocab_size, eos_token_ids=vlm.eos, pad_token_id=vlm.pad,
@@ -135,79 +147,102 @@ class _VLMBase:
             attention_mask = causal_mask(cache, tokens)
         return tokens.to(dev), positions.to(dev), attention_mask.to(dev)
 
-    def _rules(self, logits, positions):
+    def _rules(self, logits, positions, cache):
         if not self.vlm.rules.active:
             return logits
-        return self.vlm.rules.apply(logits, positions + 1, self.prompt_len.to(logits.device), self.max_new_tokens)
+        rows = cache.row_inputs
+        return self.vlm.rules.apply(logits, positions + 1, rows["prompt_len"][:, 0].to(logits.device),
+                                    rows["budget"].to(logits.device))
 
-
-class VLMAdapter(_VLMBase):
-    """A decoder-only VLM bound to one batch of prompts (rows of ids, unpadded) and their image
-    features (M, D) in the order of the rows' image slots (`image_slots`: per row, the prompt
-    positions that take a feature)."""
-
-    def __init__(self, vlm, rows, image_slots, features, max_new_tokens: int, rope=None, model=None):
-        self.vlm, self.model, self.max_new_tokens = vlm, model if model is not None else vlm.model, max_new_tokens
-        self.config = self._config(vlm)
-        self.supports_custom_mask = vlm.family != "kosmos-2"
-        p, dev = max(len(r) for r in rows), self.device
-        self.prompt_len = torch.tensor([len(r) for r in rows], device=dev)
-        slot, start = [[-1] * p for _ in rows], 0                               # feature index or -1
-        for b, pos in enumerate(image_slots):
-            for i, where in enumerate(pos):
-                slot[b][where] = start + i
-            start += len(pos)
-        self.slot = torch.tensor(slot, dtype=torch.long, device=dev).reshape(len(rows), p)   # (B, P)
-        if start != len(features):
-            raise ValueError(f"the prompts hold {start} image placeholders but the images gave {len(features)} "
-                             "features: build the prompts with the folder's processor")
-        self.features, self.rope = features, rope                                 # rope: ((3, B, P), (B,)) Qwen2-VL
-
-    def with_model(self, model) -> "VLMAdapter":
-        """The same request over another model of the family (a layer-truncated draft)."""
+    def with_model(self, model):
+        """The same adapter (and binding) over another model of the family (a layer-truncated draft)."""
         twin = copy.copy(self)
         twin.model = model
         return twin
 
-    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        if batch != len(self.prompt_len):
-            raise ValueError(f"this adapter is bound to {len(self.prompt_len)} prompts, not {batch}")
-        return KVCache(batch, device=self.device)
+    def _bound_cache(self, batch: int, what: str) -> KVCache:
+        if self.row_data is None:
+            raise ValueError("bind the adapter to a batch first: vlm.adapter(vlm.inputs(images, prompts), max_new_tokens)")
+        bound = len(self.row_data["prompt_len"])
+        if batch != bound:
+            raise ValueError(f"this adapter is bound to {bound} {what}, not {batch}")
+        cache = KVCache(batch, device=self.device)
+        cache.row_inputs.update(self.row_data)
+        return cache
 
-    def _embeds(self, tokens, positions):
+    def _bound(self, data: dict, prompt_lengths: list[int], max_new_tokens: int):
+        """This adapter bound to a batch: `data` plus each row's prompt length and token budget."""
         dev = self.device
+        bound = copy.copy(self)
+        bound.row_data = {**data, "prompt_len": torch.tensor(prompt_lengths, device=dev)[:, None],
+                          "budget": torch.full((len(prompt_lengths), 1), max_new_tokens, device=dev)}
+        return bound
+
+
+class VLMAdapter(_VLMBase):
+    """A decoder-only VLM. Bound to a batch (`for_prompts`), each row's cache carries its image
+    features at its prompt's image slots ("image_embeds" (B, P, D), "image_mask" (B, P)) and, for
+    Qwen2-VL, its M-RoPE positions ("rope_table" (B, P, 3), "rope_delta" (B, 1))."""
+
+    def __init__(self, vlm, model=None):
+        self.vlm, self.model = vlm, model if model is not None else vlm.model
+        self.config = self._config(vlm)
+        self.supports_custom_mask = vlm.family != "kosmos-2"
+
+    def for_prompts(self, rows, image_slots, features, max_new_tokens: int, rope=None) -> "VLMAdapter":
+        """Bound to prompts `rows` (ids, unpadded), their image features (M, D) in the order of the
+        rows' image slots (`image_slots`: per row, the prompt positions that take a feature) and
+        Qwen2-VL's rope ((3, B, P), (B,))."""
+        if sum(len(pos) for pos in image_slots) != len(features):
+            raise ValueError(f"the prompts hold {sum(len(pos) for pos in image_slots)} image placeholders but the "
+                             f"images gave {len(features)} features: build the prompts with the folder's processor")
+        p, dev = max(len(r) for r in rows), self.device
+        embeds = torch.zeros(len(rows), p, features.shape[-1], dtype=features.dtype, device=dev)
+        placed = torch.zeros(len(rows), p, dtype=torch.bool, device=dev)
+        start = 0
+        for b, pos in enumerate(image_slots):
+            where = torch.tensor(pos, dtype=torch.long, device=dev)
+            embeds[b, where] = features[start:start + len(pos)].to(dev)
+            placed[b, where] = True
+            start += len(pos)
+        data = {"image_embeds": embeds, "image_mask": placed}
+        if rope is not None:
+            table, delta = rope
+            data.update(rope_table=table.permute(1, 2, 0).to(dev), rope_delta=delta.to(dev)[:, None])
+        return self._bound(data, [len(r) for r in rows], max_new_tokens)
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        return self._bound_cache(batch, "prompts")
+
+    def _embeds(self, tokens, positions, rows):
         embed = self.model.get_input_embeddings()
-        ids = torch.where(tokens < embed.num_embeddings, tokens, 0).to(dev)
-        embeds = embed(ids)
-        p = self.slot.shape[1]
-        idx = self.slot.to(dev).gather(1, positions.clamp(max=p - 1))
-        idx = torch.where(positions < self.prompt_len.to(dev)[:, None], idx, -1)
-        image = idx >= 0
+        embeds = embed(torch.where(tokens < embed.num_embeddings, tokens, 0))
+        at = positions.clamp(max=rows["image_mask"].shape[1] - 1)
+        image = rows["image_mask"].gather(1, at) & (positions < rows["prompt_len"])          # (B, N)
         if bool(image.any()):
-            embeds = embeds.clone()
-            embeds[image] = self.features[idx[image]].to(embeds.dtype)
+            feats = rows["image_embeds"].gather(1, at[..., None].expand(-1, -1, embeds.shape[-1]))
+            embeds = torch.where(image[..., None], feats.to(embeds.dtype), embeds)
         return embeds
 
-    def _positions(self, positions):
+    def _positions(self, positions, rows):
         family = self.vlm.family
         if family == "paligemma":
             return positions + 1
         if family == "kosmos-2":
             return positions + self.model.text_model.model.embed_positions.padding_idx + 1
-        if family == "qwen2_vl" and self.rope is not None:
-            table, delta = (t.to(positions.device) for t in self.rope)
-            p = table.shape[2]
-            inside = positions < self.prompt_len.to(positions.device)[:, None]
-            looked = table.gather(2, positions.clamp(max=p - 1)[None].expand(3, -1, -1))
-            return torch.where(inside[None], looked, (positions + delta[:, None])[None].expand(3, -1, -1))
+        if family == "qwen2_vl":
+            table = rows["rope_table"]                                                     # (B, P, 3)
+            looked = table.gather(1, positions.clamp(max=table.shape[1] - 1)[..., None].expand(-1, -1, 3))
+            inside = (positions < rows["prompt_len"])[..., None]
+            return torch.where(inside, looked, (positions + rows["rope_delta"])[..., None]).permute(2, 0, 1)
         return positions
 
-    def _mask(self, mask, positions):
+    def _mask(self, mask, positions, rows):
         if self.vlm.family == "paligemma" and bool((positions[:, 0] == 0).any()):
             # the prefill: the prompt (image + text prefix) attends both ways
             n, t = mask.shape[-2:]
             slot = torch.arange(n, device=mask.device)
-            prefix = (slot[None] < self.prompt_len.to(mask.device)[:, None]) & (positions[:, :1] == 0)   # (B, N)
+            prefix = (slot[None] < rows["prompt_len"]) & (positions[:, :1] == 0)          # (B, N)
             both = prefix[:, :, None] & prefix[:, None, :]
             mask = mask.clone()
             mask[:, 0, :, t - n:] |= both
@@ -217,12 +252,13 @@ class VLMAdapter(_VLMBase):
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         tokens, positions, mask = self._on_device(tokens, positions, cache, attention_mask)
-        mask = self._mask(mask, positions)
+        rows = {name: t.to(tokens.device) for name, t in cache.row_inputs.items()}
+        mask = self._mask(mask, positions, rows)
         keep = tokens.shape[1] - logits_from
-        kw = dict(inputs_embeds=self._embeds(tokens, positions), position_ids=self._positions(positions),
+        kw = dict(inputs_embeds=self._embeds(tokens, positions, rows), position_ids=self._positions(positions, rows),
                   attention_mask=mask, cache=cache.backend, use_cache=True, logits_to_keep=keep)
         out = self.model.text_model(**kw) if self.vlm.family == "kosmos-2" else self.model(**kw)
-        return self._rules(out.logits, positions[:, logits_from:])
+        return self._rules(out.logits, positions[:, logits_from:], cache)
 
 
 def padding_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -242,22 +278,21 @@ def padding_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 class Seq2SeqVLMAdapter(_VLMBase):
-    """Florence-2: the encoder states of one batch of images + prompts, the BART decoder over
-    suite's cache (self-attention) and the cross-attention K/V filled on the first forward."""
+    """Florence-2: image and prompt through the encoder once per request (bound: each row's cache
+    carries its "encoder_states" (B, S, D) and "encoder_mask" (B, S)), the BART decoder over suite's
+    cache (self-attention) and the cross-attention K/V filled on a row's first forward."""
 
-    def __init__(self, vlm, encoder_states, encoder_mask, max_new_tokens: int, model=None):
-        self.vlm, self.model, self.max_new_tokens = vlm, model if model is not None else vlm.model, max_new_tokens
+    def __init__(self, vlm, model=None):
+        self.vlm, self.model = vlm, model if model is not None else vlm.model
         self.config = self._config(vlm)
-        self.encoder_states, self.encoder_mask = encoder_states, encoder_mask
-        self.prompt_len = torch.ones(len(encoder_states), dtype=torch.long, device=encoder_states.device)
 
-    with_model = VLMAdapter.with_model
+    def for_states(self, encoder_states, encoder_mask, max_new_tokens: int) -> "Seq2SeqVLMAdapter":
+        return self._bound({"encoder_states": encoder_states, "encoder_mask": encoder_mask.bool()},
+                           [1] * len(encoder_states), max_new_tokens)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         from transformers import DynamicCache, EncoderDecoderCache
-        if batch != len(self.encoder_states):
-            raise ValueError(f"this adapter is bound to {len(self.encoder_states)} images, not {batch}")
-        cache = KVCache(batch, device=self.device)
+        cache = self._bound_cache(batch, "images")
         cache.encdec = EncoderDecoderCache(cache.backend, DynamicCache())
         return cache
 
@@ -269,10 +304,11 @@ class Seq2SeqVLMAdapter(_VLMBase):
         slots = torch.arange(tokens.shape[1], device=dev)[None] + cache.backend.get_seq_length()
         shift = table.weight[positions + table.offset] - table.weight[slots + table.offset]   # (B, N, D)
         embeds = decoder.embed_tokens(tokens) + shift
-        hidden = decoder(inputs_embeds=embeds, attention_mask=mask,
-                         encoder_hidden_states=self.encoder_states, encoder_attention_mask=self.encoder_mask,
-                         cache=cache.encdec, use_cache=True).last_hidden_state
-        return self._rules(self.model.lm_head(hidden[:, logits_from:]), positions[:, logits_from:])
+        rows = cache.row_inputs
+        hidden = decoder(inputs_embeds=embeds, attention_mask=mask, encoder_hidden_states=rows["encoder_states"].to(dev),
+                         encoder_attention_mask=rows["encoder_mask"].to(dev).long(), cache=cache.encdec,
+                         use_cache=True).last_hidden_state
+        return self._rules(self.model.lm_head(hidden[:, logits_from:]), positions[:, logits_from:], cache)
 
 
 # ---------------------------------------------------------------- the loaded model
@@ -299,6 +335,19 @@ class VLM:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = getattr(cfg, "max_position_embeddings", None)
         self.rules = GenerationRules.of(gen, self.eos)
+        self._scheduler = None
+        self._lock = threading.Lock()
+
+    @property
+    def scheduler(self):
+        """The model's stepping thread (suite.scheduler), made on first use: every `generate` is a
+        request of it, so concurrent callers share forwards."""
+        from ..scheduler import Scheduler
+        with self._lock:
+            if self._scheduler is None:
+                unbound = Seq2SeqVLMAdapter(self) if self.family == "florence2" else VLMAdapter(self)
+                self._scheduler = Scheduler(unbound, name=f"parasuite-vlm-{self.family}")
+            return self._scheduler
 
     @property
     def tokenizer(self):
@@ -332,7 +381,7 @@ class VLM:
             embeds = embeds.masked_scatter(slots, feats.to(embeds.dtype))
             states = m.model.language_model.encoder(inputs_embeds=embeds,
                                                     attention_mask=batch["attention_mask"]).last_hidden_state
-            return Seq2SeqVLMAdapter(self, states, batch["attention_mask"], max_new_tokens, model)
+            return Seq2SeqVLMAdapter(self, model).for_states(states, batch["attention_mask"], max_new_tokens)
         rows = self.prompt_rows(batch)
         keep = batch["attention_mask"].bool()
         if self.family == "kosmos-2":
@@ -346,7 +395,7 @@ class VLM:
         feats = feats.reshape(-1, feats.shape[-1])
         slots = [placed[b][keep[b]].nonzero().flatten().tolist() for b in range(len(rows))]
         rope = self._rope(batch, rows) if self.family == "qwen2_vl" else None
-        return VLMAdapter(self, rows, slots, feats, max_new_tokens, rope, model)
+        return VLMAdapter(self, model).for_prompts(rows, slots, feats, max_new_tokens, rope)
 
     def _rope(self, batch, rows):
         """Qwen2-VL's M-RoPE positions of each unpadded prompt (3, B, P) and the text shift (B,)."""
@@ -380,20 +429,26 @@ class VLM:
                  top_k=None, top_p=None, seed=None, batch=None, **options) -> VLMResult:
         """Decode the answers to `prompts` about `images` with any chain decoder; speculative
         takes draft='self:N' (the first N text layers) or draft_model= (a VLM of the family)."""
-        from ..api import prepare
-        from ..loop import decode
+        request = self.submit(images, prompts, decoder, max_new_tokens, temperature, top_k, top_p, seed, batch,
+                              **options)
+        res = request.result()
+        texts = self.tokenizer.batch_decode(res.new_tokens, skip_special_tokens=False)
+        settings = {"family": self.family, "decoder": request.decoder.name, "max_new_tokens": max_new_tokens,
+                    "temperature": temperature, "seed": seed}
+        return VLMResult(texts, res.new_tokens, res.stats, settings)
+
+    def submit(self, images, prompts, decoder="ar", max_new_tokens: int = 64, temperature: float = 0.0,
+               top_k=None, top_p=None, seed=None, batch=None, stream: bool = False, **options):
+        """`generate`'s request, queued on the model's scheduler (its images encoded here, in the
+        caller's thread): a suite.scheduler.Request (steps(), result(), cancel()). Concurrent
+        requests share forwards; each gets the tokens it would get alone."""
         batch = batch if batch is not None else self.inputs(images, prompts)
         adapter = self.adapter(batch, max_new_tokens)
         options = self._draft(adapter, batch, max_new_tokens, options)
         rows = [[self.model.generation_config.decoder_start_token_id or self.model.config.get_text_config()
                  .decoder_start_token_id]] * len(batch["input_ids"]) if self.family == "florence2" else self.prompt_rows(batch)
-        run, dec, state = prepare(adapter, rows, decoder=decoder, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, **options)
-        res = decode(run, dec, state)
-        texts = self.tokenizer.batch_decode(res.new_tokens, skip_special_tokens=False)
-        settings = {"family": self.family, "decoder": dec.name, "max_new_tokens": max_new_tokens,
-                    "temperature": temperature, "seed": seed}
-        return VLMResult(texts, res.new_tokens, res.stats, settings)
+        return self.scheduler.submit(rows, decoder=decoder, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     top_k=top_k, top_p=top_p, seed=seed, stream=stream, bound=adapter, **options)
 
     def _draft(self, adapter, batch, max_new_tokens, options):
         draft = options.get("draft")

@@ -66,3 +66,11 @@ def document_text(folder, page):
     reader = load_reader(folder, max_new_tokens=TOKENS)
     text = reader.vlm.tokenizer.decode(reader.reference([Image.open(page).convert("RGB")])[0], skip_special_tokens=True)
     return "\n".join(line for line in text.strip().splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("family", ["got_ocr2", "qwen2_vl"])
+def test_concurrent_pages_share_forwards_and_get_their_alone_tokens(vlm_folders, family):
+    from document.hf_reader import load_reader
+    reader = load_reader(vlm_folders[family], max_new_tokens=TOKENS)
+    pages = tiny_vlm.images(3, size=(60, 80))
+    tiny_vlm.requests_share_forwards(reader.vlm, [reader.batch([page]) for page in pages], [12, 5, 9])

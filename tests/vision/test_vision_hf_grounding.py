@@ -151,3 +151,13 @@ def test_cli_unknown_family_lists_the_known_ones(tmp_path, capsys):
     tiny_vlm.images(1)[0].save(image)
     assert ground([str(image), "a cat", "--model", str(tmp_path / "m")]) == 2
     assert "florence2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_concurrent_requests_share_forwards_and_get_their_alone_tokens(folders, family):
+    from suite.models.vlm import load_vlm
+    from vision.hf_grounding import prompt
+    vlm = load_vlm(folders[family])
+    queries = QUERIES + ["a bird on a wire"]
+    batches = [vlm.inputs([im], [prompt(family, q)]) for im, q in zip(tiny_vlm.images(3), queries)]
+    tiny_vlm.requests_share_forwards(vlm, batches, [12, 5, 9])
