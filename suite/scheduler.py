@@ -152,6 +152,8 @@ class Scheduler:
     max_rows caps the live rows over all batches (admission waits below it)."""
 
     gather_s = 0.02      # an idle scheduler waits this long for the rest of a burst before it starts
+    idle_exit_s = 30.0   # the stepping thread ends after this long with nothing to do (the next submit starts
+                         # another), so a model its owner let go (an app's evicted folder) is freed
 
     def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", join_rows: int | None = None,
                  fuse_tokens: int = 4, max_tokens: int = 512):
@@ -276,7 +278,9 @@ class Scheduler:
         while True:
             with self._wake:
                 while not self._waiting and not self._batches and not self._prefilling and not self._closed:
-                    self._wake.wait()
+                    if not self._wake.wait(self.idle_exit_s) and not self._waiting and not self._closed:
+                        self._thread = None         # under the lock: a submit after this starts a new thread
+                        return
                     idle = True
                 if self._closed and not self._waiting and not self._batches and not self._prefilling:
                     return

@@ -180,6 +180,25 @@ def test_memory_stays_flat_over_many_requests(llama):
     sched.close()
 
 
+def test_an_idle_thread_ends_and_lets_its_model_go():
+    # an app evicts a folder's pipeline: once idle, nothing of the scheduler keeps the model alive
+    import weakref
+    from tinymodels import tiny_model
+    model = tiny_model("llama")
+    gone = weakref.ref(model)
+    sched = Scheduler(model)
+    sched.idle_exit_s = 0.05
+    first = sched.generate([PROMPTS[0]], max_new_tokens=4)
+    thread = sched._thread
+    thread.join(5)
+    assert not thread.is_alive()
+    assert sched.generate([PROMPTS[0]], max_new_tokens=4).new_tokens == first.new_tokens    # a new thread serves it
+    sched._thread.join(5)
+    del model, sched, thread
+    gc.collect()
+    assert gone() is None
+
+
 class Counting:
     """The adapter, counting its forwards."""
 
