@@ -236,4 +236,6 @@ def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int 
     model = OCRModel.load(folder)
     model.encoder.fold_batch_norms()          # reading only: no BatchNorm pass at run time
     cast(model, dtype)
+    # no linear forms: GPT-2's Conv1D projections are x @ W already, only the LM head would swap;
+    # ar 1.02x, ctc_speculative 1.04x (BENCHMARKS.md, forms on the OCR, TTS and ASR models)
     return OCR(model, batch_size=batch_size)

@@ -16,10 +16,26 @@ import torch
 DTYPES = ("float32", "bfloat16")
 
 
+def ocr_images(n: int = 200) -> list:
+    """The OCR cases' input: n held-out line images."""
+    from document import data
+    return [s.image for s in data.heldout_set(n)]
+
+
+ASR_TEXTS = ["remove and return an item from the queue", "the quick brown fox jumps over the lazy dog",
+             "return the number of items in the list", "open the file and read every line"] * 5
+TTS_SENTENCES = ["Remove and return an item from the queue.", "Open the file and read every line."]
+
+
+def asr_clips() -> list:
+    """The ASR cases' input: ASR_TEXTS spoken by the held-out voice (flite rms)."""
+    from speech.data import synthesize
+    return [synthesize(t, "flite:rms") for t in ASR_TEXTS]
+
+
 def ocr_case():
     import document
-    from document import data
-    images = [s.image for s in data.heldout_set(200)]
+    images = ocr_images()
     readers = {d: document.load_ocr(dtype=d) for d in DTYPES}
     return "OCR, 200 held-out lines, ar", lambda d: readers[d](images, decoder="ar").texts, "lines"
 
@@ -50,10 +66,7 @@ def grounding_case():
 
 def asr_case():
     import speech
-    from speech.data import synthesize
-    texts = ["remove and return an item from the queue", "the quick brown fox jumps over the lazy dog",
-             "return the number of items in the list", "open the file and read every line"] * 5
-    clips = [synthesize(t, "flite:rms") for t in texts]
+    clips = asr_clips()
     models = {d: speech.load_asr(dtype=d) for d in DTYPES}
     return "ASR, 20 utterances, ar", lambda d: [models[d](c, 16000, decoder="ar").text for c in clips], "texts"
 
@@ -61,9 +74,8 @@ def asr_case():
 def tts_case():
     import speech
     models = {d: speech.load_tts(dtype=d) for d in DTYPES}
-    sentences = ["Remove and return an item from the queue.", "Open the file and read every line."]
     return "TTS, 2 sentences, delay (sampled, seed 0)", \
-        lambda d: [models[d](s, decoder="delay", seed=0).codes.flatten().tolist() for s in sentences], "codes"
+        lambda d: [models[d](s, decoder="delay", seed=0).codes.flatten().tolist() for s in TTS_SENTENCES], "codes"
 
 
 CASES = {"ocr": ocr_case, "image": image_case, "video": video_case, "grounding": grounding_case,
@@ -76,6 +88,19 @@ def agreement(a: list, b: list) -> float:
     return sum(x == y for x, y in zip(a, b)) / n if n else 1.0
 
 
+def interleaved(run, variants, rounds: int) -> tuple[dict, dict]:
+    """Each variant's output (a warm-up run) and best wall time of `rounds`, the variants alternated
+    within each round: ({variant: run(variant)}, {variant: seconds})."""
+    outs = {v: run(v) for v in variants}
+    best = {v: float("inf") for v in variants}
+    for _ in range(rounds):
+        for v in variants:
+            t0 = time.perf_counter()
+            run(v)
+            best[v] = min(best[v], time.perf_counter() - t0)
+    return outs, best
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
@@ -85,13 +110,7 @@ def main() -> None:
     print("| case | fp32 s | bf16 s | bf16 speedup | outputs equal |\n| --- | ---: | ---: | ---: | ---: |")
     for name in args.only:
         title, run, unit = CASES[name]()
-        outs = {d: run(d) for d in DTYPES}            # warm-up; the outputs compared
-        best = {d: float("inf") for d in DTYPES}
-        for _ in range(args.rounds):
-            for d in DTYPES:
-                t0 = time.perf_counter()
-                run(d)
-                best[d] = min(best[d], time.perf_counter() - t0)
+        outs, best = interleaved(run, DTYPES, args.rounds)
         print(f"| {title} | {best['float32']:.2f} | {best['bfloat16']:.2f} | "
               f"{best['float32'] / best['bfloat16']:.2f}x | {agreement(outs['float32'], outs['bfloat16']):.1%} of {unit} |",
               flush=True)

@@ -129,6 +129,7 @@ def load_asr(folder=None, draft_model=None, dtype=None):
     lm_path, gate = folder / "char_lm.json.gz", folder / "decoding.json"
     model = Recogniser.load(folder)
     cast(model, dtype)
+    # no linear forms on the decoder: ar 0.91x, ctc_speculative 1.00x (hidden 144: per-call overhead; BENCHMARKS.md)
     return ASR(model, CharNGramLM.load(lm_path) if lm_path.exists() else None,
                json.loads(gate.read_text()) if gate.exists() else None)
 
