@@ -289,8 +289,10 @@ def test_speech_tts_and_asr_ray_engine_write_the_local_engines_files(cluster, tm
     sentences.write_text("Return a list of cookies.\n\nRemove an item from the queue.\n")
     for engine in ("local", "ray"):
         extra = ["--workers", "1"] if engine == "ray" else []
+        # greedy: this checks the engines; sampled, a sentence differed between them in 2 of ~25 runs (its batch
+        # mates depend on timing; suspected: float rounding of shared forwards flipping a draw)
         assert tts(["--input", str(sentences), "--out", str(tmp_path / f"tts_{engine}"), "--threads", "1",
-                    "--engine", engine, *extra]) == 0
+                    "--engine", engine, "--temperature", "0", *extra]) == 0
     assert tree(tmp_path / "tts_ray") == tree(tmp_path / "tts_local")
     assert sorted(tree(tmp_path / "tts_ray")) == ["line_0001.wav", "line_0002.wav"]
     (tmp_path / "tts_local" / "broken.wav").write_text("not audio")

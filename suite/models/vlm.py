@@ -219,10 +219,8 @@ class VLMAdapter(_VLMBase):
         embeds = embed(torch.where(tokens < embed.num_embeddings, tokens, 0))
         at = positions.clamp(max=rows["image_mask"].shape[1] - 1)
         image = rows["image_mask"].gather(1, at) & (positions < rows["prompt_len"])          # (B, N)
-        if bool(image.any()):
-            feats = rows["image_embeds"].gather(1, at[..., None].expand(-1, -1, embeds.shape[-1]))
-            embeds = torch.where(image[..., None], feats.to(embeds.dtype), embeds)
-        return embeds
+        feats = rows["image_embeds"].gather(1, at[..., None].expand(-1, -1, embeds.shape[-1]))
+        return torch.where(image[..., None], feats.to(embeds.dtype), embeds)      # no host sync
 
     def _positions(self, positions, rows):
         family = self.vlm.family
