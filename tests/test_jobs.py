@@ -289,7 +289,7 @@ def test_speech_tts_and_asr_ray_engine_write_the_local_engines_files(cluster, tm
     sentences.write_text("Return a list of cookies.\n\nRemove an item from the queue.\n")
     for engine in ("local", "ray"):
         extra = ["--workers", "1"] if engine == "ray" else []
-        # greedy: this checks the engines; sampled, a sentence differed between them in 2 of ~25 runs (its batch
+        # greedy: this checks the engines; sampled, a sentence differed between them in 2 of ~20 runs (its batch
         # mates depend on timing; suspected: float rounding of shared forwards flipping a draw)
         assert tts(["--input", str(sentences), "--out", str(tmp_path / f"tts_{engine}"), "--threads", "1",
                     "--engine", engine, "--temperature", "0", *extra]) == 0
