@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+
 @dataclass
 class Draft:
     """What one forward scores. tokens/positions (B, N); mask (B, N, N) visibility among the
