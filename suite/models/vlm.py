@@ -147,12 +147,15 @@ class _VLMBase:
             attention_mask = causal_mask(cache, tokens)
         return tokens.to(dev), positions.to(dev), attention_mask.to(dev)
 
-    def _rules(self, logits, positions, cache):
+    @staticmethod
+    def _rows(cache, device) -> dict:
+        """The cache's row inputs on the model's device."""
+        return {name: t.to(device) for name, t in cache.row_inputs.items()}
+
+    def _rules(self, logits, positions, rows):
         if not self.vlm.rules.active:
             return logits
-        rows = cache.row_inputs
-        return self.vlm.rules.apply(logits, positions + 1, rows["prompt_len"][:, 0].to(logits.device),
-                                    rows["budget"].to(logits.device))
+        return self.vlm.rules.apply(logits, positions + 1, rows["prompt_len"][:, 0], rows["budget"])
 
     def with_model(self, model):
         """The same adapter (and binding) over another model of the family (a layer-truncated draft)."""
@@ -250,13 +253,13 @@ class VLMAdapter(_VLMBase):
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         tokens, positions, mask = self._on_device(tokens, positions, cache, attention_mask)
-        rows = {name: t.to(tokens.device) for name, t in cache.row_inputs.items()}
+        rows = self._rows(cache, tokens.device)
         mask = self._mask(mask, positions, rows)
         keep = tokens.shape[1] - logits_from
         kw = dict(inputs_embeds=self._embeds(tokens, positions, rows), position_ids=self._positions(positions, rows),
                   attention_mask=mask, cache=cache.backend, use_cache=True, logits_to_keep=keep)
         out = self.model.text_model(**kw) if self.vlm.family == "kosmos-2" else self.model(**kw)
-        return self._rules(out.logits, positions[:, logits_from:], cache)
+        return self._rules(out.logits, positions[:, logits_from:], rows)
 
 
 def padding_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -285,7 +288,7 @@ class Seq2SeqVLMAdapter(_VLMBase):
         self.config = self._config(vlm)
 
     def for_states(self, encoder_states, encoder_mask, max_new_tokens: int) -> "Seq2SeqVLMAdapter":
-        return self._bound({"encoder_states": encoder_states, "encoder_mask": encoder_mask.bool()},
+        return self._bound({"encoder_states": encoder_states, "encoder_mask": encoder_mask},
                            [1] * len(encoder_states), max_new_tokens)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
@@ -302,11 +305,10 @@ class Seq2SeqVLMAdapter(_VLMBase):
         slots = torch.arange(tokens.shape[1], device=dev)[None] + cache.backend.get_seq_length()
         shift = table.weight[positions + table.offset] - table.weight[slots + table.offset]   # (B, N, D)
         embeds = decoder.embed_tokens(tokens) + shift
-        rows = cache.row_inputs
-        hidden = decoder(inputs_embeds=embeds, attention_mask=mask, encoder_hidden_states=rows["encoder_states"].to(dev),
-                         encoder_attention_mask=rows["encoder_mask"].to(dev).long(), cache=cache.encdec,
-                         use_cache=True).last_hidden_state
-        return self._rules(self.model.lm_head(hidden[:, logits_from:]), positions[:, logits_from:], cache)
+        rows = self._rows(cache, dev)
+        hidden = decoder(inputs_embeds=embeds, attention_mask=mask, encoder_hidden_states=rows["encoder_states"],
+                         encoder_attention_mask=rows["encoder_mask"], cache=cache.encdec, use_cache=True).last_hidden_state
+        return self._rules(self.model.lm_head(hidden[:, logits_from:]), positions[:, logits_from:], rows)
 
 
 # ---------------------------------------------------------------- the loaded model
