@@ -12,4 +12,5 @@ demo: env
 	$(PY) -m apps
 
 test: env
+	$(VENV)/bin/ruff check --quiet .
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q

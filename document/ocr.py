@@ -93,7 +93,7 @@ class OCR:
         """The registered decoders this reader runs (ctc_speculative only with a CTC head)."""
         ctc = hasattr(self.adapter, "ctc_drafts")
         return tuple(n for n in DECODERS if (n != "ctc_speculative" or ctc) and
-                     all(getattr(self.adapter, f"supports_{c}", False) for c in suite.DECODERS[n].requires))
+                     all(self.adapter.capabilities.has(c) for c in suite.DECODERS[n].requires))
 
     def pixels(self, images) -> torch.Tensor:
         """Model input for a list of line images."""

@@ -21,6 +21,8 @@ from suite.runtime.storage import ConfigModule
 
 from . import features
 from .data import ALPHABET
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 WEIGHTS = Path(__file__).parent / "weights"
 BOS, EOS, AUDIO = len(ALPHABET) + 1, len(ALPHABET) + 2, len(ALPHABET) + 3
@@ -137,15 +139,13 @@ class Recogniser(ConfigModule, nn.Module):
         return (*out, self.phone_head(middle).float()) if phones else out
 
 
-class AudioPrefixLM:
+class AudioPrefixLM(AdapterBase):
     """ModelAdapter over the attention decoder: token AUDIO at logical position p stands for encoder
     frame p of its row. An adapter bound to a batch of utterances (prefix (B, F', H)) puts the
     prefix into each cache it makes (`cache.row_inputs`), and every forward reads it from there, so
     rows of different utterances run together through any adapter of the model (suite.scheduler)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True       # what a row reads travels in its cache
+    capabilities = Capabilities(custom_mask=True, row_moves=True)
 
     def __init__(self, model: Recogniser, prefix: torch.Tensor | None = None):
         from suite import AdapterConfig

@@ -35,6 +35,8 @@ from suite import AdapterConfig
 from suite.cache import KVCache
 
 from .hf_folder import GENERATE_DEFAULTS, load_family, refuse_settings
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 FAMILIES = {"csm": ("CsmForConditionalGeneration", "CsmProcessor")}
 DECODERS = ("local_ar",)
@@ -47,12 +49,11 @@ UNKNOWN = -1                      # a codebook slot the local transformer has no
 SAMPLING = ("do_sample", "temperature", "top_k", "top_p")
 
 
-class CsmAdapter:
+class CsmAdapter(AdapterBase):
     """suite.ModelAdapter over CSM's backbone: frames (B, N, Q) (text tokens as (t, M, ..., M)) at any
     positions -> LocalHeadOutput(h (B, N', D), local = lm_head + depth decoder)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
+    capabilities = Capabilities(custom_mask=True)
 
     def __init__(self, model):
         self.model = model.eval()

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 
 from suite.runtime.storage import ConfigModule
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -228,14 +230,12 @@ def unflatten_codes(flat: torch.Tensor, num_codebooks: int, codebook_size: int) 
 
 # ---------------------------------------------------------------- adapters
 
-class _TTSAdapter:
+class _TTSAdapter(AdapterBase):
     """A row's BOS position and frame conditioning travel in its cache (`cache.row_inputs`, put
     there by the adapter `for_request` binds), so rows of different requests run together through
     any adapter of the model (suite.scheduler moves them)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True
+    capabilities = Capabilities(custom_mask=True, row_moves=True)
     request_inputs: dict | None = None
 
     def for_request(self, audio_start: list[int], tables: list[torch.Tensor]):

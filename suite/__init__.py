@@ -1,7 +1,10 @@
 """parasuite's shared decoding core: adapters, cache, sampling, acceptance rules, guidance,
 the one decode loop and the registry of decoders."""
 from .acceptance import accept_by_confidence, accept_greedy_prefix, accept_multi_draft, accept_speculative
-from .models.adapters import AdapterConfig, HFCausalLM, ModelAdapter, as_adapter, layer_truncated_draft
+from .models.adapters import AdapterBase, AdapterConfig, HFCausalLM, ModelAdapter, as_adapter, layer_truncated_draft
+from .models.capabilities import Capabilities
+from .decoders.base import DecoderBase
+from .params import RequestParams
 from .cache import KVCache
 from .api import GenerateOutput, generate, prepare, stream
 from .guidance import ClassifierFreeGuidance
@@ -13,7 +16,7 @@ from .sampling import SamplingParams, logits_to_probs, sample
 from .stats import DecodeStats
 
 __all__ = [
-    "Acceptance", "AdapterConfig", "CTCHypothesis", "ClassifierFreeGuidance", "DECODERS", "DecodeResult", "DecodeState",
+    "Acceptance", "AdapterBase", "AdapterConfig", "Capabilities", "DecoderBase", "RequestParams", "CTCHypothesis", "ClassifierFreeGuidance", "DECODERS", "DecodeResult", "DecodeState",
     "DecodeStats", "Decoder", "DecoderEntry", "Draft", "GenerateOutput", "HFCausalLM", "KVCache", "ModelAdapter",
     "RequestInputs", "SamplingParams", "Step", "TEXT_DECODERS", "accept_by_confidence", "accept_greedy_prefix", "accept_multi_draft",
     "accept_speculative", "as_adapter", "decode", "decode_steps", "decoder_entry", "decoder_options", "generate",

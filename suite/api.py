@@ -1,7 +1,6 @@
 """`suite.generate`: the transformers-shaped entry point over the one decode loop."""
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -9,8 +8,8 @@ import torch
 from .models.adapters import as_adapter
 from .inputs import RequestInputs
 from .loop import DecodeState, decode, decode_steps
+from .params import RequestParams
 from .registry import make_decoder
-from .sampling import SamplingParams
 from .stats import DecodeStats
 
 
@@ -21,30 +20,26 @@ class GenerateOutput:
     stats: DecodeStats
 
 
-def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
-            temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
-            inputs: RequestInputs | None = None, **options):
+def prepare(model, input_ids, attention_mask=None, params: RequestParams | None = None, **kwargs):
     """The one way into the loop: resolve the adapter, the decoder (a registered name with its
     options, or a decoder object) and the request's state. input_ids: (B, P) ids (left-padded with
     attention_mask), or a list of rows (lists of ids, or of frames for multi-codebook models);
-    inputs: the request's typed inputs for decoders that read them. Every pipeline's request is
-    checked here (max_new_tokens, the decoder and its options, empty prompts, the model's
-    context); a pipeline checks only what is its own (prompt text, chat templates)."""
-    if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    params: the request's `RequestParams` (or its fields as keywords, decoder options included).
+    Every pipeline's request is checked here (max_new_tokens, the decoder and its options, empty
+    prompts, the model's context); a pipeline checks only what is its own (prompt text, chat templates)."""
+    params = RequestParams.of(params, **kwargs)
     adapter = as_adapter(model)
+    caps = adapter.capabilities
+    decoder = params.decoder
     if isinstance(decoder, str):
-        decoder = make_decoder(decoder, **options)
-    elif options:
-        raise ValueError("decoder options go into the decoder object when you pass one; drop " + ", ".join(options))
-    only = getattr(adapter, "only_decoders", None)     # a model that only some decoders drive (a canvas model)
-    if only is not None and decoder.name not in only:
-        raise ValueError(f"decoder {decoder.name!r} does not run on {type(adapter).__name__}; use one of: {', '.join(only)}")
-    if hasattr(decoder, "bind"):
-        decoder = decoder.bind(model)
-    missing = {c for c in decoder.requires if not getattr(adapter, f"supports_{c}", False)}
+        decoder = make_decoder(decoder, **params.decoder_options)
+    if caps.only_decoders is not None and decoder.name not in caps.only_decoders:
+        raise ValueError(f"decoder {decoder.name!r} does not run on {type(adapter).__name__}; "
+                         f"use one of: {', '.join(caps.only_decoders)}")
+    decoder = decoder.bind(model)
+    missing = sorted(c for c in decoder.requires if not caps.has(c))
     if missing:
-        raise ValueError(f"decoder {decoder.name!r} needs a model adapter with {', '.join(sorted(missing))}; "
+        raise ValueError(f"decoder {decoder.name!r} needs a model adapter with {', '.join(missing)}; "
                          f"{type(adapter).__name__} lacks it, use decoder='ar', 'jacobi', 'sjd' or 'ngram'")
     rows = _rows(input_ids, attention_mask)
     limit = adapter.config.max_length
@@ -55,39 +50,36 @@ def prepare(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens:
         if limit is not None and len(r) >= limit:
             raise ValueError(f"{where} is {len(r)} tokens, the model's context is {limit}: shorten it "
                              f"to at most {limit - 1} tokens")
-    constraints = inputs.constraints if inputs is not None else None
-    if constraints is not None and getattr(adapter, "canvas_model", False):
+    inputs = params.inputs or RequestInputs()
+    constraints = inputs.constraints
+    if constraints is not None and caps.canvas:
         raise ValueError(f"structured output (json_schema=, regex=) constrains next-token predictions; "
                          f"{type(adapter).__name__} denoises a canvas: decode without a schema or regex")
     if constraints is not None and len(constraints) != len(rows):
         raise ValueError(f"inputs.constraints has {len(constraints)} rows for {len(rows)} prompts: give one "
                          "suite.constraint.RowConstraint (or None) per prompt")
-    if hasattr(adapter, "check_request"):        # an adapter with a fixed size (a static cache) checks its own
-        adapter.check_request(rows, max_new_tokens)
-    eos = adapter.config.eos_token_ids if eos_token_id is None else frozenset(
-        [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
-    state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)),
-                        params=SamplingParams(temperature, top_k, top_p, seed),
-                        max_new_tokens=max_new_tokens, eos_token_ids=eos, max_length=limit,
-                        inputs=inputs or RequestInputs())
+    adapter.check_request(rows, params.max_new_tokens)     # an adapter with a fixed size (a static cache)
+    eos = params.eos_token_id
+    eos = adapter.config.eos_token_ids if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
+    state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)), params=params.sampling,
+                        max_new_tokens=params.max_new_tokens, eos_token_ids=eos, max_length=limit, inputs=inputs)
     return adapter, decoder, state
 
 
-def generate(model, input_ids, attention_mask=None, decoder="ar", max_new_tokens: int = 64,
-             temperature: float = 0.0, top_k=None, top_p=None, seed=None, eos_token_id=None,
-             inputs: RequestInputs | None = None, **options) -> GenerateOutput:
+def generate(model, input_ids, attention_mask=None, params: RequestParams | None = None, **kwargs) -> GenerateOutput:
     """Generate with any registered decoder. input_ids (B, P), left-padded with attention_mask
-    for ragged prompts (as tokenizers give them for transformers' generate)."""
-    adapter, dec, state = prepare(model, input_ids, attention_mask, decoder, max_new_tokens,
-                                  temperature, top_k, top_p, seed, eos_token_id, inputs, **options)
+    for ragged prompts (as tokenizers give them for transformers' generate); the request's
+    `RequestParams`, or its fields as keywords: decoder="ar", max_new_tokens=64, temperature=0.0,
+    top_k, top_p, seed, eos_token_id, inputs, and the decoder's options."""
+    adapter, dec, state = prepare(model, input_ids, attention_mask, params, **kwargs)
     result = decode(adapter, dec, state)
     return GenerateOutput(_sequences(input_ids, result.new_tokens, adapter.config.pad_token_id),
                           result.new_tokens, result.stats)
 
 
-def stream(model, input_ids, attention_mask=None, decoder="ar", **kwargs):
-    """Yield a `Step` per forward (committed tokens per row) as decoding runs."""
-    adapter, dec, state = prepare(model, input_ids, attention_mask, decoder, **kwargs)
+def stream(model, input_ids, attention_mask=None, params: RequestParams | None = None, **kwargs):
+    """Yield a `Step` per forward (committed tokens per row) as decoding runs (arguments as `generate`)."""
+    adapter, dec, state = prepare(model, input_ids, attention_mask, params, **kwargs)
     yield from decode_steps(adapter, dec, state)
 
 

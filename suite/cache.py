@@ -32,6 +32,8 @@ def growing_cache():
 
 
 class KVCache:
+    capacity: int | None = None     # slots a fixed-size cache holds (suite.models.static_cache); None: it grows
+
     def __init__(self, batch: int, backend=None, fanout: int = 1, device=None):
         self.backend = growing_cache() if backend is None else backend   # the model's cache object
         self.fanout = fanout            # backend rows per logical row (2 under CFG)
@@ -44,6 +46,7 @@ class KVCache:
         # row; rows of different L join zero-padded to the longest (`inputs_padded`: the adapter masks)
         self.row_inputs: dict[str, torch.Tensor] = {}
         self.inputs_padded = False
+        self.encdec = None     # an encoder-decoder's cross-attention cache (its adapter's new_cache sets it)
 
     def grouped(self, fanout: int) -> "KVCache":
         """This cache seen as batch/fanout logical rows of `fanout` backend rows each (CFG); row inputs
@@ -58,6 +61,10 @@ class KVCache:
     @property
     def num_slots(self) -> int:
         return self.valid.shape[1]
+
+    def make_room(self, n: int) -> None:
+        """Make room for n more slots before a forward writes them (a fixed-size cache grows; this one
+        grows as it appends)."""
 
     @property
     def batch(self) -> int:
@@ -143,9 +150,8 @@ class KVCache:
         self.valid, self.positions = self.valid.index_select(0, rows), self.positions.index_select(0, rows)
         self._select_backend(copies)
         self.row_inputs = {name: t.index_select(0, rows) for name, t in self.row_inputs.items()}
-        encdec = getattr(self, "encdec", None)
-        if encdec is not None:
-            for layer in encdec.cross_attention_cache.layers:
+        if self.encdec is not None:
+            for layer in self.encdec.cross_attention_cache.layers:
                 _select_layer(layer, copies)
         if self.batch == 0:
             self.drop_tail(self.num_slots)
@@ -288,7 +294,7 @@ def _extend_cross(cache: KVCache, other: KVCache) -> None:
     """An encoder-decoder cache's cross-attention K/V (`cache.encdec`, filled by a request's first
     forward) joins too: rows of different encoder lengths are zero-padded to the longest, slots the
     adapter's encoder mask must hide (it pads its encoder states and mask the same way)."""
-    mine, theirs = getattr(cache, "encdec", None), getattr(other, "encdec", None)
+    mine, theirs = cache.encdec, other.encdec
     if mine is None and theirs is None:
         return
     if mine is None or theirs is None:

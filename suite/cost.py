@@ -295,7 +295,7 @@ def record(state, drafted: list[int], accepted: list[int]) -> None:
 
 def bind_cost(decoder, model, masked: bool = False):
     """`decoder` with its `cost` option resolved against the target: "auto" becomes the model's
-    measured curve where its adapter declares `supports_cost_model` (else None: fixed sizes);
+    measured curve where its adapter declares `capabilities.cost_model` (else None: fixed sizes);
     PARASUITE_COST=0 turns sizing off everywhere. A decoder's `bind` calls this."""
     from dataclasses import replace
 
@@ -308,9 +308,9 @@ def bind_cost(decoder, model, masked: bool = False):
 
 
 def target_curve(adapter, masked: bool = False) -> CostCurve | None:
-    """The adapter's measured curve where it declares `supports_cost_model`, else None;
+    """The adapter's measured curve where it declares `capabilities.cost_model`, else None;
     PARASUITE_COST=0: None everywhere."""
-    use = getattr(adapter, "supports_cost_model", False) and os.environ.get("PARASUITE_COST", "1") != "0"
+    use = adapter.capabilities.cost_model and os.environ.get("PARASUITE_COST", "1") != "0"
     return forward_cost(adapter, masked) if use else None
 
 

@@ -29,7 +29,7 @@ class Draft:
     lengths: list[int] | None = None        # real slots per row, on the host (from_rows fills it)
     causal: bool = False                    # every row has N real slots and a causal mask: with no past_mask
                                             # and a cache without holes, the model's own causal mask is this one
-    canvas: "Canvas | None" = None          # for a canvas model (suite.models: `canvas_model`): where each row's
+    canvas: "Canvas | None" = None          # for a canvas model (`capabilities.canvas`): where each row's
                                             # canvas starts; None for a causal model
 
     @staticmethod

@@ -11,9 +11,11 @@ from __future__ import annotations
 import torch
 
 from .cache import KVCache
+from .models.adapters import AdapterBase
+from .models.capabilities import Capabilities
 
 
-class ClassifierFreeGuidance:
+class ClassifierFreeGuidance(AdapterBase):
     def __init__(self, model, scale: float, uncond_ids: torch.Tensor):
         if scale < 0:
             raise ValueError(f"guidance scale must be >= 0 (1 = no guidance), got {scale}")
@@ -21,10 +23,9 @@ class ClassifierFreeGuidance:
         # (B, P) unconditional prompt tokens, moved once to the model's device (when it has one)
         self.uncond_ids = torch.as_tensor(uncond_ids, device=getattr(model, "device", None))
         self.config = model.config
-        self.supports_custom_mask = model.supports_custom_mask
-        self.supports_rollback = model.supports_rollback
-        self.takes_plain_mask = getattr(model, "takes_plain_mask", False)
-        self.supports_row_moves = getattr(model, "supports_row_moves", False)
+        inner = model.capabilities         # what the inner model can do, but no cost model: a step is two rows
+        self.capabilities = Capabilities(custom_mask=inner.custom_mask, row_moves=inner.row_moves,
+                                         plain_mask=inner.plain_mask)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         """The inner model's cache of 2 x batch rows, seen as batch rows, carrying this instance's
@@ -77,11 +78,10 @@ class _Doubled:
 
     @property
     def capacity(self) -> int | None:        # a static cache's slots (suite.models.static_cache)
-        return getattr(self._cache, "capacity", None)
+        return self._cache.capacity
 
     def make_room(self, n: int) -> None:
-        if hasattr(self._cache, "make_room"):
-            self._cache.make_room(n)
+        self._cache.make_room(n)
 
     def attention_mask(self, draft_mask):
         return KVCache.attention_mask(self, draft_mask)

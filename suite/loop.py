@@ -36,7 +36,7 @@ class Step:
     done: list[bool]
     stats: DecodeStats           # the request's running totals (live object)
     forced: list[int] | None = None   # of each row's committed tokens, how many a grammar forced (suite.constraint)
-    canvas_tokens: list[list[int]] | None = None   # decoders that fill a grid out of order (their `canvas`):
+    canvas_tokens: list[list[int]] | None = None   # decoders that fill a grid out of order (their `grids`):
                                                    # each row's grid, -1 where undecided (set by suite.scheduler)
 
 
@@ -185,49 +185,37 @@ def begin(decoder: Decoder, state: DecodeState) -> Step | None:
 
 def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step:
     """One step over the rows not done: propose, score (one forward), accept, commit and discard
-    the rejected K/V."""
+    the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's."""
     t0 = time.perf_counter()
-    constrained = state.inputs.constraints is not None
-    span_step = constrained and structured.forced_spans(state)       # the rows' forced spans, verified in this forward
-    if span_step:
-        draft = span_step
-        draft.want_hidden = bool(getattr(decoder, "observes", lambda s: False)(state))
-    else:
-        draft = decoder.propose(state)
+    grammar = structured.hook(state)
+    draft = grammar.propose(decoder)
     with torch.no_grad():
-        mask = forward_mask(model, state.cache, draft)
-        if draft.want_hidden:   # adapters with supports_hidden_states (decoders require it)
-            logits, draft.hidden = model(draft.tokens, draft.positions, state.cache, mask,
-                                         logits_from=draft.logits_from, output_hidden=True)
-        elif draft.canvas is not None:
-            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from,
-                           canvas=draft.canvas)
-        else:
-            logits = model(draft.tokens, draft.positions, state.cache, mask, logits_from=draft.logits_from)
-    if draft.canvas is not None:       # only the committed text took cache slots, and it all stays
-        _append_text(state.cache, draft)
-        slots = None
-    else:
-        slots = state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+        logits = score(model, state.cache, draft)
+    # a canvas model records the slots it wrote itself (only its committed text takes slots, and it all stays)
+    slots = None if draft.canvas is not None else state.cache.append(draft.positions, draft.valid, dense=draft.causal)
     state.stats.num_forwards += 1
-    if constrained:
-        structured.mask_logits(state, draft, logits)
-    if span_step:
-        acc = structured.accept_spans(state, draft, logits)
-        if draft.want_hidden:           # the decoder keeps the target's features of every kept slot (eagle)
-            decoder.observe(state, draft, acc.keep)
-    else:
-        acc = decoder.accept(state, draft, logits)
+    grammar.mask(draft, logits)
+    acc = grammar.accept(decoder, draft, logits)
     if slots is not None:
         _drop_rejected(state.cache, draft, acc, slots)
     committed = state.commit(acc)
     state.cache.compact()
-    forced = None
-    if constrained:
-        spans = [min(k - p, len(c)) for k, p, c in zip(acc.kept, draft.meta.num_pending, committed)] if span_step else None
-        forced = structured.follow(state, committed, spans)
+    forced = grammar.follow(draft, acc, committed)
     _count(state, committed, t0)
     return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
+
+
+def score(model, cache: KVCache, draft: Draft) -> torch.Tensor:
+    """The one forward of a step: the logits of `draft`'s slots from `logits_from` on; the target's
+    hidden states go into `draft.hidden` when the draft wants them, a canvas model gets its layout."""
+    extra = {"output_hidden": True} if draft.want_hidden else {}
+    if draft.canvas is not None:
+        extra["canvas"] = draft.canvas
+    out = model(draft.tokens, draft.positions, cache, forward_mask(model, cache, draft),
+                logits_from=draft.logits_from, **extra)
+    if draft.want_hidden:
+        out, draft.hidden = out
+    return out
 
 
 def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
@@ -271,16 +259,6 @@ def _count(state: DecodeState, committed: list[list[int]], t0: float) -> None:
     state.stats.wall_time_s += time.perf_counter() - t0
 
 
-def _append_text(cache: KVCache, draft: Draft) -> None:
-    """Record the cache slots a canvas model's forward wrote: each row's committed text (slots
-    [0, starts[b])), padded to the longest row; a canvas takes no cache slot."""
-    c = draft.canvas
-    width = c.width
-    dev = draft.valid.device
-    valid = torch.arange(width, device=dev)[None] < torch.tensor(c.starts, device=dev)[:, None]
-    cache.append(draft.positions[:, :width], valid, dense=min(c.starts, default=0) == width)
-
-
 def _drop_rejected(cache: KVCache, draft: Draft, acc: Acceptance, slots: slice) -> None:
     """Drop the K/V of the new slots `acc` does not keep: nothing when it keeps every real slot;
     the common tail when every row keeps the same prefix of an unpadded draft (a crop, no holes);
@@ -295,11 +273,11 @@ def _drop_rejected(cache: KVCache, draft: Draft, acc: Acceptance, slots: slice) 
 
 def plain_causal(model, cache: KVCache, draft: Draft) -> bool:
     """Whether the forward scoring `draft` may pass `attention_mask=None` (the model's own causal
-    mask), known on the host: the adapter takes it (`takes_plain_mask`), the cache has no holes, no
+    mask), known on the host: the adapter takes it (`capabilities.plain_mask`), the cache has no holes, no
     past_mask narrows it and the draft is causal (`draft.causal`, or one slot per row: a slot always
     sees itself). The one place this is decided: adapters pass None through, never inspect a mask."""
     return ((draft.causal or draft.tokens.shape[1] == 1) and draft.past_mask is None and not cache.holes
-            and getattr(model, "takes_plain_mask", False))
+            and model.capabilities.plain_mask)
 
 
 def forward_mask(model, cache: KVCache, draft: Draft) -> torch.Tensor | None:

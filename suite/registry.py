@@ -90,11 +90,11 @@ ENTRIES: tuple[DecoderEntry, ...] = (
     DecoderEntry("diffusion_gemma", _D + "blocks.diffusion_gemma:DiffusionGemmaSampler", ("text",), "exact",
                  "DiffusionGemma's own sampler: entropy-bounded canvas denoising with adaptive stopping",
                  reference="DiffusionGemma's generate"),
-    DecoderEntry("parallel_box", "vision.grounding.parallel_box:ParallelBox", ("grounding",), "lossy",
+    DecoderEntry("parallel_box", _D + "boxes.parallel_box:ParallelBox", ("grounding",), "lossy",
                  "a whole box block per forward"),
-    DecoderEntry("hybrid", "vision.grounding.hybrid_box:HybridBox", ("grounding",), "lossy",
+    DecoderEntry("hybrid", _D + "boxes.hybrid_box:HybridBox", ("grounding",), "lossy",
                  "parallel box blocks, validated; failing blocks re-decoded exactly as ar"),
-    DecoderEntry("locus", "vision.grounding.locus:Locus", ("grounding",), "in distribution",
+    DecoderEntry("locus", _D + "boxes.locus:Locus", ("grounding",), "in distribution",
                  "parallel box drafts verified by Jacobi iteration on a draft tree: exactly ar's boxes"),
     DecoderEntry("delay", _D + "frames.delay:Delay", ("speech",), "exact",
                  "MusicGen delay pattern: all codebooks per forward, codebook k lags k frames", reference=_OWN),
@@ -129,7 +129,7 @@ class _LazyDecoders(Mapping):
 
 DECODERS: Mapping[str, type] = _LazyDecoders()
 TEXT_DECODERS: tuple[str, ...] = tuple(e.name for e in ENTRIES if e.modalities == ("any",))
-# the decoders that drive a canvas model (an adapter with `canvas_model`: DiffusionGemma): its own sampler and the
+# the decoders that drive a canvas model (an adapter with `capabilities.canvas`: DiffusionGemma): its own sampler and the
 # block commit rules (s2d2 verifies with causal next-token predictions, which a canvas model does not make)
 CANVAS_DECODERS: tuple[str, ...] = ("diffusion_gemma", "block_diffusion", "fast_dllm_factor", "prophet", "credit",
                                     "entropy_bounded")
@@ -151,7 +151,7 @@ def list_decoders(modality: str | None = None, adapter=None, guarantee: str | No
         return guarantee is None or e.guarantee == guarantee
     names = [e.name for e in ENTRIES if wanted(e)]
     if adapter is not None:
-        names = [n for n in names if all(getattr(adapter, f"supports_{c}", False) for c in DECODERS[n].requires)]
+        names = [n for n in names if all(adapter.capabilities.has(c) for c in DECODERS[n].requires)]
     return names
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from . import constraint as grammar
 from .acceptance import accept_greedy_prefix, accept_speculative
 from .draft import Acceptance, Draft
 from .sampling import logits_to_probs
+
+if TYPE_CHECKING:
+    from .loop import DecodeState
 
 
 FORCED_SPAN_MIN = 2      # a step verifies forced spans (instead of the decoder's draft) when every live row has
@@ -141,3 +145,60 @@ def accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acce
     keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < torch.tensor(
         kept, device=draft.valid.device)[:, None]
     return Acceptance(committed, keep, kept)
+
+
+class Free:
+    """An unconstrained request's step: the decoder's own draft and acceptance, nothing masked."""
+
+    def __init__(self, state: DecodeState):
+        self.state = state
+
+    def propose(self, decoder) -> Draft:
+        return decoder.propose(self.state)
+
+    def mask(self, draft: Draft, logits: torch.Tensor) -> None:
+        pass
+
+    def accept(self, decoder, draft: Draft, logits: torch.Tensor) -> Acceptance:
+        return decoder.accept(self.state, draft, logits)
+
+    def follow(self, draft: Draft, acc: Acceptance, committed: list[list[int]]) -> list[int] | None:
+        return None
+
+
+class Constrained(Free):
+    """A constrained request's step (its rows' grammars): forced spans verified in one forward when
+    every live row has some, else the decoder's draft; logits masked to what each grammar allows;
+    the committed tokens followed, and the tokens a grammar then forces committed without a forward."""
+
+    spans = False        # this step verifies forced spans instead of the decoder's draft
+
+    def propose(self, decoder) -> Draft:
+        draft = forced_spans(self.state)
+        if draft is None:
+            return decoder.propose(self.state)
+        self.spans = True
+        draft.want_hidden = decoder.observes(self.state)
+        return draft
+
+    def mask(self, draft: Draft, logits: torch.Tensor) -> None:
+        mask_logits(self.state, draft, logits)
+
+    def accept(self, decoder, draft: Draft, logits: torch.Tensor) -> Acceptance:
+        if not self.spans:
+            return decoder.accept(self.state, draft, logits)
+        acc = accept_spans(self.state, draft, logits)
+        if draft.want_hidden:           # the decoder keeps the target's features of every kept slot (eagle)
+            decoder.observe(self.state, draft, acc.keep)
+        return acc
+
+    def follow(self, draft: Draft, acc: Acceptance, committed: list[list[int]]) -> list[int]:
+        spans = None
+        if self.spans:
+            spans = [min(k - p, len(c)) for k, p, c in zip(acc.kept, draft.meta.num_pending, committed)]
+        return follow(self.state, committed, spans)
+
+
+def hook(state: DecodeState) -> Free:
+    """Structured output's part of the next step of `state` (suite.loop.advance)."""
+    return Free(state) if state.inputs.constraints is None else Constrained(state)

@@ -8,6 +8,8 @@ import torch
 
 from suite import AdapterConfig, KVCache
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 
 class _Layer:
@@ -32,11 +34,10 @@ class _Backend:
         layer.values = layer.keys
 
 
-class ScriptedModel:
+class ScriptedModel(AdapterBase):
     """next_token(history) -> int decides a one-hot-ish logit row (a large margin, so greedy is exact)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
+    capabilities = Capabilities(custom_mask=True)
 
     def __init__(self, next_token, vocab: int = 16, eos: int | None = None):
         self.next_token = next_token

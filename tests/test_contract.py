@@ -3,6 +3,7 @@ small model of its modality; it respects max_new_tokens and EOS, counts its forw
 adapter's real calls), and where its entry says "exact" or "in distribution" against `ar`, its
 greedy fp32 output equals `ar`'s. (The χ² test of the in-distribution ones: tests/core/test_distribution.py,
 driven by the same registry.)"""
+import dataclasses
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,11 @@ import suite
 from suite import CTCHypothesis, RequestInputs
 from suite.registry import GUARANTEES, MODALITIES, REGISTRY
 from suite.scheduler import Scheduler
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 ROOT = Path(__file__).resolve().parents[1]
-DECODER_FOLDERS = [ROOT / "suite" / "decoders", ROOT / "vision" / "grounding"]
+DECODER_FOLDERS = [ROOT / "suite" / "decoders"]
 
 
 def declared_decoder_names() -> set[str]:
@@ -53,9 +56,8 @@ def test_list_decoders_filters():
         suite.list_decoders("smell")
 
 
-class _NoCustomMask:
-    supports_custom_mask = False
-    supports_rollback = True
+class _NoCustomMask(AdapterBase):
+    capabilities = Capabilities()
 
 
 # ---------------------------------------------------------------- one small model per modality
@@ -75,10 +77,9 @@ class Counting:
     """An adapter proxy counting the forwards that really happen (decoding only: no cost-curve
     calibration forwards, which suite/cost.py would otherwise run through it)."""
 
-    supports_cost_model = False
-
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
+        self.capabilities = dataclasses.replace(inner.capabilities, cost_model=False)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -169,8 +170,9 @@ def case_for(name: str) -> Case:
 def run(case: Case, name: str, **kw):
     counting = Counting(case.adapter)
     options = {} if name == "ar" else case.options
-    if name == "ar" and getattr(case.adapter, "only_decoders", None):   # a model ar cannot drive: its own decoder
-        name, options = case.adapter.only_decoders[0], case.options
+    only = case.adapter.capabilities.only_decoders
+    if name == "ar" and only:   # a model ar cannot drive: its own decoder
+        name, options = only[0], case.options
     _, dec, state = suite.prepare(counting, case.rows, decoder=name, max_new_tokens=kw.pop("budget", case.budget),
                                   inputs=case.inputs, **options, **kw)
     res = suite.decode(counting, dec, state)

@@ -27,6 +27,8 @@ from suite.models.adapters import AdapterConfig
 from suite.registry import CANVAS_DECODERS as DECODERS
 
 from .folders import check_folder, load_model, load_tokenizer
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 NOISE_MULTIPLIER = 2654435761      # Knuth's multiplicative hash: position -> a noise token
@@ -55,14 +57,10 @@ def generation_settings(model) -> dict:
     return out
 
 
-class DiffusionGemmaAdapter:
+class DiffusionGemmaAdapter(AdapterBase):
     """`DiffusionGemmaForBlockDiffusion` as a suite canvas model (see the module docstring)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True     # holds nothing per row
-    canvas_model = True           # drafts carry `suite.draft.Canvas`; only `only_decoders` drive it
-    only_decoders = DECODERS
+    capabilities = Capabilities(custom_mask=True, row_moves=True, canvas=True, only_decoders=DECODERS)
 
     def __init__(self, model):
         self.model = model.eval()
@@ -103,7 +101,8 @@ class DiffusionGemmaAdapter:
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, canvas=None):
         """tokens/positions (B, N); attention_mask (B, 1, N, S+N) from the loop; canvas: the layout
         (suite.draft.Canvas). Returns (B, N - logits_from, V): each canvas slot's logits (its own
-        token), zeros for committed-text slots."""
+        token), zeros for committed-text slots. Records in `cache` the slots it wrote (the committed
+        text's, padded to the longest row); the loop records none for a canvas draft."""
         if canvas is None:
             raise ValueError(f"DiffusionGemma denoises a canvas: decode with one of {', '.join(DECODERS)}")
         dev = self.device
@@ -143,6 +142,8 @@ class DiffusionGemmaAdapter:
                              dtype=out.logits.dtype, device=dev)
         rows, cols = real.nonzero(as_tuple=True)
         logits[rows, idx[rows, cols] - logits_from] = out.logits[rows, cols]
+        # the slots this forward wrote: each row's committed text, all kept (a canvas takes no cache slot)
+        cache.append(positions[:, :c], text, dense=min(canvas.starts, default=0) == c)
         return logits
 
     def _fits(self, positions: torch.Tensor, c: int) -> bool:

@@ -102,7 +102,7 @@ class TextGenerator:
                 tokenizer.pad_token_id = 0
         adapter = suite.as_adapter(model)
         self.eos_token_ids = adapter.config.eos_token_ids
-        self.decoders = getattr(adapter, "only_decoders", None)   # a model only some decoders drive (DiffusionGemma)
+        self.decoders = adapter.capabilities.only_decoders   # a model only some decoders drive (DiffusionGemma)
 
     @property
     def max_length(self) -> int | None:
@@ -227,9 +227,9 @@ class TextGenerator:
 
     def _submit(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options,
                 stream: bool = False, grammar=None, forced_spans: bool | None = None):
-        """Queue a request: the prompts' rows, built once, through `suite.prepare` (in
-        Scheduler.submit), which checks everything but the prompt text; a grammar gives each row
-        its own constraint (suite.RequestInputs.constraints)."""
+        """Queue a request: the prompts' rows and its `suite.RequestParams`, built once, through
+        `suite.prepare` (in Scheduler.submit), which checks everything but the prompt text; a grammar
+        gives each row its own constraint (suite.RequestInputs.constraints)."""
         if decoder == "auto" and self.decoders:        # a canvas model: its own sampler
             decoder = self.decoders[0]
         if isinstance(decoder, str):
@@ -239,9 +239,9 @@ class TextGenerator:
         if grammar is not None:
             forced = forced_spans if forced_spans is not None else getattr(decoder, "name", decoder) != "ar"
             inputs = suite.RequestInputs(constraints=grammar.rows(len(rows), bool(forced)))
-        return self.scheduler.submit(rows, decoder=decoder, max_new_tokens=max_new_tokens,
-                                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stream=stream,
-                                     inputs=inputs, **options)
+        params = suite.RequestParams(decoder, max_new_tokens, temperature, top_k, top_p, seed, inputs=inputs,
+                                     decoder_options=options)
+        return self.scheduler.submit(rows, params, stream=stream)
 
     def decoder(self, name: str, **options):
         """The decoder `name` with `options`; eagle and auto get this model's draft head unless

@@ -24,17 +24,18 @@ from dataclasses import dataclass
 import torch
 
 from suite import AdapterConfig, KVCache
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 FAMILIES = ("emu3", "chameleon", "janus")
 
 
-class HFImageLM:
+class HFImageLM(AdapterBase):
     """A `suite.ModelAdapter` over an Emu3/Chameleon/Janus model, for prompts of P tokens: slots at
     logical positions >= P hold codes. Runs the base language model and a head over the codes only
     (Chameleon's own forward masks image tokens out of its logits)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
+    capabilities = Capabilities(custom_mask=True)
 
     def __init__(self, model, family: str, grid: tuple[int, int], prompt_length: int):
         if family not in FAMILIES:

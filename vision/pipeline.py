@@ -92,7 +92,7 @@ class ImagePipeline:
     @property
     def decoders(self) -> tuple[str, ...]:
         """The registered decoders this pipeline runs: the image ones and the chain decoders that sample."""
-        return tuple(n for n in DECODERS if all(getattr(self.prior, f"supports_{c}", False)
+        return tuple(n for n in DECODERS if all(self.prior.capabilities.has(c)
                                                 for c in suite.DECODERS[n].requires))
 
     def label_ids(self, labels: Sequence) -> list[int]:

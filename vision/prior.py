@@ -21,6 +21,8 @@ from suite.runtime.training import Budget, log, optimizer_step, previous_metrics
 
 from . import data as vdata
 from .tokenizer import VQTokenizer, require_files
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 PRIOR_FILE = "image_prior.json"
 SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
@@ -39,14 +41,11 @@ def build_prior(codebook: int, num_classes: int, grid: tuple[int, int], hidden: 
     return LlamaForCausalLM(cfg)
 
 
-class ImagePrior:
+class ImagePrior(AdapterBase):
     """A `suite.ModelAdapter` over the Llama prior: logits over the K codes only; the config's
     extra carries grid (H, W), classes, null_class_id, class_offset."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    takes_plain_mask = True        # passed through to the inner HFCausalLM with the same cache
-    supports_row_moves = True      # holds nothing per row: rows may leave and join a batch (suite.scheduler)
+    capabilities = Capabilities(custom_mask=True, plain_mask=True, row_moves=True)
 
     def __init__(self, model, meta: dict):
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)

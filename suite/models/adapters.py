@@ -4,7 +4,7 @@
 cache a `KVCache`, attention_mask (B, 1, N, S+N) bool (True = attend) -> logits (B, N - logits_from, V)
 (slots before `logits_from` need no logits: a long prefill skips most of the LM head).
 attention_mask None means plain causal (every cached slot, then causal among the N new ones): an
-adapter with `takes_plain_mask` hands None on to its model as it is, and only gets it when
+adapter with `capabilities.plain_mask` hands None on to its model as it is, and only gets it when
 `suite.loop.plain_causal` says so (a cache without holes); an adapter never inspects a mask's values.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..cache import KVCache
+from .capabilities import Capabilities
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,29 @@ class AdapterConfig:
 
 @runtime_checkable
 class ModelAdapter(Protocol):
+    """What the loop calls. output_hidden: with `capabilities.hidden_states`, also return the last
+    hidden states (B, N, D); canvas: a canvas model's `suite.draft.Canvas` (`capabilities.canvas`)."""
     config: AdapterConfig
-    supports_custom_mask: bool
-    supports_rollback: bool
+    capabilities: Capabilities
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                 attention_mask: torch.Tensor | None, logits_from: int = 0) -> torch.Tensor: ...
+                 attention_mask: torch.Tensor | None, logits_from: int = 0, **kwargs) -> torch.Tensor: ...
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache: ...
+
+    def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None: ...
+
+
+class AdapterBase:
+    """The defaults of an adapter: no capability beyond plain decoding, any request size."""
+
+    capabilities = Capabilities()
+
+    def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        """Refuse a request this adapter cannot hold (a static cache's size); the default holds any."""
+
+    def fill_cross(self, cache: KVCache) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no cross-attention to fill (capabilities.fills_cross)")
 
 
 def _as_set(ids) -> frozenset[int]:
@@ -45,16 +61,12 @@ def _as_set(ids) -> frozenset[int]:
     return frozenset([ids] if isinstance(ids, int) else ids)
 
 
-class HFCausalLM:
-    """Any transformers causal LM, through its public forward (position ids, 4-D masks, cache)."""
+class HFCausalLM(AdapterBase):
+    """Any transformers causal LM, through its public forward (position ids, 4-D masks, cache).
+    attention_mask=None is the model's own causal mask (about 2x faster SDPA on a CPU)."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_hidden_states = True   # output_hidden=True also returns the last hidden states (B, N, D)
-    supports_cost_model = True      # drafting decoders size drafts by its measured cost(N) (suite.cost)
-    supports_row_moves = True       # holds nothing per row: rows may leave and join a batch (suite.scheduler)
-    takes_plain_mask = True         # attention_mask=None: the model's own causal mask (about 2x faster SDPA on
-                                    # a CPU); suite.loop.plain_causal decides when a forward may pass it
+    capabilities = Capabilities(custom_mask=True, hidden_states=True, row_moves=True, plain_mask=True,
+                                cost_model=True)
 
     def __init__(self, model, eos_token_id=None, pad_token_id=None, linear_forms: bool = False):
         """linear_forms=True swaps the model's nn.Linear layers (in place) for the per-width matmul

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 
 from ..cache import KVCache
+from .adapters import AdapterBase
+from .capabilities import Capabilities
 from ..runtime.storage import load_weights, save_weights
 
 TIED_HEAD = "decoder.lm_head.weight"      # tied to the decoder's input embedding: never saved
@@ -20,7 +22,7 @@ def causal_mask(cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
     return cache.attention_mask(torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril().expand(b, n, n))
 
 
-class CrossAttentionAdapter:
+class CrossAttentionAdapter(AdapterBase):
     """Base of a suite.ModelAdapter over `self.model.decoder` with encoder states (B, S, D): an
     adapter bound to a batch of them (`self.encoder_states`) puts them into each cache it makes
     (`cache.row_inputs`), and every forward reads them from the cache, so rows of different
@@ -29,10 +31,6 @@ class CrossAttentionAdapter:
     first forward and kept beside it (`cache.encdec`). Subclasses bind the states (`for_images`)
     and set `bind_hint`, the call that does so."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True      # what a row reads travels in its cache
-    takes_plain_mask = True        # attention_mask=None (suite.loop.plain_causal): the decoder's own causal mask
     bind_hint = "adapter.for_images(pixels)"
     encoder_states: torch.Tensor | None = None
 
@@ -54,16 +52,18 @@ class CrossAttentionAdapter:
         return bound
 
     @property
-    def fills_cross(self) -> bool:
-        """Whether `fill_cross` knows this decoder's layout: GPT-2's `crossattention.c_attn` (our
-        OCR and grounding models)."""
+    def capabilities(self) -> Capabilities:
+        """What a row reads travels in its cache (row moves); attention_mask=None is the decoder's own
+        causal mask; `fill_cross` knows GPT-2's `crossattention.c_attn` layout (our OCR and grounding
+        models)."""
         blocks = getattr(getattr(self.model.decoder, "transformer", None), "h", None)
-        return bool(blocks) and getattr(blocks[0], "crossattention", None) is not None
+        fills = bool(blocks) and hasattr(blocks[0], "crossattention")
+        return Capabilities(custom_mask=True, row_moves=True, plain_mask=True, fills_cross=fills)
 
     def fill_cross(self, cache: KVCache) -> None:
         """Compute the cross-attention K/V of `cache`'s rows now, as their first forward would, so
         they may join a running batch before a forward of their own (suite.scheduler then prefills
-        them inside its next step). Needs `fills_cross`."""
+        them inside its next step). Needs `capabilities.fills_cross`."""
         states = cache.row_inputs["encoder_states"]
         with torch.no_grad():
             for i, block in enumerate(self.model.decoder.transformer.h):

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .adapters import AdapterConfig
+from .adapters import AdapterBase, AdapterConfig
+from .capabilities import Capabilities
 from ..cache import KVCache
 from .encoder_decoder import causal_mask
 
@@ -120,16 +121,13 @@ class GenerationRules:
 
 # ---------------------------------------------------------------- the adapters
 
-class _VLMBase:
+class _VLMBase(AdapterBase):
     """What a row reads besides its tokens travels in its cache (`cache.row_inputs`: its prompt
     length and token budget, its image features or encoder states), put there by an adapter bound to
     its request's batch (`VLM.adapter`); every forward reads them from the cache, so rows of
     different requests run together through the model's one adapter (suite.scheduler moves them)."""
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True
-    whole_prompt = True            # a prompt is prefilled in one forward (its images at once; PaliGemma's
-                                   # prefix attends both ways): never in chunks
+    # a prompt is prefilled in one forward (its images at once; PaliGemma's prefix attends both ways): never in chunks
+    capabilities = Capabilities(custom_mask=True, row_moves=True, whole_prompt=True)
     row_data: dict | None = None   # the row inputs of the batch this adapter is bound to (None: unbound)
 
     def _config(self, vlm) -> AdapterConfig:
@@ -190,7 +188,7 @@ class VLMAdapter(_VLMBase):
     def __init__(self, vlm, model=None):
         self.vlm, self.model = vlm, model if model is not None else vlm.model
         self.config = self._config(vlm)
-        self.supports_custom_mask = vlm.family != "kosmos-2"
+        self.capabilities = Capabilities(custom_mask=vlm.family != "kosmos-2", row_moves=True, whole_prompt=True)
 
     def for_prompts(self, rows, image_slots, features, max_new_tokens: int, rope=None) -> "VLMAdapter":
         """Bound to prompts `rows` (ids, unpadded), their image features (M, D) in the order of the

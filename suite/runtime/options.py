@@ -107,7 +107,7 @@ def settings_text(options: dict) -> str:
 def decoders_used(stats) -> str:
     """What `auto` ran, from its per-step counts (stats.events["auto:<name>"]), most steps first:
     "auto ran ngram 12 steps, ar 3 steps"; "" for any other decoder."""
-    counts = {k.split(":", 1)[1]: n for k, n in (getattr(stats, "events", None) or {}).items() if k.startswith("auto:")}
+    counts = {k.split(":", 1)[1]: n for k, n in stats.events.items() if k.startswith("auto:")}
     if not counts:
         return ""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

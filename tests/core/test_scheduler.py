@@ -189,11 +189,11 @@ def test_an_idle_thread_ends_and_lets_its_model_go():
     sched = Scheduler(model)
     sched.idle_exit_s = 0.05
     first = sched.generate([PROMPTS[0]], max_new_tokens=4)
-    thread = sched._thread
+    thread = sched.engine._thread
     thread.join(5)
     assert not thread.is_alive()
     assert sched.generate([PROMPTS[0]], max_new_tokens=4).new_tokens == first.new_tokens    # a new thread serves it
-    sched._thread.join(5)
+    sched.engine._thread.join(5)
     del model, sched, thread
     gc.collect()
     assert gone() is None

@@ -1,4 +1,5 @@
 """A scripted model with known logits pins forward counts, accepted lengths, EOS and budgets."""
+from suite.models.capabilities import Capabilities
 import pytest
 import torch
 from scripted import ScriptedModel, successor
@@ -87,6 +88,6 @@ def test_bad_requests_raise_value_errors_that_name_the_fix():
 
 def test_a_decoder_needing_custom_masks_is_refused_by_an_adapter_without_them():
     model = ScriptedModel(successor(V), vocab=V)
-    model.supports_custom_mask = False
+    model.capabilities = Capabilities()
     with pytest.raises(ValueError, match="custom_mask"):
         suite.generate(model, torch.tensor(CYCLE), decoder="lookahead", max_new_tokens=4)

@@ -11,6 +11,8 @@ from suite.decoders.chain.ctc_speculative import CTCSpeculative
 from suite.decoders.frames.delay import Delay, delay_pattern, undelay
 from suite.decoders.frames.parallel import Parallel
 from speech.tts_model import TTSConfig, TTSModel, flatten_codes, unflatten_codes
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 Q, C = 4, 16
 BOS, EOS, PAD = C, C + 1, C + 2
@@ -23,12 +25,11 @@ class _NoBackend:
         pass
 
 
-class ScriptedFrames:
+class ScriptedFrames(AdapterBase):
     """Frame adapter whose logits depend on position only: the j-th step after BOS predicts
     code (7j + k) mod C on head k, and EOS on head 0 at step `eos_at`."""
 
-    supports_custom_mask = True
-    supports_rollback = True
+    capabilities = Capabilities(custom_mask=True)
 
     def __init__(self, audio_start: int, eos_at: int):
         self.audio_start, self.eos_at, self.calls = audio_start, eos_at, 0

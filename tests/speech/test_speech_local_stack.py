@@ -16,6 +16,8 @@ from suite.decoders.frames.stack_local import StackLocal
 from speech.alignment import frame_conditioning
 from tinymodels import tiny_tts
 from speech.tts_model import FrameTTSAdapter, TTSConfig, TTSModel
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 Q, C = 4, 16
 BOS, EOS, PAD = C, C + 1, C + 2
@@ -30,9 +32,8 @@ class _NoBackend:
         pass
 
 
-class _Scripted:
-    supports_custom_mask = True
-    supports_rollback = True
+class _Scripted(AdapterBase):
+    capabilities = Capabilities(custom_mask=True)
 
     def __init__(self, audio_start: int, eos_at: int, output: str):
         self.audio_start, self.eos_at, self.forwards = audio_start, eos_at, 0

@@ -1,6 +1,7 @@
 """Image decoders on tiny random priors: zipar's masks and positions, sjd/mc_sjd lossless in
 distribution over image codes (chi-square against the exact law), zipar_sjd's speculative rule
 in law (full window; and window 1 on a prior of Markov rows), CFG composition."""
+from suite.models.capabilities import Capabilities
 import pytest
 import torch
 from chisq import goodness_of_fit
@@ -94,7 +95,7 @@ class ScriptedPrior:
 
     def __init__(self, prior):
         self.prior, self.config = prior, prior.config
-        self.supports_custom_mask = self.supports_rollback = True
+        self.capabilities = Capabilities(custom_mask=True)
         self.calls = 0
 
     def new_cache(self, batch, max_len=None):

@@ -7,8 +7,8 @@ from scripted import PROMPT, TWO_BOXES, BoxScript
 
 import suite
 from suite import AdapterConfig, DecodeState, SamplingParams
-from vision.grounding.hybrid_box import HybridBox, fallback_reasons
-from vision.grounding.parallel_box import BoxLayout, ParallelBox, block_problem
+from suite.decoders.boxes.hybrid_box import HybridBox, fallback_reasons
+from suite.decoders.boxes.parallel_box import BoxLayout, ParallelBox, block_problem
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
 
 C = COORD0

@@ -9,7 +9,7 @@ from chisq import goodness_of_fit
 from scripted import PROMPT, TWO_BOXES, BoxScript, ScriptedModel
 
 import suite
-from vision.grounding.locus import Locus
+from suite.decoders.boxes.locus import Locus
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
 
 sys.path.insert(0, str(Path(__file__).parent))      # the grounding decoder tests' runner and tiny model
@@ -148,7 +148,7 @@ def test_modes_branch_to_another_objects_edge():
 
 
 def test_grow_tree_takes_the_likeliest_branches_within_its_slots():
-    from vision.grounding.locus import BoxTree, grow_tree
+    from suite.decoders.boxes.locus import BoxTree, grow_tree
     tree = BoxTree(main=[10, 20, 30], alts=[[11], [21], []], probs=[[0.6, 0.4], [0.9, 0.1], [1.0]])
     values, depth, parent = grow_tree(tree, budget=5)
     # main chain; then x=11 at depth 0 (0.4, 3 slots); then 21 below 10 (0.6 * 0.1 = 0.06, 2 slots);

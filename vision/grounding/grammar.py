@@ -48,12 +48,11 @@ class BoxGrammar:
     def __init__(self, inner, prompt_lengths: list[int] | None = None):
         self.inner = inner
         self.block = inner.config.extra["block_size"]
-        self.supports_row_moves = getattr(inner, "supports_row_moves", False)
         device = next(inner.model.parameters()).device
         self.prompt_len = None if prompt_lengths is None else \
             torch.tensor(prompt_lengths, dtype=torch.long, device=device)[:, None]
 
-    def __getattr__(self, name):             # config, capabilities, task, encoder_states
+    def __getattr__(self, name):             # config, capabilities, task, encoder_states: the inner adapter's
         return getattr(self.inner, name)
 
     def new_cache(self, batch: int, max_len: int | None = None):

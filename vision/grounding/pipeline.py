@@ -285,7 +285,7 @@ class GroundingPipeline:
     def _scores(self, bound, prompts, new_tokens) -> list[list[float]]:
         """Per box, the mean confidence the causal model gives its slots (one teacher-forced
         forward; a coordinate's confidence is the mass within 15 grid values of it)."""
-        from vision.grounding.parallel_box import BoxLayout, slot_confidence
+        from suite.decoders.boxes.parallel_box import BoxLayout, slot_confidence
         layout = BoxLayout.of(bound)
         seqs = [p + t for p, t in zip(prompts, new_tokens)]
         n = max(len(s) for s in seqs)

@@ -32,6 +32,8 @@ from suite.runtime.storage import read_json
 
 from ..prior import SHARD_INDEX
 from . import prevframe, rotary
+from suite.models.adapters import AdapterBase
+from suite.models.capabilities import Capabilities
 
 PRIOR_FILE = "video_prior.json"
 PROMPT = 2                                    # [motion, class]
@@ -170,15 +172,13 @@ def warm_start(model, image_prior, layout: VideoLayout) -> None:
     model.load_state_dict(dst)
 
 
-class VideoPrior:
+class VideoPrior(AdapterBase):
     """A `suite.ModelAdapter` over the Llama video prior: logits over the K codes only; the
     window mask and BOF inputs are applied here, so decoders see a plain causal LM over codes.
     config.extra: grid (H, W) of a frame, frames, video_grid (T, H, W), radius, classes, motions.
     The position scheme in meta["positions"] (if any) is installed on `model` here."""
 
-    supports_custom_mask = True
-    supports_rollback = True
-    supports_row_moves = True      # holds nothing per row: rows may leave and join a batch (suite.scheduler)
+    capabilities = Capabilities(custom_mask=True, row_moves=True)
 
     def __init__(self, model, meta: dict):
         self.layout = lay = VideoLayout.from_meta(meta)

@@ -18,7 +18,7 @@ block_size=1, or a threshold above 1, is exactly `ar`. threshold=1.0 fills only 
 softmax confidence is exactly 1.0 in float32 (a model that is certain); otherwise it is `ar`.
 The mask token id comes from the adapter config (extra["mask_token_id"]) via `bind`.
 
-Canvas models (an adapter with `canvas_model`, e.g. DiffusionGemma: an encoder over the committed
+Canvas models (an adapter with `capabilities.canvas`, e.g. DiffusionGemma: an encoder over the committed
 text, a decoder that denoises a canvas and predicts each canvas slot's own token): the block is B
 canvas slots at s+1 .. s+B, the first of them the head (committed every forward, like the causal
 head, but a denoised prediction, not an exact AR one). `bind` switches this on from the adapter.
@@ -38,6 +38,7 @@ from ...acceptance import accept_by_confidence
 from ...loop import Acceptance, Canvas, DecodeState, Draft
 from ...random_streams import SAMPLE
 from ...sampling import logits_to_probs, sample
+from ..base import DecoderBase
 
 
 @dataclass
@@ -124,16 +125,16 @@ def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
 
 
 def mask_token_of(adapter) -> int | None:
-    extra = getattr(getattr(adapter, "config", None), "extra", None) or {}
+    extra = adapter.config.extra or {}
     return extra.get("mask_token_id")
 
 
 def with_mask_token(decoder, adapter):
     """The decoder with its mask_token_id taken from the adapter config, unless it has one; on a
-    canvas model (`canvas_model`), in canvas mode (`canvas`: set here, not an option)."""
+    canvas model (`capabilities.canvas`), in canvas mode (`canvas`: set here, not an option)."""
     if decoder.mask_token_id is None:
         decoder = dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
-    if getattr(adapter, "canvas_model", False):
+    if adapter.capabilities.canvas:
         decoder = dataclasses.replace(decoder)
         object.__setattr__(decoder, "canvas", True)     # bound to this adapter, like the mask token
     return decoder
@@ -179,7 +180,7 @@ class BlockRow:
     filled: dict[int, int] = field(default_factory=dict)   # position -> token filled ahead of the committed prefix
 
 
-class BlockCommit:
+class BlockCommit(DecoderBase):
     """The block-diffusion loop shared by every commit rule: propose the B-1 noisy slots after the
     last committed token (MASK, or a value filled earlier), fill the open slots the rule picks
     (`commit`, the head always), commit the filled run that joins the committed prefix.

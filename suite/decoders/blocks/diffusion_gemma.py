@@ -34,6 +34,7 @@ import torch
 
 from ...loop import Acceptance, Canvas, DecodeState, Draft
 from .block_diffusion import block_mask
+from ..base import DecoderBase
 
 # transformers 5.24's DiffusionGemmaGenerationConfig._get_default_generation_params (besides max_new_tokens)
 FAMILY_DEFAULTS = {"max_denoising_steps": 48, "entropy_bound": 0.1, "t_min": 0.4, "t_max": 0.8,
@@ -70,7 +71,7 @@ class FamilyStream:
 
 
 @dataclass(frozen=True)
-class DiffusionGemmaSampler:
+class DiffusionGemmaSampler(DecoderBase):
     max_denoising_steps: int | None = None
     entropy_bound: float | None = None
     t_min: float | None = None
@@ -86,7 +87,7 @@ class DiffusionGemmaSampler:
 
     def bind(self, adapter) -> "DiffusionGemmaSampler":
         """Fill unset options from the folder (adapter.config.extra) and then the family's defaults."""
-        if not getattr(adapter, "canvas_model", False):
+        if not adapter.capabilities.canvas:
             raise ValueError("diffusion_gemma is DiffusionGemma's own sampler: load a DiffusionGemma folder "
                              "with text.load(folder)")
         extra = adapter.config.extra

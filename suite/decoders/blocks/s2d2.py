@@ -27,6 +27,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import DRAFT
 from ...sampling import logits_to_probs
 from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, slot_uniforms, with_mask_token
+from ..base import DecoderBase
 
 
 @dataclass
@@ -35,7 +36,7 @@ class S2D2Row:
 
 
 @dataclass(frozen=True)
-class S2D2:
+class S2D2(DecoderBase):
     block_size: int = 8
     route_threshold: float = 0.5
     mask_token_id: int | None = None   # default: the adapter config's extra["mask_token_id"]

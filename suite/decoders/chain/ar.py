@@ -8,10 +8,11 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import SAMPLE
 from ...sampling import draw
 from .base import chain_acceptance, chain_draft, last_chain_logits
+from ..base import DecoderBase
 
 
 @dataclass(frozen=True)
-class AR:
+class AR(DecoderBase):
     name: ClassVar[str] = "ar"
     requires: ClassVar[frozenset] = frozenset()
     batch_independent: ClassVar[bool] = True    # a row's token is its stream's draw at its position (suite.scheduler)

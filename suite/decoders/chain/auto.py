@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from ...cost import batch_progress, target_curve
 from ...loop import Acceptance, DecodeState, Draft
+from ..base import DecoderBase
 
 _WARNED: set[str] = set()
 
@@ -79,7 +80,7 @@ def as_candidate(state: DecodeState, dec):
 
 
 @dataclass(frozen=True)
-class Auto:
+class Auto(DecoderBase):
     candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
@@ -105,15 +106,15 @@ class Auto:
             options.update((self.options or {}).get(name, {}))
             try:
                 dec = make_decoder(name, **options)
-                missing = [c for c in dec.requires if not getattr(adapter, f"supports_{c}", False)]
+                missing = [c for c in dec.requires if not adapter.capabilities.has(c)]
                 if missing:
                     raise ValueError(f"the model adapter lacks {', '.join(missing)}")
-                bound.append(dec.bind(target) if hasattr(dec, "bind") else dec)
+                bound.append(dec.bind(target))
             except ValueError as e:
                 _say_once(f"auto runs without {name}: {e}")
         if not bound:
             raise ValueError(f"auto found none of {', '.join(self.candidates)} usable on this model")
-        masked = target_curve(adapter, True) if getattr(adapter, "supports_custom_mask", False) else None
+        masked = target_curve(adapter, True) if adapter.capabilities.custom_mask else None
         return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked))
 
     def start(self, state: DecodeState) -> None:

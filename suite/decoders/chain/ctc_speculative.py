@@ -31,6 +31,7 @@ import torch
 from ...acceptance import Verdict
 from ...inputs import CTCHypothesis
 from ...loop import Acceptance, DecodeState, Draft
+from ..base import DecoderBase
 from .base import (chain_acceptance, chain_draft, chain_logits, chain_probs, greedy_chain_verdicts, room_for_guesses,
                    speculative_chain_verdicts)
 
@@ -42,7 +43,7 @@ class CTCSpeculativeRow:
 
 
 @dataclass(frozen=True)
-class CTCSpeculative:
+class CTCSpeculative(DecoderBase):
     max_entropy: float = 0.65    # nats (mean over frames); 0 disables the gate
     min_ratio: float = 1.0       # greedy relaxed acceptance: keep a draft token whose probability is at
                                  # least min_ratio x the top one's; 1.0 = strict (exact w.r.t. ar)

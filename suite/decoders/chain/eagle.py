@@ -36,6 +36,7 @@ from ...constraint import draft_masks
 from .base import chain_draft, room_for_guesses
 from .eagle_head import EagleHead
 from .tree import walk_tree
+from ..base import DecoderBase
 
 TRAIN_HINT = "python -m text.train_draft"
 
@@ -100,7 +101,7 @@ def _pad_slots(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Eagle:
+class Eagle(DecoderBase):
     draft_head: Any = None   # an EagleHead, or the folder of its weights (text.load() binds SmolLM2's)
     top_k: int = 4           # children per expanded node, and nodes expanded per depth
     depth: int = 6           # deepest draft

@@ -15,6 +15,7 @@ from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import INIT
 from .base import ChainRow, chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
+from ..base import DecoderBase
 
 
 INIT_SCHEMES = ("prompt", "repeat", "left", "frame", "motion")
@@ -78,7 +79,7 @@ class JacobiRow(ChainRow):
 
 
 @dataclass(frozen=True)
-class Jacobi:
+class Jacobi(DecoderBase):
     window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # "prompt" (random prompt tokens), "repeat" (the last token) or "left" (last new token)
     cost: Any = "auto"     # the target's cost curve: the window shrinks to what pays (suite.cost); None: fixed

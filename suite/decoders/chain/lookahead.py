@@ -25,6 +25,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import ACCEPT
 from ...sampling import logits_to_probs
 from .jacobi import init_guesses
+from ..base import DecoderBase
 
 
 class _SlotLogits:
@@ -99,7 +100,7 @@ class LookaheadShared:
 
 
 @dataclass(frozen=True)
-class Lookahead:
+class Lookahead(DecoderBase):
     # small on purpose: on a CPU every extra slot costs (W, N, G = 3, 3, 3 scores at most 12 slots;
     # the paper's GPU setting 7, 5, 7 scores 56)
     window: int = 3      # W: columns of the Jacobi window

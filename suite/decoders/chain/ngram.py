@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
 from .base import ChainRow, accept_point_masses, chain_draft, room_for_guesses
+from ..base import DecoderBase
 
 
 class NgramTable:
@@ -56,7 +57,7 @@ class NgramRow(ChainRow):
 
 
 @dataclass(frozen=True)
-class Ngram:
+class Ngram(DecoderBase):
     max_ngram: int = 4
     min_ngram: int = 2
     num_draft: int = 10     # draft length for a max_ngram match

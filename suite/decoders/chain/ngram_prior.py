@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from ...loop import Acceptance, DecodeState, Draft
 from .base import accept_point_masses, chain_draft, room_for_guesses
+from ..base import DecoderBase
 
 
 def prior_index(prior: list[int], sizes: range) -> dict[tuple, int]:
@@ -39,7 +40,7 @@ class NgramPriorRow:
 
 
 @dataclass(frozen=True)
-class NgramPrior:
+class NgramPrior(DecoderBase):
     max_ngram: int = 3
     min_ngram: int = 1
     num_draft: int = 16

@@ -35,6 +35,7 @@ from .base import room_for_guesses
 from .suffix_automaton import SEPARATOR, StaticCorpus, SuffixAutomaton, corpus_automaton, read_corpus  # noqa: F401
 from .token_recycling import RecyclingRow, TokenRecycling, read_scored, recycle
 from .tree import DraftTree, NodeRates, bind_tree_costs, cut_trees, tree_draft, verify_trees
+from ..base import DecoderBase
 
 @dataclass
 class SamRow:
@@ -52,7 +53,7 @@ def _bucket(length: int) -> int:
 
 
 @dataclass(frozen=True)
-class SAMDecoding:
+class SAMDecoding(DecoderBase):
     corpus: Any = None        # a text file or folder (with tokenizer=), token-id lists, or None: the text only
     tokenizer: Any = None     # turns a text corpus into tokens (text.load() passes the model's)
     max_draft: int = 16       # tokens drafted from a match at most
@@ -76,7 +77,7 @@ class SAMDecoding:
         """Build the static automaton (once per corpus) and the auxiliary; without custom attention
         masks (chains only) the auxiliary's trees are left out."""
         from ...models.adapters import as_adapter
-        trees = self.trees and bool(getattr(as_adapter(model), "supports_custom_mask", False))
+        trees = self.trees and as_adapter(model).capabilities.custom_mask
         bound = replace(self, corpus=corpus_automaton(self.corpus, self.tokenizer, self.max_corpus_tokens), trees=trees)
         bound = replace(bound, auxiliary=bound._auxiliary() if trees else None)
         return bind_tree_costs(bound, model)

@@ -22,6 +22,7 @@ from ...sampling import sample
 from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, room_for_guesses,
                    speculative_chain_verdicts)
 from .jacobi import INIT_SCHEMES, JacobiRow, frame_shape, init_guesses, jacobi_accept
+from ..base import DecoderBase
 
 
 def draft_uniforms(state: DecodeState, width: int) -> torch.Tensor:
@@ -62,7 +63,7 @@ class SJDRow(JacobiRow):
 
 
 @dataclass(frozen=True)
-class SJD:
+class SJD(DecoderBase):
     window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens), "repeat" (the last token),
                            # "left" (images: the last generated token, i.e. the left neighbour)

@@ -19,6 +19,7 @@ from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft, forward_mask
 from ...random_streams import DRAFT
 from ...sampling import logits_to_probs, sample
+from ..base import DecoderBase
 from .base import (ChainMeta, ChainRow, chain_acceptance, chain_draft, chain_probs, padded_draft_q,
                    room_for_guesses, speculative_chain_verdicts)
 
@@ -53,7 +54,7 @@ class SpeculativeMeta(ChainMeta):
 
 
 @dataclass(frozen=True)
-class Speculative:
+class Speculative(DecoderBase):
     draft_model: Any = None      # a causal LM (or adapter) with the target's tokenizer
     draft: str | None = None     # "self:N" builds a layer-truncated draft of the target
     num_draft: int = 4

@@ -37,6 +37,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from .base import room_for_guesses
 from .suffix_automaton import corpus_automaton
 from .tree import DraftTree, NodeRates, best_first, bind_tree_costs, cut_trees, tree_draft, verify_trees
+from ..base import DecoderBase
 
 KIND = "tr"    # the rate table of Token Recycling's nodes
 
@@ -71,7 +72,7 @@ def read_scored(logits: torch.Tensor, k: int, greedy: bool) -> tuple[list | None
 
 
 @dataclass(frozen=True)
-class TokenRecycling:
+class TokenRecycling(DecoderBase):
     k: int = 8               # candidates kept per token (the matrix's width; the paper's k = 8)
     max_depth: int = 6       # deepest draft node
     max_nodes: int = 24      # tree nodes grown per step (the cost model keeps those that pay)

@@ -9,10 +9,11 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import SAMPLE
+from ..base import DecoderBase
 
 
 @dataclass(frozen=True)
-class FrameDecoder:
+class FrameDecoder(DecoderBase):
     """What every frame decoder shares: the codebook constants bound from the adapter's config,
     and a draft of one slot per row holding its last committed frame(s)."""
     codebooks: int | None = None    # Q; bound from the adapter's config
@@ -88,7 +89,7 @@ def require_frames(decoder, model, output: str = "frame") -> dict:
     """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
     adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
     "local" a LocalHeadOutput."""
-    extra = getattr(getattr(model, "config", None), "extra", {}) or {}
+    extra = model.config.extra or {}
     missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "

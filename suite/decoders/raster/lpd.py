@@ -32,6 +32,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import ORDER, SAMPLE, RowStreams
 from ...sampling import logits_to_probs, sample
 from .zipar import RasterCanvas, canvas_tokens, grid_of
+from ..base import DecoderBase
 
 # the paper's group sizes for a 16x16 grid in 20 steps (LPD, 256 px)
 PAPER_GROUPS = {(256, 20): (1, 2, 4, 5, 7, 8, 10, 11, 12, 14, 15, 16, 17, 18, 18, 19, 19, 20, 20, 20)}
@@ -178,7 +179,7 @@ class LPDMeta:
 
 
 @dataclass(frozen=True)
-class LPD:
+class LPD(DecoderBase):
     steps: int = 20
     repulsion: int = 2              # Chebyshev radius kept free around a group's cells
     proximity_threshold: float = 1.0
@@ -201,7 +202,7 @@ class LPD:
                              "'query_offset'): train one with `python -m vision.train lpd`")
         return dataclasses.replace(self, grid=tuple(grid), query_offset=int(offset))
 
-    canvas = staticmethod(canvas_tokens)
+    grids = staticmethod(canvas_tokens)
 
     def start(self, state: DecodeState) -> None:
         if self.grid is None or self.query_offset is None:

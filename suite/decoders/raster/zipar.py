@@ -31,6 +31,7 @@ from ...acceptance import accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import ACCEPT, DRAFT, SAMPLE
 from ...sampling import logits_to_probs, sample
+from ..base import DecoderBase
 
 REAL, PLACEHOLDER = -1, -2     # slot kinds; a kind >= 0 is a draft guess of that image row
 
@@ -139,7 +140,7 @@ def slot_mask(slots: list[tuple[int, int, int]], above_reach: int | None = None,
 
 
 @dataclass(frozen=True)
-class ZipAR:
+class ZipAR(DecoderBase):
     window: int = 4
     grid: tuple[int, int] | None = None    # (H, W); None = read from the adapter's config.extra
     adaptive: bool = False                 # rows start once their first token passes a rejection test
@@ -154,7 +155,7 @@ class ZipAR:
     def bind(self, model) -> "ZipAR":
         return self if self.grid is not None else dataclasses.replace(self, grid=grid_of(model))
 
-    canvas = staticmethod(canvas_tokens)
+    grids = staticmethod(canvas_tokens)
 
     def start(self, state: DecodeState) -> None:
         if self.grid is None:

@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from suite.loop import Acceptance, DecodeState, Draft
-from suite.sampling import draw
-from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
+from ..base import DecoderBase
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import draw
+from ..blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def ordered_corners(row: torch.Tensor, tokens: torch.Tensor, layout: BoxLayout, 
 
 
 @dataclass(frozen=True)
-class ParallelBox:
+class ParallelBox(DecoderBase):
     layout: Any = None          # BoxLayout; default: from the adapter config (bind)
     ordered: bool = True        # xyxy blocks: re-choose a far corner that is not past the near one
 

@@ -31,10 +31,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from suite.acceptance import Verdict, accept_speculative
-from suite.loop import Acceptance, DecodeState, Draft
-from suite.sampling import draw, logits_to_probs
-from suite.decoders.blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
+from ..base import DecoderBase
+from ...acceptance import Verdict, accept_speculative
+from ...loop import Acceptance, DecodeState, Draft
+from ...sampling import draw, logits_to_probs
+from ..blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
 from .parallel_box import BoxLayout, block_problem, slot_confidence
 
 
@@ -53,7 +54,7 @@ class HybridRow:
 
 
 @dataclass(frozen=True)
-class HybridBox:
+class HybridBox(DecoderBase):
     confidence_floor: float = 0.5
     coord_tolerance: int = 15        # grid values (of 1000) around a coordinate counted as agreeing
     layout: Any = None               # BoxLayout; default: from the adapter config (bind)

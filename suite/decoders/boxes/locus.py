@@ -39,10 +39,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from suite.acceptance import accept_multi_draft
-from suite.loop import Acceptance, DecodeState, Draft
-from suite.random_streams import ACCEPT
-from suite.sampling import logits_to_probs
+from ..base import DecoderBase
+from ...acceptance import accept_multi_draft
+from ...loop import Acceptance, DecodeState, Draft
+from ...random_streams import ACCEPT
+from ...sampling import logits_to_probs
 from .parallel_box import BoxLayout
 
 
@@ -172,7 +173,7 @@ def runners_up(logits: torch.Tensor, count: int, floor: float, modes: int = 0, r
 
 
 @dataclass(frozen=True)
-class Locus:
+class Locus(DecoderBase):
     alternatives: int = 2           # runner-up values per drafted slot, each on its own branch (0: a chain)
     min_alternative: float = 0.01   # an alternative below this draft probability gets no branch
     tree_slots: int = 60            # slots the branches may take per row and forward, most likely first
