@@ -89,7 +89,7 @@ def require_frames(decoder, model, output: str = "frame") -> dict:
     """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
     adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
     "local" a LocalHeadOutput."""
-    extra = model.config.extra or {}
+    extra = getattr(getattr(model, "config", None), "extra", {}) or {}   # any object: a clear error below
     missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "
