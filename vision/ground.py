@@ -91,7 +91,8 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 def main(argv=None) -> int:
     from suite.models.dtypes import add_dtype_argument
-    from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.cli import add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.items import BatchJob, Item
     from vision.grounding.pipeline import DECODERS, DEFAULT_DECODER
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
