@@ -44,12 +44,6 @@ def image_bytes(img, suffix: str) -> bytes:
     return buf.getvalue()
 
 
-def save_atomic(img, path: Path) -> None:
-    from suite.runtime.storage import write_bytes
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(path, image_bytes(img, path.suffix))
-
-
 class GroundWorker:
     """The batch worker (suite.runtime.jobs): loads the grounding model once, grounds `query` in one image
     per call into the drawn image's bytes and its JSON record."""
