@@ -25,10 +25,10 @@ class VLMAdapter:
     row_data: dict | None = None   # the row inputs of the batch this adapter is bound to (None: unbound)
 
     def __init__(self, vlm, model=None):
-        self.vlm, self.model, self.family = vlm, model if model is not None else vlm.model, vlm.spec
+        self.vlm, self.model, self.spec = vlm, model if model is not None else vlm.model, vlm.spec
         self.config = AdapterConfig(vocab_size=vlm.vocab_size, eos_token_ids=vlm.eos, pad_token_id=vlm.pad,
                                     max_length=vlm.max_length, extra={"family": vlm.family})
-        self.supports_custom_mask = self.family.custom_mask
+        self.supports_custom_mask = self.spec.custom_mask
 
     @property
     def device(self) -> torch.device:
@@ -53,10 +53,10 @@ class VLMAdapter:
             raise ValueError("bind the adapter to a batch first: vlm.adapter(vlm.inputs(images, prompts), max_new_tokens)")
         bound = len(self.row_data["prompt_len"])
         if batch != bound:
-            raise ValueError(f"this adapter is bound to {bound} {self.family.rows_are}, not {batch}")
+            raise ValueError(f"this adapter is bound to {bound} {self.spec.rows_are}, not {batch}")
         cache = KVCache(batch, device=self.device)
         cache.row_inputs.update(self.row_data)
-        self.family.prepare_cache(cache)
+        self.spec.prepare_cache(cache)
         return cache
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
@@ -65,7 +65,7 @@ class VLMAdapter:
             attention_mask = causal_mask(cache, tokens)
         tokens, positions, mask = tokens.to(dev), positions.to(dev), attention_mask.to(dev)   # (B, N), (B, 1, N, T)
         rows = {name: t.to(dev) for name, t in cache.row_inputs.items()}       # the cache's row inputs, here
-        logits = self.family.logits(self.model, tokens, positions, mask, cache, rows, logits_from)
+        logits = self.spec.logits(self.model, tokens, positions, mask, cache, rows, logits_from)
         rules = self.vlm.rules
         if not rules.active:
             return logits
