@@ -181,9 +181,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def set_models_root(args) -> str | None:
-    """Export the models root and its limits (apps._common.models_root reads them per request); an
+    """Export the models root and its limits (apps.folders.models_root reads them per request); an
     error message, or None."""
-    from apps._common import DEFAULT_MAX_FOLDER_GB, DEFAULT_MAX_FOLDERS, MAX_FOLDER_GB_ENV, MAX_FOLDERS_ENV, MODELS_DIR_ENV
+    from apps.folders import (DEFAULT_MAX_FOLDER_GB, DEFAULT_MAX_FOLDERS, MAX_FOLDER_GB_ENV, MAX_FOLDERS_ENV,
+                              MODELS_DIR_ENV)
     if args.max_model_folders is not None and args.max_model_folders < 1:
         return f"--max-model-folders must be >= 1, got {args.max_model_folders}"
     if args.max_folder_gb is not None and not args.max_folder_gb > 0:

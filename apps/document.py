@@ -18,9 +18,14 @@ import suite
 from document.ocr import DECODER_DEFAULTS
 from suite.registry import effective_options
 from document.reader import DEFAULT_DECODER  # python -m document's and document.read's default too
+from suite.runtime.options import format_options, parse_options, ui_options
 
-from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, parse_options,
-                      race, stats_row, summary_html, throttled, ui_options, with_folder_decoders)
+from .errors import guarded
+from .folders import folder_field
+from .inputs import with_folder_decoders
+from .pipelines import FolderPipelines, Shared
+from .summary import stats_row, summary_html
+from .timing import TimedIterator, race, throttled
 
 TITLE = "Document"
 # the registry's decoders that read a line image into text (text/vision/speech ones live there too)

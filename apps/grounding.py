@@ -16,9 +16,14 @@ import gradio as gr
 
 import suite
 from vision.grounding.pipeline import DEFAULT_DECODER  # the CLI's and the API's default too
+from suite.runtime.options import format_options, parse_options, ui_options
 
-from ._common import (FolderPipelines, Shared, folder_field, font, format_options, guarded, image_input,
-                      parse_options, require_text, stats_row, summary_html, ui_options, with_folder_decoders)
+from .errors import guarded
+from .folders import folder_field
+from .inputs import image_input, require_text, with_folder_decoders
+from .pictures import font
+from .pipelines import FolderPipelines, Shared
+from .summary import stats_row, summary_html
 
 TITLE = "Grounding"
 TASKS = {"axis-aligned": "aabb", "oriented": "obb"}

@@ -15,10 +15,15 @@ import numpy as np
 
 import suite
 from vision.pipeline import DEFAULT_DECODER  # vision.generate's and the API's default too
+from suite.runtime.options import format_options, parse_options, ui_options
 
-from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, nearest_resize,
-                      parse_options, positive_int, race, require_text, stats_row, step_colours, summary_html,
-                      throttled, ui_options, with_scale_bar)
+from .errors import guarded
+from .folders import folder_field
+from .inputs import positive_int, require_text
+from .pictures import nearest_resize, step_colours, with_scale_bar
+from .pipelines import FolderPipelines, Shared
+from .summary import stats_row, summary_html
+from .timing import TimedIterator, race, throttled
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)

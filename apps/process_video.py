@@ -307,7 +307,7 @@ def result_line(key: str, result: dict) -> str:
 
 
 def parse(argv):
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     ap = argparse.ArgumentParser(prog="python -m apps.process_video", description=__doc__.split("\n\n")[0],
                                  epilog="examples:\n" + __doc__.split("\n\n")[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -342,7 +342,7 @@ def parse(argv):
 
 
 def build_job(args, pairs: list[tuple[Path, Path]]):
-    from suite.runtime.jobs import BatchJob, Item
+    from suite.runtime.jobs.items import BatchJob, Item
     items = [Item(str(src), {"src": str(src)}, outputs_of(base)) for src, base in pairs]
     worker_args = {"fps": args.fps, "max_frames": args.max_frames, "ocr": not args.no_ocr, "detector": args.detector,
                    "drafts": args.drafts, "phrase": args.phrase, "asr": args.asr, "asr_decoder": args.asr_decoder,
@@ -380,7 +380,7 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from suite.runtime.jobs import engine_from_args, run_cli
+    from suite.runtime.jobs.cli import engine_from_args, run_cli
     args = parse(argv)
     try:
         check_args(args)

@@ -20,8 +20,12 @@ import numpy as np
 from speech.asr import DEFAULT_DECODER as DEFAULT_ASR   # the fastest lossless ones (python -m speech.asr /
 from speech.tts import DEFAULT_DECODER as DEFAULT_TTS   # speech.tts use them too: one default per modality)
 
-from ._common import (FolderPipelines, checked_input, Guarantee, Shared, folder_field, font, guarded, require_text, stats_row,
-                      step_colours, summary_html, with_scale_bar)
+from .errors import guarded
+from .folders import folder_field
+from .inputs import checked_input, require_text
+from .pictures import font, step_colours, with_scale_bar
+from .pipelines import FolderPipelines, Shared
+from .summary import Guarantee, stats_row, summary_html
 
 TITLE = "Speech"
 BASELINE_TTS = "flat"          # one code per forward: the AR baseline of the TTS decoders

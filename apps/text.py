@@ -16,10 +16,14 @@ import gradio as gr
 
 import suite
 
-from suite.runtime.options import decoders_used
+from suite.runtime.options import decoders_used, format_options, parse_options, ui_options
 
-from ._common import (FolderPipelines, Shared, TimedIterator, folder_field, format_options, guarded, image_input,
-                      parse_options, positive_int, race, require_text, sampling_args, stats_row, summary_html, throttled, ui_options)
+from .errors import guarded
+from .folders import folder_field
+from .inputs import image_input, positive_int, require_text, sampling_args
+from .pipelines import FolderPipelines, Shared
+from .summary import stats_row, summary_html
+from .timing import TimedIterator, race, throttled
 
 TITLE = "Text"
 # the registry's decoders that work on one token sequence (vision/speech decoders live there too)

@@ -16,9 +16,14 @@ import numpy as np
 
 import suite
 from vision.video.pipeline import DEFAULT_DECODER  # vision.generate_video's and the API's default too
+from suite.runtime.options import format_options, parse_options, ui_options
 
-from ._common import (Shared, TimedIterator, format_options, guarded, nearest_resize, parse_options, positive_int, race,
-                      stats_row, step_colours, summary_html, throttled, ui_options, with_scale_bar)
+from .errors import guarded
+from .inputs import positive_int
+from .pictures import nearest_resize, step_colours, with_scale_bar
+from .pipelines import Shared
+from .summary import stats_row, summary_html
+from .timing import TimedIterator, race, throttled
 
 TITLE = "Video"
 HIDDEN_OPTIONS = ("adaptive", "max_window")       # refused or meaningless on video grids
@@ -98,7 +103,7 @@ class VideoRun:
 def tiles(pictures: list, width: int = FRAME_PX, per_row: int = PER_ROW):
     """PIL pictures (None: a grey tile, not there yet) -> one picture, `per_row` a row, numbered."""
     from PIL import Image, ImageDraw
-    from ._common import font
+    from .pictures import font
     cells = [nearest_resize(p, width) if p is not None else Image.new("RGB", (width, width), (200, 200, 200))
              for p in pictures]
     cols, rows, gap, label = min(per_row, len(cells)), -(-len(cells) // per_row), 4, 18

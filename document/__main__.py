@@ -129,7 +129,7 @@ def summary_table(rows: list[tuple[str, str, str, str, str, str]]) -> str:
 
 def parse(argv):
     from suite.models.dtypes import add_dtype_argument
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     ap = argparse.ArgumentParser(prog="python -m document", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="an image, a PDF, or a folder (searched recursively)")
@@ -170,7 +170,7 @@ def parse(argv):
 
 
 def build_job(args, root: Path, out: Path, files: list[Path]):
-    from suite.runtime.jobs import BatchJob, Item
+    from suite.runtime.jobs.items import BatchJob, Item
 
     def base_of(item) -> Path:
         return outputs_for(Path(item.payload["src"]), root, out)
@@ -207,7 +207,8 @@ def main(argv=None) -> int:
         print(f"error: {REGIONS_NEED_MODEL}", file=sys.stderr)
         return 2
     import suite
-    from suite.runtime.jobs import engine_from_args, run_batch
+    from suite.runtime.jobs.cli import engine_from_args
+    from suite.runtime.jobs.run import run_batch
     if args.decoder not in suite.list_decoders("document"):     # an image or speech decoder too: before any file
         print(f"error: unknown decoder {args.decoder!r} for documents; choose one of: "
               f"{', '.join(suite.list_decoders('document'))}", file=sys.stderr)

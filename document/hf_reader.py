@@ -2,7 +2,7 @@
 `<OCR>`) from a local folder: `pages = document.read("scan.pdf", model="/models/got-ocr2")`.
 
 Each page goes to the model whole (its processor resizes it); the answer is decoded through
-suite's loop (suite/models/vlm.py adapters) with `ar` or any exact chain decoder: `ngram` (page text
+suite's loop (suite/models/vlm/ adapters) with `ar` or any exact chain decoder: `ngram` (page text
 repeats: words, numbers, table cells), `lookahead`, `jacobi`, `speculative` (draft='self:N', the
 first N text layers, or draft_model= another VLM of the family). Each equals the family's greedy
 `generate` token for token. `document.read` turns each answer into a `reader.Page` whose lines are

@@ -1,4 +1,6 @@
-"""Pure-torch references of the shared decoding ops: batched, no host synchronisation.
+"""Pure-torch references of the decoding ops every decoder shares: acceptance (greedy prefix,
+speculative), sampling (filtered probabilities, inverse-CDF draws) and draft masks (causal, block
+causal, tree). Batched, no host synchronisation (the masks are built from host lists).
 
 Randomness comes in as explicit uniforms so every implementation makes the same decision for
 the same inputs. Shapes: B batch, N draft length, V vocabulary.
@@ -51,42 +53,67 @@ def speculative_accept(draft: torch.Tensor, q: torch.Tensor | None, p: torch.Ten
     return accepted, inverse_cdf(residual, u_next)
 
 
-def sample_logits(logits: torch.Tensor, temperature: float, u: torch.Tensor, top_k: int | None = None,
-                  top_p: float | None = None) -> torch.Tensor:
-    """Temperature / top-k / top-p sampling of (B, V) logits with uniforms u (B,); temperature 0
-    is the argmax. Same filters as suite.logits_to_probs."""
+def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int | None = None,
+                   top_p: float | None = None) -> torch.Tensor:
+    """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k and top-p; temperature
+    0 gives a one-hot on the argmax (ties: lowest index, like torch.argmax). Every distribution a
+    decoder compares (target p, draft q, residual) goes through it (suite.logits_to_probs)."""
+    logits = logits.float()
     if temperature == 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, -1)
+    probs = torch.softmax(logits, dim=-1)
     if top_p is not None and top_p < 1.0:
-        sorted_probs, order = probs.sort(-1, descending=True)
-        drop = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p
-        probs = probs.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
-    return inverse_cdf(probs, u)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (always the top token)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
 
 
-# -- attention masks (True = may attend), (N, T) or (B, N, T) -----------------------------------
+def sample_probs(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One index per row of probabilities (B, V) with uniforms u (B,): the inverse CDF, never a
+    zero-probability index (float round-off at the top of the CDF gives the argmax instead)."""
+    idx = inverse_cdf(probs, u)
+    return torch.where(probs.gather(1, idx[:, None])[:, 0] > 0, idx, probs.argmax(-1))
 
-def causal_mask(n: int, past: int = 0) -> torch.Tensor:
+
+def sample_logits(logits: torch.Tensor, temperature: float, u: torch.Tensor, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
+    """Temperature / top-k / top-p sampling of (B, V) logits with uniforms u (B,); temperature 0
+    is the argmax: `sample_probs(filtered_probs(...), u)` (suite.draw)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return sample_probs(filtered_probs(logits, temperature, top_k, top_p), u)
+
+
+# -- attention masks (True = may attend), (N, T) ------------------------------------------------------
+
+def causal_mask(n: int, past: int = 0, device=None) -> torch.Tensor:
     """n new queries after `past` cached slots."""
-    return torch.ones(n, past + n, dtype=torch.bool).tril(past)
+    return torch.ones(n, past + n, dtype=torch.bool, device=device).tril(past)
 
 
-def block_causal_mask(block_sizes: list[int]) -> torch.Tensor:
+def block_causal_mask(block_sizes: list[int], device=None) -> torch.Tensor:
     """Bidirectional inside each block, causal across blocks (block diffusion, LPD groups)."""
-    block = torch.repeat_interleave(torch.arange(len(block_sizes)), torch.tensor(block_sizes))
+    block = torch.repeat_interleave(torch.arange(len(block_sizes), device=device),
+                                    torch.tensor(block_sizes, dtype=torch.long, device=device))
     return block[:, None] >= block[None, :]
 
 
-def tree_mask(parents: list[int]) -> torch.Tensor:
-    """Each node sees itself and its ancestors; parents[i] < i, or -1 for a root (tree drafts)."""
+def tree_mask(parents: list[int], device=None) -> torch.Tensor:
+    """Each node sees itself and its ancestors; parents[i] < i, or -1 for a root (tree drafts).
+    Built on the host and sent to `device` once."""
     n = len(parents)
-    mask = torch.eye(n, dtype=torch.bool)
+    rows: list[list[bool]] = []
     for i, parent in enumerate(parents):
-        if parent >= 0:
-            mask[i] |= mask[parent]
-    return mask
+        row = list(rows[parent]) if parent >= 0 else [False] * n
+        row[i] = True
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.bool, device=device).reshape(n, n)

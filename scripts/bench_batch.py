@@ -1,4 +1,4 @@
-"""Throughput of the batch engines (suite/runtime/jobs.py): --engine ray vs --engine local on one run.
+"""Throughput of the batch engines (suite/runtime/jobs/): --engine ray vs --engine local on one run.
 
     .venv/bin/python scripts/bench_batch.py --prompts 50 --lines 200 --workers 2   [--detector projection]
 

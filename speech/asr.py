@@ -175,7 +175,8 @@ def default_note() -> str:
 
 def main(argv=None) -> int:
     from suite.models.dtypes import add_dtype_argument
-    from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.cli import add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.items import BatchJob, Item
     from suite.runtime.storage import write_json, write_text
     parser = argparse.ArgumentParser(prog="python -m speech.asr", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

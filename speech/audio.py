@@ -84,10 +84,6 @@ class TTSResult:
         return len(self.audio) / self.sample_rate
 
     @property
-    def forwards_per_second(self) -> float:
-        return self.stats.num_forwards / max(self.seconds, 1e-9)
-
-    @property
     def real_time_factor(self) -> float:
         return self.stats.wall_time_s / max(self.seconds, 1e-9)
 

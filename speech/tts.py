@@ -294,7 +294,7 @@ def main(argv=None) -> int:
                              "files (each one utterance -> OUT/<name>.wav), with OUT/manifest.jsonl; resumable")
     parser.add_argument("--threads", type=int, default=None, help="--input: torch threads (default: torch's)")
     from suite.models.dtypes import add_dtype_argument
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     add_dtype_argument(parser)
     add_batch_arguments(parser)
     args = parser.parse_args(argv)
@@ -400,7 +400,8 @@ def batch_inputs(source: Path, out: Path) -> list[tuple[str, str, Path]]:
 
 
 def main_batch(args) -> int:
-    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_cli
+    from suite.runtime.jobs.cli import engine_from_args, run_cli
+    from suite.runtime.jobs.items import BatchJob, Item
     from suite.runtime.storage import write_bytes
     try:
         if args.out is None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from kernels.reference import causal_mask
+
 
 @dataclass
 class Draft:
@@ -45,7 +47,7 @@ class Draft:
         if min(lengths) == n and not any(m is not None for m in masks or []):          # no padding: the common case
             mask, valid = _causal_block(len(tokens), n, torch.device(device))
             return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, causal=True, canvas=canvas)
-        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()              # (N, N)
+        causal = causal_mask(n, device=device)                                          # (N, N)
         valid = torch.arange(n, device=device)[None] < torch.tensor(lengths, device=device)[:, None]   # (B, N)
         # real slots see the real slots before them; padding sees itself only
         mask = (causal[None] & valid[:, :, None]) | torch.eye(n, dtype=torch.bool, device=device)[None]
@@ -76,7 +78,7 @@ class Canvas:
 def _causal_block(batch: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The (B, N, N) causal mask and (B, N) all-True validity of an unpadded draft, built once per
     shape and shared by every draft of that shape (read only: nothing writes into a draft's mask)."""
-    return (torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(batch, n, n),
+    return (causal_mask(n, device=device).expand(batch, n, n),
             torch.ones(batch, n, dtype=torch.bool, device=device))
 
 

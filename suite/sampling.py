@@ -1,4 +1,5 @@
-"""Sampling parameters and the one logits -> probabilities transform.
+"""Sampling parameters, and the decoders' entry to the one logits -> probabilities transform and
+the one inverse-CDF draw (both in kernels: `filtered_probs`, `sample_probs`, `sample_logits`).
 
 Every distribution the decoders compare (target p, draft q, residual) goes through
 `logits_to_probs`, so a speculative rule sees p and q processed the same way.
@@ -8,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+import kernels
+from kernels.reference import filtered_probs, sample_probs
 
 
 @dataclass(frozen=True)
@@ -39,34 +43,21 @@ class SamplingParams:
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k and top-p.
-
-    Greedy gives a one-hot on the argmax (ties: lowest index, like torch.argmax)."""
-    logits = logits.float()
-    if params.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / params.temperature
-    if params.top_k is not None and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if params.top_p is not None and params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (always the top token)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        drop_sorted = mass_before >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+    """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k and top-p
+    (kernels' `filtered_probs`). Greedy gives a one-hot on the argmax (ties: lowest index, like torch.argmax)."""
+    return filtered_probs(logits, params.temperature, params.top_k, params.top_p)
 
 
 def draw(logits: torch.Tensor, params: SamplingParams, rng=None) -> torch.Tensor:
-    """(..., V) logits -> (...) tokens: `sample(logits_to_probs(logits, params), rng)`, with
-    greedy taking the argmax directly (what sampling its one-hot returns) and spending no uniforms."""
+    """(..., V) logits -> (...) tokens: `sample(logits_to_probs(logits, params), rng)` (kernels'
+    `sample_logits`: the reference, or its fused Triton form on CUDA), with greedy taking the argmax
+    directly (what sampling its one-hot returns) and spending no uniforms."""
     if params.greedy:
         return logits.argmax(-1)
-    return sample(logits_to_probs(logits, params), rng)
+    flat = logits.reshape(-1, logits.shape[-1])
+    u = uniforms_for((flat.shape[0], 1), rng, flat.device)[:, 0]
+    tokens = kernels.op("sample_logits", flat.device.type)(flat, params.temperature, u, params.top_k, params.top_p)
+    return tokens.reshape(logits.shape[:-1])
 
 
 def uniforms_for(shape, rng, device) -> torch.Tensor:
@@ -79,12 +70,8 @@ def uniforms_for(shape, rng, device) -> torch.Tensor:
 
 def sample(probs: torch.Tensor, rng=None) -> torch.Tensor:
     """Draw one index per row of (..., V) probabilities -> (...) long; rng: (...) uniforms (a row
-    stream's) or a torch.Generator."""
+    stream's) or a torch.Generator. One uniform per row through the inverse CDF (kernels'
+    `sample_probs`): deterministic for given uniforms or a seeded generator."""
     flat = probs.reshape(-1, probs.shape[-1])
-    # inverse-CDF sampling with one uniform per row: deterministic for given uniforms or a seeded generator
-    u = uniforms_for((flat.shape[0], 1), rng, flat.device)
-    cdf = flat.cumsum(-1)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=flat.shape[-1] - 1)
-    # never return a zero-probability index (float round-off at the top of the CDF)
-    idx = torch.where(flat.gather(1, idx) > 0, idx, flat.argmax(-1, keepdim=True))
-    return idx.reshape(probs.shape[:-1])
+    u = uniforms_for((flat.shape[0], 1), rng, flat.device)[:, 0]
+    return sample_probs(flat, u).reshape(probs.shape[:-1])

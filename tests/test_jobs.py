@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.runtime.jobs import BatchError, BatchJob, Engine, Item, connect, run_batch
+from suite.runtime.jobs.engines import Engine, connect
+from suite.runtime.jobs.items import BatchError, BatchJob, Item
+from suite.runtime.jobs.run import run_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -188,7 +190,7 @@ def test_cli_ray_errors_exit_2_without_a_traceback(tmp_path):
 
 LOCAL_CLUSTER = """
 import os, psutil
-from suite.runtime.jobs import connect
+from suite.runtime.jobs.engines import connect
 ray, started = connect(None, workers=1)
 assert started
 assert ray.get(ray.remote(lambda: 6 * 7).remote()) == 42          # the loopback cluster runs tasks
@@ -213,7 +215,9 @@ import sys
 from ray.cluster_utils import Cluster
 import ray
 sys.path.insert(0, {here!r})
-from suite.runtime.jobs import BatchJob, Engine, Item, run_batch
+from suite.runtime.jobs.engines import Engine
+from suite.runtime.jobs.items import BatchJob, Item
+from suite.runtime.jobs.run import run_batch
 from jobworkers import Square
 cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
 cluster.add_node(num_cpus=2)

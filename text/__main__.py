@@ -45,7 +45,7 @@ with --.
 def parse_args(argv=None) -> argparse.Namespace:
     from suite import TEXT_DECODERS
     from suite.registry import CANVAS_DECODERS
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     from suite.models.dtypes import add_dtype_argument
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
@@ -346,7 +346,9 @@ def summarise(args, res, reason: str, ar=None) -> int:
 def run_many(args, prompts: list[str], kwargs) -> int:
     """--input (or --engine ray): one suite.runtime.jobs job; records in prompt order, to --output
     (assembled from per-prompt parts, so an interrupted job resumes) or to stdout."""
-    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_batch
+    from suite.runtime.jobs.cli import engine_from_args
+    from suite.runtime.jobs.items import BatchJob, Item
+    from suite.runtime.jobs.run import run_batch
     from suite.runtime.storage import write_json, write_text
 
     engine = engine_from_args(args, threads=args.threads)
@@ -402,7 +404,7 @@ def run_many(args, prompts: list[str], kwargs) -> int:
 
 
 def main(argv=None) -> int:
-    from suite.runtime.jobs import cli_exit
+    from suite.runtime.jobs.cli import cli_exit
     args = parse_args(argv)
     return cli_exit(lambda: run(args), "prompts")
 

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-ids", default=None, help="--hf-model: prompt token ids, comma-separated")
     p.add_argument("--grid", nargs=2, type=int, default=None, metavar=("H", "W"),
                    help="--hf-model: token grid (Emu3 needs it; Janus and Chameleon have a fixed one)")
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     add_batch_arguments(p, batch_size=False)      # --batch-size above: images per batch (one input of the job)
     return p
 
@@ -146,7 +146,9 @@ def _run_label_batches(args, classes, jobs, settings, options, head) -> dict:
     """One suite.runtime.jobs input per batch of --batch-size images, written into a work folder beside
     --out (kept by an interrupted or failed job, so a rerun resumes) that becomes --out once every
     batch is written."""
-    from suite.runtime.jobs import BatchJob, Item, engine_from_args, run_batch
+    from suite.runtime.jobs.cli import engine_from_args
+    from suite.runtime.jobs.items import BatchJob, Item
+    from suite.runtime.jobs.run import run_batch
     from suite.runtime.storage import read_json, write_bytes, write_json
     engine = engine_from_args(args, threads=args.threads, batch_size=1)
     out = os.path.abspath(args.out)
@@ -262,7 +264,7 @@ def _write_all(args, fill, head: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from suite.runtime.jobs import cli_exit
+    from suite.runtime.jobs.cli import cli_exit
     args = build_parser().parse_args(argv)
     return cli_exit(lambda: report(args), "batches")
 

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gif", action="store_true", help="also write a GIF per clip")
     p.add_argument("--fps", type=float, default=8.0)
     p.add_argument("--scale", type=int, default=4, help="enlarge each frame this many times (64x64 frames are small)")
-    from suite.runtime.jobs import add_batch_arguments
+    from suite.runtime.jobs.cli import add_batch_arguments
     add_batch_arguments(p)
     return p
 
@@ -200,7 +200,7 @@ FIELDS = ("frames", "stats", "settings")
 
 def run(args) -> int:
     """Build the job from the flags (ValueError: a user error), run it, write manifest.json; the exit status."""
-    from suite.runtime.jobs import engine_from_args, run_cli
+    from suite.runtime.jobs.cli import engine_from_args, run_cli
     job, head = build_job(args)
     engine = engine_from_args(args, threads=args.threads)
     out = Path(args.out)
@@ -236,7 +236,7 @@ def job_head(args, decoder: str, options: dict) -> dict:
 
 def build_job(args):
     """(the suite.runtime.jobs job, the manifest's head): one input per clip, its MP4 (+ GIF) and record."""
-    from suite.runtime.jobs import BatchJob, Item, fingerprint
+    from suite.runtime.jobs.items import BatchJob, Item, fingerprint
     from suite.runtime.storage import read_json, write_json
     from .video.io import write_video
     check_flags(args)
@@ -285,7 +285,7 @@ def request_of(payload: dict) -> dict:
 
 def write_manifest(out: Path, items: list, head: dict) -> dict:
     """OUT/manifest.json: the head, one entry per request (its record, or its manifest row's error), totals."""
-    from suite.runtime.jobs import read_manifest
+    from suite.runtime.jobs.items import read_manifest
     from suite.runtime.storage import read_json, write_json
     rows = read_manifest(out / "manifest.jsonl")
     clips = []

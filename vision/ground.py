@@ -44,12 +44,6 @@ def image_bytes(img, suffix: str) -> bytes:
     return buf.getvalue()
 
 
-def save_atomic(img, path: Path) -> None:
-    from suite.runtime.storage import write_bytes
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(path, image_bytes(img, path.suffix))
-
-
 class GroundWorker:
     """The batch worker (suite.runtime.jobs): loads the grounding model once, grounds `query` in one image
     per call into the drawn image's bytes and its JSON record."""
@@ -91,7 +85,8 @@ def targets(src: Path, out: str | None) -> list[tuple[Path, Path]]:
 
 def main(argv=None) -> int:
     from suite.models.dtypes import add_dtype_argument
-    from suite.runtime.jobs import BatchJob, Item, add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.cli import add_batch_arguments, engine_from_args, run_cli
+    from suite.runtime.jobs.items import BatchJob, Item
     from vision.grounding.pipeline import DECODERS, DEFAULT_DECODER
     ap = argparse.ArgumentParser(prog="python -m vision.ground", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,7 +1,7 @@
 """Grounding with transformers' own vision-language families (Florence-2, PaliGemma, Kosmos-2)
 from a local folder: `grd = vision.load_grounding_pipeline("/models/florence2"); grd(image, "a cat")`.
 
-The answer is decoded through suite's loop (suite/models/vlm.py adapters) and its location tokens are
+The answer is decoded through suite's loop (suite/models/vlm/ adapters) and its location tokens are
 parsed into boxes in the image's own pixels:
 - Florence-2: `<CAPTION_TO_PHRASE_GROUNDING>query` -> `phrase<loc_x0><loc_y0><loc_x1><loc_y1>...`,
   bins of 1000, a bin's centre ((k + 0.5) / 1000 of the side), as its processor dequantizes;

@@ -145,7 +145,7 @@ def screenshot(screenshot_dir):
 
 
 
-# -- what every tab's result must say (see apps/_common.summary_html) ---------------------------------
+# -- what every tab's result must say (see apps/summary.summary_html) ---------------------------------
 
 def guarantee_of(decoder: str) -> str:
     import suite
@@ -184,7 +184,7 @@ def expect_result_says_what_it_is(page, prefix: str, decoder: str, compared: boo
 
 
 def quality_figures(prefix: str) -> dict:
-    from apps._common import quality_costs
+    from apps.summary import quality_costs
     return quality_costs({"speech-asr": "asr"}.get(prefix, prefix))
 
 

@@ -41,7 +41,7 @@ def models_root(tmp_path_factory):
     (tests/apps/test_apps_models_root.py checks what lies outside it)."""
     import os
 
-    from apps._common import MODELS_DIR_ENV
+    from apps.folders import MODELS_DIR_ENV
     before = os.environ.get(MODELS_DIR_ENV)
     os.environ[MODELS_DIR_ENV] = str(tmp_path_factory.getbasetemp())
     yield
@@ -227,7 +227,7 @@ def test_image_tab_without_a_folder_keeps_its_class_stream():
 def test_each_folder_loads_once_even_under_concurrent_requests(tmp_path):
     import time
 
-    from apps._common import FolderPipelines, Shared
+    from apps.pipelines import FolderPipelines, Shared
     calls = []
 
     def load(folder):

@@ -10,8 +10,11 @@ import gradio as gr
 import pytest
 
 import apps.__main__ as apps_main
-from apps._common import (Guarantee, Shared, guarantee_html, guarded, parse_options, sampling_args, speed_html,
-                          summary_html, ui_options)
+from apps.errors import guarded
+from apps.inputs import sampling_args
+from apps.pipelines import Shared
+from apps.summary import Guarantee, guarantee_html, speed_html, summary_html
+from suite.runtime.options import parse_options, ui_options
 from apps.text import chunk_colours, Chunk, decoder_choices, default_decoder, default_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +201,7 @@ def test_longer_accepted_chunks_stand_out():
 
 def test_throttled_never_repeats_the_final_view():
     """A repeated final update could leave the browser showing a broken picture (the Image tab)."""
-    from apps._common import throttled
+    from apps.timing import throttled
     assert len(list(throttled(iter(range(5)), every_s=3600))) == 1      # only the end
     assert len(list(throttled(iter(range(3)), every_s=0))) == 3         # each step, no extra end
     assert list(throttled(iter([]), every_s=0)) == []

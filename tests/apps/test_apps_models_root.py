@@ -9,8 +9,8 @@ import gradio as gr
 import pytest
 
 import apps.__main__ as apps_main
-from apps._common import (MAX_FOLDER_GB_ENV, MAX_FOLDERS_ENV, MODELS_DIR_ENV, FolderPipelines, Shared, _Loaded,
-                          models_root)
+from apps.folders import MAX_FOLDER_GB_ENV, MAX_FOLDERS_ENV, MODELS_DIR_ENV, models_root
+from apps.pipelines import FolderPipelines, Shared, _Loaded
 
 SECRET = "ssh-rsa AAAA-not-for-users"
 

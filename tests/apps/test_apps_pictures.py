@@ -1,7 +1,7 @@
 """The pictures the tabs draw: which forward decided each token, in colour."""
 import numpy as np
 
-from apps._common import RAMP, UNDECIDED, step_colours
+from apps.pictures import RAMP, UNDECIDED, step_colours
 from apps.speech import decided_steps
 
 

@@ -34,7 +34,7 @@ def last(views):
 
 
 def test_video_tab_shows_the_clip_and_when_each_code_was_decided(handler):
-    from apps._common import RAMP
+    from apps.pictures import RAMP
     from vision.video.io import read_video
     clip, strip, steps, ar_clip, ar_strip, ar_steps, table = last(
         handler("star", "left", 2, "video_zipar", "window=4", 2.0, 0.7, 0, True))

@@ -35,7 +35,7 @@ def test_one_defaults_table_feeds_the_api_the_app_and_the_bench():
     import apps.document
     import document.bench
     import document.ocr
-    from apps._common import summary_html
+    from apps.summary import summary_html
     from suite.registry import DEFAULTS, effective_options
     table = DEFAULTS["document"]
     assert document.ocr.DECODER_DEFAULTS is table                              # document.read / load_ocr()(...)

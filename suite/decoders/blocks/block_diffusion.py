@@ -34,6 +34,8 @@ from typing import ClassVar
 
 import torch
 
+from kernels.reference import block_causal_mask
+
 from ...acceptance import accept_by_confidence
 from ...loop import Acceptance, Canvas, DecodeState, Draft
 from ...random_streams import SAMPLE
@@ -83,9 +85,7 @@ def block_draft(state: DecodeState, chains: list[list[int]], noisy: list[list[in
 def block_mask(num_clean: int, num_noisy: int, device: torch.device) -> torch.Tensor:
     """(N, N) bool, N = num_clean + num_noisy: causal among clean slots, noisy slots see all clean
     slots and all noisy slots, clean slots never see noisy ones."""
-    mask = torch.ones(num_clean + num_noisy, num_clean + num_noisy, dtype=torch.bool, device=device).tril()
-    mask[num_clean:] = True
-    return mask
+    return block_causal_mask([1] * num_clean + [num_noisy], device=device)
 
 
 def row_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:

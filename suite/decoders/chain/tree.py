@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from kernels.reference import tree_mask
+
 from ...acceptance import accept_multi_draft
 from ...cost import best_size, bind_cost
 from ...loop import Acceptance, DecodeState, Draft
@@ -165,12 +167,10 @@ def tree_draft(state: DecodeState, trees: dict[int, DraftTree]) -> Draft:
         if t.is_chain:
             masks.append(None)
             continue
-        n = p + len(t.tokens)
-        visible = [[j <= i for j in range(n)] for i in range(p)]   # on the host, sent to the device once
-        for i, par in enumerate(t.parents):                        # a node sees the pending tokens,
-            row = [j < p or j == p + i for j in range(n)]          # itself and its ancestors
-            visible.append([a or c for a, c in zip(row, visible[p + par])] if par >= 0 else row)
-        masks.append(torch.tensor(visible, dtype=torch.bool, device=state.device).reshape(n, n))
+        # the pending tokens a chain, the tree's roots below the last one: a node sees the pending
+        # tokens, itself and its ancestors
+        parents = list(range(-1, p - 1)) + [p + par if par >= 0 else p - 1 for par in t.parents]
+        masks.append(tree_mask(parents, device=state.device))
     active = [t.num_pending - 1 for t in meta if t.num_pending > 0]
     return Draft.from_rows(rows, positions, masks if any(m is not None for m in masks) else None, meta=meta,
                            logits_from=min(active, default=0), device=state.device)
