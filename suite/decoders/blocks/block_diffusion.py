@@ -38,6 +38,7 @@ from kernels.reference import block_causal_mask
 
 from ...acceptance import accept_by_confidence
 from ...loop import Acceptance, Canvas, DecodeState, Draft
+from ...models.adapters import as_adapter
 from ...random_streams import SAMPLE
 from ...sampling import logits_to_probs, sample
 from ..base import DecoderBase
@@ -125,13 +126,13 @@ def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
 
 
 def mask_token_of(adapter) -> int | None:
-    extra = adapter.config.extra or {}
-    return extra.get("mask_token_id")
+    return (adapter.config.extra or {}).get("mask_token_id")
 
 
-def with_mask_token(decoder, adapter):
+def with_mask_token(decoder, model):
     """The decoder with its mask_token_id taken from the adapter config, unless it has one; on a
     canvas model (`capabilities.canvas`), in canvas mode (`canvas`: set here, not an option)."""
+    adapter = as_adapter(model)
     if decoder.mask_token_id is None:
         decoder = dataclasses.replace(decoder, mask_token_id=mask_token_of(adapter))
     if adapter.capabilities.canvas:

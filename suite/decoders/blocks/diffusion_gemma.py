@@ -34,6 +34,7 @@ import torch
 
 from ...loop import Acceptance, Canvas, DecodeState, Draft
 from .block_diffusion import block_mask
+from ...models.adapters import as_adapter
 from ..base import DecoderBase
 
 # transformers 5.24's DiffusionGemmaGenerationConfig._get_default_generation_params (besides max_new_tokens)
@@ -87,6 +88,7 @@ class DiffusionGemmaSampler(DecoderBase):
 
     def bind(self, adapter) -> "DiffusionGemmaSampler":
         """Fill unset options from the folder (adapter.config.extra) and then the family's defaults."""
+        adapter = as_adapter(adapter)
         if not adapter.capabilities.canvas:
             raise ValueError("diffusion_gemma is DiffusionGemma's own sampler: load a DiffusionGemma folder "
                              "with text.load(folder)")
