@@ -156,7 +156,7 @@ class Scheduler:
                          # another), so a model its owner let go (an app's evicted folder) is freed
 
     def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", join_rows: int | None = None,
-                 fuse_tokens: int = 4, max_tokens: int = 512):
+                 fuse_tokens: int = 4, max_tokens: int = 512, prefix_cache=None):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.adapter = as_adapter(model)
@@ -170,6 +170,7 @@ class Scheduler:
         # tokens (rows x padded width) a newcomers' prefill forward may take: longer prompts are prefilled
         # in chunks of max_tokens // rows tokens a row, one chunk between the running batches' steps
         self.max_tokens = max_tokens
+        self.prefix_cache = prefix_cache        # suite.prefix_cache.PrefixCache of this model, or None (off)
         self._waiting: deque[Request] = deque()
         self._batches: list[_Batch] = []
         self._prefilling: list[_Batch] = []     # newcomers whose long prompts are being prefilled in chunks
@@ -326,6 +327,7 @@ class Scheduler:
         groups: dict[tuple, _Batch] = {}
         for request in admitted:
             try:
+                self._reuse_prefix(request)
                 first = begin(request.decoder, request.state)
             except Exception as e:          # noqa: BLE001: the request fails alone
                 request._finish(e)
@@ -423,6 +425,31 @@ class Scheduler:
         self._deliver(batch, step, time.perf_counter() - t0, drafting, self.forwards_run - 1)
         return True
 
+    def _reuse_prefix(self, request: Request) -> None:
+        """Prefix caching, on admission: the request's rows start from their longest cached prefixes
+        (suite.prefix_cache), for rows of token ids through an adapter that moves rows and reads no whole
+        prompt at once."""
+        if self.prefix_cache is None or not self._cacheable(request.decoder, request.state):
+            return
+        reused = sum(self.prefix_cache.reuse(request.state))
+        if reused:
+            request.stats.count("prefix_cache_hit_tokens", reused)
+
+    def _store_prefix(self, batch: _Batch, keep: list[int]) -> None:
+        """Prefix caching, on a row's finish: the K/V of rows that finished (not cancelled, failed) kept."""
+        if self.prefix_cache is None or not self._cacheable(batch.decoder, batch.state):
+            return
+        kept = set(keep)
+        rows = [i for i, (request, _) in enumerate(batch.owners)
+                if i not in kept and batch.state.done[i] and not request.cancelled and request.error is None]
+        if rows:
+            self.prefix_cache.store(batch.state, rows)
+
+    def _cacheable(self, decoder, state: DecodeState) -> bool:
+        return (self._movable(state) and bool(state.tokens) and bool(state.tokens[0])
+                and isinstance(state.tokens[0][0], int) and not getattr(decoder, "whole_prompt", False)
+                and not getattr(self.adapter, "whole_prompt", False) and not getattr(self.adapter, "canvas_model", False))
+
     def _isolate(self, request: Request, error: BaseException) -> None:
         """After a shared forward failed: queue `request` again at the front, to run in a batch of its
         own from its prompts plus the tokens it was given so far (greedy or seeded: the tokens it
@@ -485,6 +512,8 @@ class Scheduler:
                     if not batch.state.done[i] and not request.cancelled and not request.done]
             if len(keep) == len(batch.owners):
                 continue
+            if batch.movable or not keep:       # rows that finish leave now (a fixed batch: all at its end)
+                self._store_prefix(batch, keep)
             for request, _ in batch.owners:
                 if all(request._row_done) or request.cancelled or request.done:
                     request._finish(request.error)
