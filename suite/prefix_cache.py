@@ -5,7 +5,9 @@ vLLM's automatic prefix caching, SGLang's RadixAttention and llama.cpp's `cache_
 One `PrefixCache` belongs to one model (suite.scheduler.Scheduler holds it): `reuse(state)` copies
 the cached K/V rows of each row's longest cached prefix into a request's empty cache and marks them
 cached (`DecodeState.num_cached`), leaving at least the last prompt token pending (the decoder's first
-step scores it); `store(state, rows)` keeps finished rows' cached tokens and their K/V. Entries are
+step scores it); `store(state, rows)` keeps rows' cached tokens and their K/V (suite.scheduler stores a
+request's prompt after its prefill and its prompt and output when it finishes); `defer` holds back
+requests of one burst that share a long prefix with an earlier one until that one's prompt is stored. Entries are
 evicted least recently used first once their K/V pass `max_bytes`; an entry whose tokens are a prefix
 of a newer one is dropped (the newer one serves both: a chat's turns). Exactness: a cached slot holds
 the K/V the model computed for that token at that position, as a prefill would (greedy outputs equal
@@ -142,6 +144,21 @@ class PrefixCache:
                 state.stats.count(HIT_EVENT, n)
         return [n for n, _ in found]
 
+    def defer(self, prompts: list[list[list[int]]]) -> list[bool]:
+        """Of requests admitted together (each a list of token rows), which should wait one step: those
+        sharing with an earlier one of them at least `min_tokens` more than the cache holds (a burst
+        sharing a system prompt): once the earlier one's prefill stored its prompt, they reuse it."""
+        with self._lock:
+            held = [[self.longest(row[:-1])[0] for row in rows] for rows in prompts]
+        out, leaders = [], []
+        for rows, cached in zip(prompts, held):
+            wait = any(_common(row, other) - c >= self.min_tokens
+                       for row, c in zip(rows, cached) for lead in leaders for other in lead)
+            out.append(wait)
+            if not wait:
+                leaders.append(rows)
+        return out
+
     def store(self, state, rows: list[int]) -> None:
         """Keep rows' cached tokens (prompt and output, in order from position 0) and their K/V."""
         cache = state.cache
@@ -171,6 +188,16 @@ class PrefixCache:
                 self.stored += 1
                 self.stored_tokens += n
                 self._evict()
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of a[:-1] and b[:-1] (a row's last token is always scored)."""
+    n = 0
+    for x, y in zip(a[:-1], b[:-1]):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _plain(cache) -> bool:

@@ -324,6 +324,7 @@ class Scheduler:
         """Start the admitted requests and append their rows to the running batch of their key:
         short prompts (`_fuses`) as they are, prefilled by that batch's next forward; the others
         prefilled first, those of one key together in one forward of their own."""
+        admitted = self._defer_shared(admitted)
         groups: dict[tuple, _Batch] = {}
         for request in admitted:
             try:
@@ -356,6 +357,7 @@ class Scheduler:
         if running is None or not fused:
             if not self._step(incoming):              # the prefill of every newcomer of the group
                 return                                # failed: its requests failed or queued again
+            self._store_prefix(incoming, [])          # their prompts, for the requests sharing them
         elif getattr(incoming.state.cache, "encdec", None) is not None:
             self.adapter.fill_cross(incoming.state.cache)
         if running is None:
@@ -387,6 +389,8 @@ class Scheduler:
                 self._enter(group, fused=False)
             elif not self._step(group, chunk=width):
                 self._prefilling.remove(group)
+            else:
+                self._store_prefix(group, [])         # the prompts so far, for the requests sharing them
 
     def _fuses(self, state: DecodeState) -> bool:
         """Whether a request prefills inside the running batch's next forward rather than in one of
@@ -436,14 +440,28 @@ class Scheduler:
             request.stats.count("prefix_cache_hit_tokens", reused)
 
     def _store_prefix(self, batch: _Batch, keep: list[int]) -> None:
-        """Prefix caching, on a row's finish: the K/V of rows that finished (not cancelled, failed) kept."""
+        """Prefix caching, on a row's finish or a group's prefill: the K/V of its rows not in `keep` (not
+        cancelled, not failed) kept."""
         if self.prefix_cache is None or not self._cacheable(batch.decoder, batch.state):
             return
         kept = set(keep)
         rows = [i for i, (request, _) in enumerate(batch.owners)
-                if i not in kept and batch.state.done[i] and not request.cancelled and request.error is None]
+                if i not in kept and not request.cancelled and request.error is None]
         if rows:
             self.prefix_cache.store(batch.state, rows)
+
+    def _defer_shared(self, admitted: list[Request]) -> list[Request]:
+        """Prefix caching, on admission: requests sharing a long uncached prefix with an earlier one of the
+        same burst wait for its prefill (queued again at the front), then reuse it."""
+        if self.prefix_cache is None or len(admitted) < 2:
+            return admitted
+        wait = self.prefix_cache.defer([r.state.tokens if self._cacheable(r.decoder, r.state) else [[-1]]
+                                        for r in admitted])
+        later = [r for r, w in zip(admitted, wait) if w]
+        if later:
+            with self._wake:
+                self._waiting.extendleft(reversed(later))
+        return [r for r, w in zip(admitted, wait) if not w]
 
     def _cacheable(self, decoder, state: DecodeState) -> bool:
         return (self._movable(state) and bool(state.tokens) and bool(state.tokens[0])

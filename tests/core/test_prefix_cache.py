@@ -41,6 +41,16 @@ def test_a_chat_and_a_shared_prefix_reuse_the_cache_and_keep_their_tokens(llama,
     sched.close()
 
 
+def test_a_burst_sharing_a_prefix_waits_for_the_first_prefill_and_reuses_it(llama):
+    cache = PrefixCache(min_tokens=4)
+    sched = Scheduler(llama, max_rows=8, prefix_cache=cache, max_tokens=8)    # prompts prefilled in chunks
+    prompts = [SYSTEM + [70 + i, 71 + i] for i in range(3)]
+    requests = sched.enqueue([sched.request([p], decoder="ar", max_new_tokens=6) for p in prompts])
+    assert [r.result().new_tokens[0] for r in requests] == [alone(llama, p, budget=6) for p in prompts]
+    assert [r.stats.events.get(HIT_EVENT, 0) >= 8 for r in requests] == [False, True, True]
+    sched.close()
+
+
 def test_the_tree_keeps_the_longest_entry_and_evicts_past_its_cap():
     cache = PrefixCache(max_bytes=40 * 2 * 2 * 4 * 4, min_tokens=1)     # 40 tokens of K and V (H 2, D 4, fp32)
     cache.store(_State(list(range(10))), [0])
