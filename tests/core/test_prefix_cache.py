@@ -3,7 +3,7 @@ rows), and its greedy tokens equal those decoded without the cache; the tree kee
 evicts least recently used entries past its memory cap, and counts what it did."""
 import pytest
 import torch
-from tinymodels import tiny_model
+from tinymodels import tiny_eagle_head, tiny_model
 
 import suite
 from suite.prefix_cache import HIT_EVENT, PrefixCache
@@ -17,24 +17,25 @@ def llama():
     return suite.as_adapter(tiny_model("llama"))
 
 
-def alone(model, prompt, decoder="ar", budget=10):
-    return suite.generate(model, [prompt], decoder=decoder, max_new_tokens=budget).new_tokens[0]
+def alone(model, prompt, decoder="ar", budget=10, **options):
+    return suite.generate(model, [prompt], decoder=decoder, max_new_tokens=budget, **options).new_tokens[0]
 
 
-@pytest.mark.parametrize("decoder", ["ar", "ngram", "lookahead"])
+@pytest.mark.parametrize("decoder", ["ar", "ngram", "lookahead", "eagle"])
 def test_a_chat_and_a_shared_prefix_reuse_the_cache_and_keep_their_tokens(llama, decoder):
+    options = {"draft_head": tiny_eagle_head(llama.model)} if decoder == "eagle" else {}
     cache = PrefixCache(min_tokens=4)
     sched = Scheduler(llama, max_rows=4, prefix_cache=cache)
     first = SYSTEM + [70, 71]
-    out1 = sched.generate([first], decoder=decoder, max_new_tokens=10).new_tokens[0]
+    out1 = sched.generate([first], decoder=decoder, max_new_tokens=10, **options).new_tokens[0]
     turn2 = first + out1 + [80, 81, 82]                     # the next turn: history, then a new message
-    req = sched.submit([turn2], decoder=decoder, max_new_tokens=10)
-    assert req.result().new_tokens[0] == alone(llama, turn2, decoder)
+    req = sched.submit([turn2], decoder=decoder, max_new_tokens=10, **options)
+    assert req.result().new_tokens[0] == alone(llama, turn2, decoder, **options)
     cached = len(first) + len(out1) - 1                      # the last committed token was never scored
     assert req.stats.events[HIT_EVENT] >= cached - 1
-    batch = sched.submit([SYSTEM + [90, 91, 92], SYSTEM + [93]], decoder=decoder, max_new_tokens=10)
+    batch = sched.submit([SYSTEM + [90, 91, 92], SYSTEM + [93]], decoder=decoder, max_new_tokens=10, **options)
     new = batch.result().new_tokens
-    assert new == [alone(llama, SYSTEM + [90, 91, 92], decoder), alone(llama, SYSTEM + [93], decoder)]
+    assert new == [alone(llama, SYSTEM + [90, 91, 92], decoder, **options), alone(llama, SYSTEM + [93], decoder, **options)]
     assert batch.stats.events[HIT_EVENT] == 2 * len(SYSTEM)
     counts = cache.counters()
     assert counts["hits"] >= 3 and counts["hit_tokens"] >= cached - 1 + 2 * len(SYSTEM)
