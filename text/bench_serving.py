@@ -189,16 +189,18 @@ HEADER = ("| run | seconds | time vs first row | tokens/s | TTFT p50 s | TTFT p9
 
 def scenario_concurrent(on, off, args) -> None:
     convs = [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(args.requests)]
-    t0 = time.perf_counter()
-    serial = [chat(off, c, args, args.timeout) for c in convs]
-    base = summary(serial, time.perf_counter() - t0)
-    calls, seconds = run_clients(off, convs, args, args.clients)
-    s = summary(calls, seconds)
-    equal = sum(a.text == b.text for a, b in zip(serial, calls))
-    print(f"\n### {args.requests} distinct questions, {args.clients} clients, decoder {args.decoder}, prefix cache off\n")
+    print(f"\n### {args.requests} distinct questions, {args.clients} clients, prefix cache off\n")
     print(HEADER)
-    print(row("serial (one at a time)", base, None))
-    print(row(f"{args.clients} concurrent clients ({args.arrival})", s, base, f"{equal}/{len(calls)}"))
+    for decoder in args.decoders:
+        one = argparse.Namespace(**{**vars(args), "decoder": decoder})
+        t0 = time.perf_counter()
+        serial = [chat(off, c, one, args.timeout) for c in convs]
+        base = summary(serial, time.perf_counter() - t0)
+        calls, seconds = run_clients(off, convs, one, args.clients)
+        s = summary(calls, seconds)
+        equal = sum(a.text == b.text for a, b in zip(serial, calls))
+        print(row(f"{decoder}: serial (one at a time)", base, None))
+        print(row(f"{decoder}: {args.clients} concurrent clients ({args.arrival})", s, base, f"{equal}/{len(convs)}"))
 
 
 def scenario_chat(on, off, args) -> None:
@@ -208,8 +210,8 @@ def scenario_chat(on, off, args) -> None:
     hist = {on: [], off: []}
     ratios = []
     for turn in range(args.turns):
-        note = NOTES[turn % len(NOTES)]
-        user = {"role": "user", "content": f"Here is a note:\n{note}\nSummarise it in one sentence."}
+        notes = "\n".join(NOTES[(turn + i) % len(NOTES)] for i in range(args.notes))
+        user = {"role": "user", "content": f"Here are some notes:\n{notes}\nSummarise them in one sentence."}
         calls = {}
         for server in (off, on):
             hist[server].append(user)
@@ -254,13 +256,17 @@ def main(argv=None) -> None:
     p.add_argument("--requests", type=int, default=8, help="questions of the concurrent scenario (default 8)")
     p.add_argument("--system-requests", type=int, default=16, help="requests of the system scenario (default 16)")
     p.add_argument("--turns", type=int, default=5, help="turns of the chat scenario (default 5)")
+    p.add_argument("--notes", type=int, default=2, help="notes (~70 tokens each) in each chat turn (default 2)")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per answer at most (default 32)")
-    p.add_argument("--decoder", default="auto")
+    p.add_argument("--decoder", default="auto", help="the decoder (a comma list: each in the concurrent scenario, "
+                                                     "the first in the others)")
     p.add_argument("--arrival", choices=["closed", "poisson"], default="closed",
                    help="closed: every client sends its next request when its last one ends; poisson: at --rate")
     p.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals a second (default 2)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request (and a server start) may take")
     args = p.parse_args(argv)
+    args.decoders = [d for d in args.decoder.split(",") if d]
+    args.decoder = args.decoders[0]
     if args.clients < 1 or args.requests < 1 or args.turns < 1 or args.max_tokens < 1 or args.rate <= 0:
         p.error("--clients, --requests, --turns, --max-tokens and --rate must be positive")
     on = ServerProcess(args.model, 512, args.dtype, args.timeout)
