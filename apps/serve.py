@@ -219,11 +219,9 @@ class RowText:
 class Job:
     """A submitted request's steps, carried from the scheduler's thread to the event loop."""
 
-    def __init__(self, gen, rows: list[list[int]], opts: dict, grammar):
-        self.rows = rows
-        self.request = gen.submit_rows(rows, decoder=opts["decoder"], max_new_tokens=opts["max_new_tokens"],
-                                       temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"],
-                                       stream=True, grammar=grammar, **opts["decoder_options"])
+    def __init__(self, gen, rows: list[list[int]], opts: dict, request, on_end=None):
+        self.rows, self.request = rows, request    # request: submit(...)'s suite.scheduler.Request
+        self.on_end = on_end                       # called on the event loop once the request ended
         self.texts = [RowText(gen, opts["stops"]) for _ in rows]
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -240,6 +238,8 @@ class Job:
         except Exception as e:              # noqa: BLE001: reported to the client as an error object
             item = e
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        if self.on_end is not None:
+            self.loop.call_soon_threadsafe(self.on_end)
 
     async def chunks(self):
         """(row, text, finish_reason or None) as steps arrive; cancels the request when the caller leaves."""
@@ -303,6 +303,16 @@ class Server:
     @staticmethod
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
         return ServeError(500, "internal server error", "server_error").response()
+
+    def _submit(self, rows: list[list[int]], opts: dict):
+        """The checked, queued request (off the event loop: a grammar compiles, a decoder binds)."""
+        grammar = self.gen.grammar(json_schema=opts["schema"]) if opts["schema"] is not None else None
+        return self.gen.submit_rows(rows, decoder=opts["decoder"], max_new_tokens=opts["max_new_tokens"],
+                                    temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"],
+                                    stream=True, grammar=grammar, **opts["decoder_options"])
+
+    def _ended(self) -> None:
+        self.in_flight -= 1              # a request counts until its rows left the scheduler
 
     def _check_key(self, request: Request) -> None:
         if self.api_key is None:
@@ -381,14 +391,18 @@ class Server:
             if self.in_flight >= self.max_queue:
                 raise ServeError(503, f"the server is busy ({self.max_queue} requests in flight): retry later",
                                  kind="server_error", code="queue_full")
+            self.in_flight += 1                    # counted while it is checked (a grammar compiles) too
             try:
-                grammar = self.gen.grammar(json_schema=opts["schema"]) if opts["schema"] is not None else None
-                job = Job(self.gen, rows, opts, grammar)
-            except ValueError as e:
+                submitted = await asyncio.to_thread(self._submit, rows, opts)
+            except (ValueError, TypeError) as e:
+                self.in_flight -= 1
                 raise ServeError(400, _clean(str(e))) from None
+            except BaseException:
+                self.in_flight -= 1
+                raise
+            job = Job(self.gen, rows, opts, submitted, on_end=self._ended)
         except ServeError as e:
             return e.response()
-        self.in_flight += 1
         head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
                 "model": self.model_name}
@@ -400,7 +414,6 @@ class Server:
         except ServeError as e:
             return e.response()
         finally:
-            self.in_flight -= 1
             job.cancel()
 
     async def _whole(self, request: Request, job: Job, head: dict, chat: bool):
@@ -449,7 +462,6 @@ class Server:
         except ServeError as e:
             yield "data: " + json.dumps(e.body()) + "\n\n"
         finally:
-            self.in_flight -= 1
             job.cancel()
         yield "data: [DONE]\n\n"
 

@@ -39,7 +39,7 @@ def test_the_choice_follows_the_cost_of_the_live_batch():
     curve = CostCurve((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.1, 1.4, 2.5, 5.0, 10.0))
     auto = Auto(curves=(curve, curve))
     draft, ar = type("D", (), {"requires": frozenset()})(), type("A", (), {"requires": frozenset()})()
-    drafting, plain = Seen(2.0, 4.0, 0.0, 5), Seen(1.0, 1.0, 0.0, 5)
+    drafting, plain = Seen(2.0, 4.0, 1.0, 5), Seen(1.0, 1.0, 1.0, 5)
     assert auto.estimate(draft, drafting, 1) > auto.estimate(ar, plain, 1)
     assert auto.estimate(draft, drafting, 16) < auto.estimate(ar, plain, 16)
 

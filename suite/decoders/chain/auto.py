@@ -3,12 +3,13 @@ cost model: the expected tokens a row commits per step over the price of that st
 
 Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, ar by default) is judged by
 what it did before (`Seen`: tokens a live row committed per step, draft tokens a row per forward,
-seconds a step spent beyond its forward: drafting, acceptance), first from the model's prior (what
-the candidates did in earlier requests on this model, kept per process: `prior`) and then from this
-batch's own steps. Its expected rate for R live rows is R * committed / (cost(R * width) + overhead)
+a step's wall time over its forward's price: drafting, acceptance, load), first from the model's prior
+(what the candidates did in earlier requests on this model, kept per process: `prior`) and then from
+this batch's own steps. Its expected rate for R live rows is R * committed / (cost(R * width) * factor)
 on the target's measured cost curve (suite.cost; without one every forward costs 1), so drafting
-turns down as the batch grows and the forward widens. A candidate the model has never run is tried
-for `probe` steps; every `recheck` steps the runner-up gets one step so its figures stay fresh;
+turns down as the batch grows and the forward widens; a drafting candidate runs only where it beats
+`ar` by `margin`. A candidate the model has never run is tried
+for `probe` steps; every `recheck` steps the runner-up or `ar` (in turn) gets one step so its figures stay fresh;
 `ar` is always a candidate and is what nothing better has beaten. Each step is one candidate's own
 propose/accept on the shared cache, so every step is lossless given the history (greedy: equal to
 `ar`), and so is the whole request: the choice only reads the past.
@@ -43,14 +44,15 @@ class Seen:
     """What a candidate did (exponential means over its measured steps)."""
     committed: float = 0.0     # tokens a live row committed per step
     width: float = 1.0         # tokens a row the forward scored (the draft's width)
-    overhead: float = 0.0      # seconds a step spent beyond its forward's price (drafting, acceptance)
+    factor: float = 1.0        # a step's wall time over its forward's price on the cost curve (drafting,
+                               # acceptance, a masked attention path, the machine's load since it was measured)
     steps: int = 0
 
-    def update(self, committed: float, width: float, overhead: float, weight: float) -> None:
+    def update(self, committed: float, width: float, factor: float, weight: float) -> None:
         w = 1.0 if not self.steps else weight
         self.committed += w * (committed - self.committed)
         self.width += w * (width - self.width)
-        self.overhead += w * (overhead - self.overhead)
+        self.factor += w * (factor - self.factor)
         self.steps += 1
 
 
@@ -109,6 +111,7 @@ class Auto:
     probe: int = 1            # steps a candidate never run on this model gets before it is judged
     recheck: int = 12         # the runner-up gets one step this often
     weight: float = 0.3       # of a new step in this batch's means (the model's prior takes a tenth of it)
+    margin: float = 1.1       # a drafting candidate runs only where its expected rate beats ar's by this factor
     decoders: tuple = ()      # the bound candidates (bind fills this)
     curves: tuple = (None, None)   # the target's (causal, masked) cost curves (bind fills them)
     prior: Any = None         # the model's prior, candidate name -> Seen (bind fills it; shared by its requests)
@@ -119,7 +122,7 @@ class Auto:
     def _identity(self) -> tuple:
         """What makes two autos drive rows alike: hyperparameters (options by value) and the model's prior."""
         return (self.candidates, _frozen(self.draft_head), _frozen(self.options), self.probe, self.recheck, self.weight,
-                id(self.prior))
+                self.margin, id(self.prior))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Auto) and self._identity() == other._identity()
@@ -183,11 +186,14 @@ class Auto:
             (d for d in self.decoders if getattr(d, "batch_independent", False)), self.decoders[0] if self.decoders else None)
 
     def estimate(self, dec, seen: Seen, rows: int) -> float:
-        """Expected tokens a second (a forward where no cost curve is measured) of `rows` live rows under `dec`."""
+        """Expected tokens a second of `rows` live rows under `dec`: its committed tokens over its forward's
+        price on the cost curve (1 where none is measured) times its measured slowdown."""
+        return rows * seen.committed / max(self._price(dec, rows * seen.width) * seen.factor, 1e-12)
+
+    def _price(self, dec, tokens: float) -> float:
         causal, masked = self.curves
         curve = masked if masked is not None and "custom_mask" in dec.requires else causal
-        price = 1.0 if curve is None else curve(rows * seen.width) + seen.overhead
-        return rows * seen.committed / max(price, 1e-9)
+        return 1.0 if curve is None else curve(tokens)
 
     def _choose(self, state: DecodeState, a: AutoShared) -> Any:
         if a.fixed is not None:
@@ -196,9 +202,14 @@ class Auto:
         if fresh is not None:               # (almost) never run on this model: a step tells its figures
             return fresh
         rows = max(sum(not d for d in state.done), 1)
-        ranked = sorted(a.usable, key=lambda d: -self.estimate(d, a.seen[d.name], rows))
-        if len(ranked) > 1 and a.step % self.recheck == self.recheck - 1:
-            return ranked[1]
+        rate = {d.name: self.estimate(d, a.seen[d.name], rows) for d in a.usable}
+        ranked = sorted(a.usable, key=lambda d: -rate[d.name])
+        plain = next((d for d in a.usable if d.name == "ar"), None)
+        if len(ranked) > 1 and a.step % self.recheck == self.recheck - 1:      # keep the figures fresh: in
+            turn = a.step // self.recheck % 2                                   # turn ar's and the runner-up's
+            return plain if turn and plain is not None and plain is not ranked[0] else ranked[1]
+        if plain is not None and rate[ranked[0].name] < self.margin * rate["ar"]:
+            return plain                    # a draft must beat one token a forward clearly: never the slow choice
         return ranked[0]
 
     def propose(self, state: DecodeState) -> Draft:
@@ -230,14 +241,10 @@ class Auto:
         live = [c for c, done in zip(acc.committed, state.done) if not done] or acc.committed
         committed = sum(len(c) for c in live) / max(len(live), 1)
         width = float(draft.tokens.shape[1])
-        overhead = 0.0
-        causal, masked = self.curves
-        curve = masked if masked is not None and not draft.causal else causal
-        if curve is not None:
-            overhead = max(time.perf_counter() - a.t0 - curve(len(live) * width), 0.0)
-        a.seen[dec.name].update(committed, width, overhead, self.weight)
+        factor = (time.perf_counter() - a.t0) / max(self._price(dec, len(live) * width), 1e-12)
+        a.seen[dec.name].update(committed, width, factor, self.weight)
         if self.prior is not None:
-            self.prior.setdefault(dec.name, Seen()).update(committed, width, overhead, self.weight / 10)
+            self.prior.setdefault(dec.name, Seen()).update(committed, width, factor, self.weight / 10)
         a.step += 1
         return acc
 
