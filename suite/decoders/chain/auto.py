@@ -14,7 +14,8 @@ for `probe` steps; every `recheck` steps the runner-up or `ar` (in turn) gets on
 propose/accept on the shared cache, so every step is lossless given the history (greedy: equal to
 `ar`), and so is the whole request: the choice only reads the past.
 
-A sampled request runs one fixed candidate (`ar` where it is a candidate): its tokens then depend on
+A sampled request runs one fixed candidate (the first whose rows never depend on their batch: a
+drafting one with fixed sizes where no cost curve is measured, else `ar`): its tokens then depend on
 its own random stream only, never on its batch mates or the clock, so seeded requests share batches
 (`batch_independent`). Requests with equal hyperparameters compare equal (their options are compared
 by value), so concurrent auto requests share one batch (suite.scheduler). Every step also asks for the
@@ -181,9 +182,11 @@ class Auto:
         state.rows, state.shared = rows, shared
 
     def _fixed(self):
-        """A sampled request's candidate: `ar` where bound, else the first batch-independent one, else the first."""
-        return next((d for d in self.decoders if d.name == "ar"), None) or next(
-            (d for d in self.decoders if getattr(d, "batch_independent", False)), self.decoders[0] if self.decoders else None)
+        """A sampled request's candidate: the first batch-independent drafting one (fixed draft sizes: no cost
+        curve), else `ar`, else the first."""
+        independent = [d for d in self.decoders if getattr(d, "batch_independent", False)]
+        return next((d for d in independent if d.name != "ar"), None) or next(
+            (d for d in self.decoders if d.name == "ar"), self.decoders[0] if self.decoders else None)
 
     def estimate(self, dec, seen: Seen, rows: int) -> float:
         """Expected tokens a second of `rows` live rows under `dec`: its committed tokens over its forward's
