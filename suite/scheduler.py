@@ -40,11 +40,13 @@ __all__ = ["Request", "RequestCancelled", "RequestParams", "RequestStatus", "Sch
 
 class Scheduler:
     """One model's serving core. max_rows caps the live rows over all batches; max_tokens is the
-    token budget of a prefill forward (rows x padded width; longer prompts go in chunks)."""
+    token budget of a prefill forward (rows x padded width; longer prompts go in chunks);
+    prefix_cache: a suite.prefix_cache.PrefixCache that newcomers start from (None: off)."""
 
-    def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", max_tokens: int = 512):
+    def __init__(self, model, max_rows: int = 16, name: str = "parasuite-scheduler", max_tokens: int = 512,
+                 prefix_cache=None):
         self.adapter = as_adapter(model)
-        self.planner = Planner(self.adapter, max_rows, max_tokens)
+        self.planner = Planner(self.adapter, max_rows, max_tokens, prefix_cache)
         self.engine = Engine(self.adapter, self.planner, name)
 
     def submit(self, input_ids, params: RequestParams | None = None, *, attention_mask=None, stream: bool = False,
@@ -101,6 +103,14 @@ class Scheduler:
     @property
     def forwards_run(self) -> int:
         return self.engine.forwards_run
+
+    @property
+    def prefix_cache(self):
+        return self.planner.prefix_cache
+
+    @prefix_cache.setter
+    def prefix_cache(self, cache) -> None:
+        self.planner.prefix_cache = cache
 
     @property
     def idle_exit_s(self) -> float:

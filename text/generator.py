@@ -90,6 +90,7 @@ class TextGenerator:
         self.draft_folder = draft_folder    # the EAGLE head's weights for decoder="eagle" / "auto"
         self._head = None
         self._scheduler = None
+        self.prefix_cache = None   # suite.prefix_cache.PrefixCache of this model (`use_prefix_cache`), or None
         self._compiler = None      # suite.constraint.Compiler over this tokenizer (json_schema= / regex=)
         self._lock = threading.Lock()
         self.tokenizer = tokenizer
@@ -222,19 +223,40 @@ class TextGenerator:
         with self._lock:
             if self._scheduler is None:
                 from suite.scheduler import Scheduler
-                self._scheduler = Scheduler(self.model, name=f"scheduler {self.name}")
+                self._scheduler = Scheduler(self.model, name=f"scheduler {self.name}", prefix_cache=self.prefix_cache)
             return self._scheduler
+
+    def use_prefix_cache(self, max_bytes: int | None = 512 << 20):
+        """Keep finished prompts' and outputs' K/V (suite.prefix_cache) so later requests sharing a
+        prefix (a chat's history, a system prompt) skip its prefill; max_bytes None turns it off.
+        Returns the PrefixCache (its `counters()`), or None."""
+        from suite.prefix_cache import PrefixCache
+        cache = None if max_bytes is None else PrefixCache(max_bytes)
+        with self._lock:
+            self.prefix_cache = cache
+            if self._scheduler is not None:
+                self._scheduler.prefix_cache = cache
+        return cache
 
     def _submit(self, prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat, options,
                 stream: bool = False, grammar=None, forced_spans: bool | None = None):
         """Queue a request: the prompts' rows and its `suite.RequestParams`, built once, through
         `suite.prepare` (in Scheduler.submit), which checks everything but the prompt text; a grammar
         gives each row its own constraint (suite.RequestInputs.constraints)."""
+        return self.submit_rows(self.rows(prompt, chat), decoder, max_new_tokens, temperature, top_k, top_p, seed,
+                                stream=stream, grammar=grammar, forced_spans=forced_spans, **options)
+
+    def submit_rows(self, rows: list[list[int]], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
+                    temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                    seed: int | None = None, stream: bool = False, grammar=None, forced_spans: bool | None = None,
+                    **options):
+        """Queue a request of token id rows (a front end that builds its own prompts: apps.serve's chat
+        messages) and return its suite.scheduler.Request (steps(), result(), cancel()). grammar: a
+        `grammar(...)` constraint for every row. Bad options raise here."""
         if decoder == "auto" and self.decoders:        # a canvas model: its own sampler
             decoder = self.decoders[0]
         if isinstance(decoder, str):
             options = self._options(decoder, options)
-        rows = self.rows(prompt, chat)
         inputs = None
         if grammar is not None:
             forced = forced_spans if forced_spans is not None else getattr(decoder, "name", decoder) != "ar"

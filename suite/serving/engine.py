@@ -105,6 +105,8 @@ class Engine:
                 self._enter(Placement(group, fused=False, chunked=False))
             elif not self._step(group, chunk=width):
                 self._prefilling.remove(group)
+            else:
+                self.planner.store_prefix(group, [])   # the prompts so far, for the requests sharing them
         for batch in list(self._batches):
             self._step(batch)
         self._retire()
@@ -115,6 +117,7 @@ class Engine:
         started = []
         for request in admitted:
             try:
+                self.planner.reuse_prefix(request)
                 first = begin(request.decoder, request.state)
             except Exception as e:          # noqa: BLE001: the request fails alone
                 request.finish(e)
@@ -133,6 +136,7 @@ class Engine:
         if running is None or not placement.fused:
             if not self._step(incoming):              # the prefill of every newcomer of the group
                 return                                # failed: its requests failed or queued again
+            self.planner.store_prefix(incoming, [])   # their prompts, for the requests sharing them
         elif incoming.state.cache.encdec is not None:
             self.adapter.fill_cross(incoming.state.cache)
         if running is None:
@@ -217,6 +221,8 @@ class Engine:
             keep = self.planner.leaving(batch)
             if keep is None:
                 continue
+            if batch.movable or not keep:       # rows that finish leave now (a fixed batch: all at its end)
+                self.planner.store_prefix(batch, keep)
             for request, _ in batch.owners:
                 if all(request.row_done) or request.cancelled or request.done:
                     request.finish(request.error)

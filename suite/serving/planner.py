@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..cache import row_inputs_shape
 from ..loop import DecodeState
+from ..prefix_cache import HIT_EVENT
 from .request import Request
 
 
@@ -58,11 +59,12 @@ class Planner:
     fuse_tokens = 4      # a newcomer's prompt this short rides in the running batch's next forward
                          # (a start token: OCR 200 lines, ar 153 -> 126 forwards)
 
-    def __init__(self, adapter, max_rows: int = 16, max_tokens: int = 512):
+    def __init__(self, adapter, max_rows: int = 16, max_tokens: int = 512, prefix_cache=None):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.caps = adapter.capabilities
         self.max_rows, self.max_tokens = max_rows, max_tokens
+        self.prefix_cache = prefix_cache        # suite.prefix_cache.PrefixCache of this model, or None (off)
         # newcomers prefilled by a forward of their own join once this many rows are free (or all that
         # wait fit), so a queue joins in groups (OCR, 200 lines, 32 rows, ar: 177 forwards joining every
         # freed row, 135 in groups of 8)
@@ -86,7 +88,45 @@ class Planner:
                 break
             out.append(waiting.popleft())
             live += request.batch
-        return out
+        return self._defer_shared(out, waiting)
+
+    # -- prefix caching (suite.prefix_cache): which cached prefix each newcomer reuses ------------------
+
+    def _defer_shared(self, admitted: list[Request], waiting: deque[Request]) -> list[Request]:
+        """Requests of one burst sharing a long uncached prefix with an earlier one wait (queued again
+        at the front) for its prefill, then reuse it."""
+        if self.prefix_cache is None or len(admitted) < 2:
+            return admitted
+        wait = self.prefix_cache.defer([r.state.tokens if self.cacheable(r.decoder, r.state) else [[-1]]
+                                        for r in admitted])
+        waiting.extendleft(reversed([r for r, w in zip(admitted, wait) if w]))
+        return [r for r, w in zip(admitted, wait) if not w]
+
+    def reuse_prefix(self, request: Request) -> None:
+        """The request's rows start from their longest cached prefixes (before it starts)."""
+        if self.prefix_cache is None or not self.cacheable(request.decoder, request.state):
+            return
+        reused = sum(self.prefix_cache.reuse(request.state))
+        if reused:
+            request.stats.count(HIT_EVENT, reused)
+
+    def store_prefix(self, batch: Batch, keep: list[int]) -> None:
+        """Keep the K/V of the rows of `batch` not in `keep` (not cancelled, not failed): a group's
+        prompts after their prefill, finished rows' prompts and outputs."""
+        if self.prefix_cache is None or not self.cacheable(batch.decoder, batch.state):
+            return
+        kept = set(keep)
+        rows = [i for i, (request, _) in enumerate(batch.owners)
+                if i not in kept and not request.cancelled and request.error is None]
+        if rows:
+            self.prefix_cache.store(batch.state, rows)
+
+    def cacheable(self, decoder, state: DecodeState) -> bool:
+        """Rows of token ids whose rows move, through an adapter and decoder that take no whole prompt at
+        once and no canvas."""
+        return (self.movable(state) and bool(state.tokens) and bool(state.tokens[0])
+                and isinstance(state.tokens[0][0], int) and not decoder.whole_prompt
+                and not self.caps.whole_prompt and not self.caps.canvas)
 
     def place(self, started: list[Request]) -> list[Placement]:
         """Group started newcomers by key (and fused or not); prefilled groups first."""

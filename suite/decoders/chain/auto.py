@@ -1,34 +1,61 @@
-"""`auto`: a per-request bandit over lossless decoders, by measured tokens per second.
+"""`auto`: picks, every step, the lossless decoder that makes the live batch progress fastest, by the
+cost model: the expected tokens a row commits per step over the price of that step's forward.
 
-The request starts by trying each candidate (eagle, ngram, lookahead, token_recycling,
-sam_decoding, ar by default) for `probe` steps in turn; then every step runs the candidate with the best running tokens/s (an
-exponential mean of committed tokens over the wall time of propose + forward + accept; in a batch,
-the rows times the least any row committed, as suite.cost.best_size counts them), and
-every `recheck` steps the runner-up gets one step so its estimate stays fresh. A seeded sampled
-request must repeat its tokens, so its rates read no clock: a step's time is the price of its
-forward on the target's measured cost curve (suite.cost; 1 a forward where the adapter has none),
-and drafting time is not counted. Each step is one
-candidate's own propose/accept on the shared cache, so every step is lossless given the history
-(greedy: equal to `ar`; sampling: in distribution), and so is the whole request: the choice only
-reads the past. Every step also asks for the target's hidden states when eagle is a candidate,
-so eagle's head keeps up with the context whichever decoder ran. `stats.events["auto:<name>"]`
-counts the steps each candidate ran. Each candidate keeps its own rows and batch-wide state
-(`AutoRow.candidates`, `AutoShared.shared`) and sees them as `state.rows` / `state.shared` while
-it runs.
+Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, ar by default) is judged by
+what it did before (`Seen`: tokens a live row committed per step, draft tokens a row per forward,
+a step's wall time over its forward's price: drafting, acceptance, load), first from the model's prior
+(what the candidates did in earlier requests on this model, kept per process: `prior`) and then from
+this batch's own steps. Its expected rate for R live rows is R * committed / (cost(R * width) * factor)
+on the target's measured cost curve (suite.cost; without one every forward costs 1), so drafting
+turns down as the batch grows and the forward widens; a drafting candidate runs only where it beats
+`ar` by `margin`. A candidate the model has never run is tried
+for `probe` steps; every `recheck` steps the runner-up or `ar` (in turn) gets one step so its figures stay fresh;
+`ar` is always a candidate and is what nothing better has beaten. Each step is one candidate's own
+propose/accept on the shared cache, so every step is lossless given the history (greedy: equal to
+`ar`), and so is the whole request: the choice only reads the past.
+
+A sampled request runs one fixed candidate (the first whose rows never depend on their batch: a
+drafting one with fixed sizes where no cost curve is measured, else `ar`): its tokens then depend on
+its own random stream only, never on its batch mates or the clock, so seeded requests share batches
+(`batch_independent`). Requests with equal hyperparameters compare equal (their options are compared
+by value), so concurrent auto requests share one batch (suite.scheduler). Every step also asks for the
+target's hidden states when eagle is a candidate of a greedy request, so eagle's head keeps up with
+the context whichever decoder ran. `stats.events["auto:<name>"]` counts the steps each candidate ran.
+Each candidate keeps its own rows and batch-wide state (`AutoRow.candidates`, `AutoShared.shared`)
+and sees them as `state.rows` / `state.shared` while it runs.
 """
 from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from ...cost import batch_progress, target_curve
+from ...cost import target_curve
 from ...loop import Acceptance, DecodeState, Draft
 from ..base import DecoderBase
 
 _WARNED: set[str] = set()
+_PRIORS: "weakref.WeakKeyDictionary[Any, dict[str, Seen]]" = weakref.WeakKeyDictionary()   # model -> its prior
+
+
+@dataclass
+class Seen:
+    """What a candidate did (exponential means over its measured steps)."""
+    committed: float = 0.0     # tokens a live row committed per step
+    width: float = 1.0         # tokens a row the forward scored (the draft's width)
+    factor: float = 1.0        # a step's wall time over its forward's price on the cost curve (drafting,
+                               # acceptance, a masked attention path, the machine's load since it was measured)
+    steps: int = 0
+
+    def update(self, committed: float, width: float, factor: float, weight: float) -> None:
+        w = 1.0 if not self.steps else weight
+        self.committed += w * (committed - self.committed)
+        self.width += w * (width - self.width)
+        self.factor += w * (factor - self.factor)
+        self.steps += 1
 
 
 @dataclass
@@ -40,8 +67,9 @@ class AutoRow:
 @dataclass
 class AutoShared:
     usable: list                          # the candidates this request can run (bound decoders)
-    rate: dict[str, float | None]         # candidate name -> running tokens/s (None: not measured yet)
+    seen: dict[str, Seen]                 # candidate name -> this batch's figures (from the model's prior)
     shared: dict[str, Any]                # candidate name -> its own batch-wide state (its state.shared)
+    fixed: Any = None                     # a sampled request's one candidate (None: greedy, chosen each step)
     step: int = 0                         # measured steps so far
     current: Any = None                   # the candidate running the step in flight
     t0: float = 0.0                       # when that step began
@@ -55,9 +83,7 @@ class AutoShared:
 
     def extend(self, other: "AutoShared") -> None:
         """Each candidate's batch-wide state appends `other`'s (the same candidates: requests of
-        one decoder and sampling). The bandit's rates and step count are this batch's: they
-        time this batch's steps, which the newcomers now share (their own measured nothing yet:
-        the prefill is not counted)."""
+        one decoder and sampling). The figures are this batch's, which the newcomers now share."""
         for name, own in self.shared.items():
             if own is not None:
                 own.extend(other.shared[name])
@@ -79,20 +105,38 @@ def as_candidate(state: DecodeState, dec):
         state.rows, state.shared = rows, shared
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Auto(DecoderBase):
     candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
-    probe: int = 1            # steps per candidate before exploiting (1 measured 4% faster than 2 on average
-                              # over four prompt groups: BENCHMARKS.md "auto's exploration")
+    probe: int = 1            # steps a candidate never run on this model gets before it is judged
     recheck: int = 12         # the runner-up gets one step this often
+    weight: float = 0.3       # of a new step in this batch's means (the model's prior takes a tenth of it)
+    margin: float = 1.1       # a drafting candidate runs only where its expected rate beats ar's by this factor
     decoders: tuple = ()      # the bound candidates (bind fills this)
-    curves: tuple = (None, None)   # the target's (causal, masked) cost curves (bind fills them): the
-                                   # price of a seeded sampled request's steps
+    curves: tuple = (None, None)   # the target's (causal, masked) cost curves (bind fills them)
+    prior: Any = None         # the model's prior, candidate name -> Seen (bind fills it; shared by its requests)
 
     name: ClassVar[str] = "auto"
     requires: ClassVar[frozenset] = frozenset()
+
+    def _identity(self) -> tuple:
+        """What makes two autos drive rows alike: hyperparameters (options by value) and the model's prior."""
+        return (self.candidates, _frozen(self.draft_head), _frozen(self.options), self.probe, self.recheck, self.weight,
+                self.margin, id(self.prior))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Auto) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    @property
+    def batch_independent(self) -> bool:
+        """A sampled request runs one fixed candidate: seeded ones share batches when it is `ar`-like."""
+        fixed = self._fixed()
+        return fixed is not None and bool(getattr(fixed, "batch_independent", False))
 
     def bind(self, target) -> "Auto":
         from ...models.adapters import as_adapter
@@ -115,15 +159,20 @@ class Auto(DecoderBase):
         if not bound:
             raise ValueError(f"auto found none of {', '.join(self.candidates)} usable on this model")
         masked = target_curve(adapter, True) if adapter.capabilities.custom_mask else None
-        return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked))
+        return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked), prior=_prior(adapter))
 
     def start(self, state: DecodeState) -> None:
         if not self.decoders:
             raise ValueError("auto is not bound to a model: pass it through suite.generate / suite.prepare")
         greedy_only = {"jacobi"}
         usable = [d for d in self.decoders if state.params.greedy or d.name not in greedy_only]
+        fixed = None if state.params.greedy else self._fixed()
+        if fixed is not None:
+            usable = [fixed]
         rows = [AutoRow() for _ in range(state.batch)]
-        shared = AutoShared(usable, {d.name: None for d in usable}, {})
+        prior = self.prior if self.prior is not None else {}
+        seen = {d.name: replace(prior[d.name]) if d.name in prior else Seen() for d in usable}
+        shared = AutoShared(usable, seen, {}, fixed)
         for d in usable:
             state.rows, state.shared = [], None
             d.start(state)
@@ -133,13 +182,38 @@ class Auto(DecoderBase):
             shared.shared[d.name] = state.shared
         state.rows, state.shared = rows, shared
 
-    def _choose(self, a: AutoShared) -> Any:
-        usable, step = a.usable, a.step
-        if step < self.probe * len(usable):
-            return usable[(step // self.probe) % len(usable)]
-        ranked = sorted(usable, key=lambda d: -(a.rate[d.name] or 0.0))
-        if len(ranked) > 1 and step % self.recheck == 0:
-            return ranked[1]
+    def _fixed(self):
+        """A sampled request's candidate: the first batch-independent drafting one (fixed draft sizes: no cost
+        curve), else `ar`, else the first."""
+        independent = [d for d in self.decoders if getattr(d, "batch_independent", False)]
+        return next((d for d in independent if d.name != "ar"), None) or next(
+            (d for d in self.decoders if d.name == "ar"), self.decoders[0] if self.decoders else None)
+
+    def estimate(self, dec, seen: Seen, rows: int) -> float:
+        """Expected tokens a second of `rows` live rows under `dec`: its committed tokens over its forward's
+        price on the cost curve (1 where none is measured) times its measured slowdown."""
+        return rows * seen.committed / max(self._price(dec, rows * seen.width) * seen.factor, 1e-12)
+
+    def _price(self, dec, tokens: float) -> float:
+        causal, masked = self.curves
+        curve = masked if masked is not None and "custom_mask" in dec.requires else causal
+        return 1.0 if curve is None else curve(tokens)
+
+    def _choose(self, state: DecodeState, a: AutoShared) -> Any:
+        if a.fixed is not None:
+            return a.fixed
+        fresh = next((d for d in a.usable if a.seen[d.name].steps < self.probe), None)
+        if fresh is not None:               # (almost) never run on this model: a step tells its figures
+            return fresh
+        rows = max(sum(not d for d in state.done), 1)
+        rate = {d.name: self.estimate(d, a.seen[d.name], rows) for d in a.usable}
+        ranked = sorted(a.usable, key=lambda d: -rate[d.name])
+        plain = next((d for d in a.usable if d.name == "ar"), None)
+        if len(ranked) > 1 and a.step % self.recheck == self.recheck - 1:      # keep the figures fresh: in
+            turn = a.step // self.recheck % 2                                   # turn ar's and the runner-up's
+            return plain if turn and plain is not None and plain is not ranked[0] else ranked[1]
+        if plain is not None and rate[ranked[0].name] < self.margin * rate["ar"]:
+            return plain                    # a draft must beat one token a forward clearly: never the slow choice
         return ranked[0]
 
     def propose(self, state: DecodeState) -> Draft:
@@ -147,7 +221,7 @@ class Auto(DecoderBase):
         a.t0 = time.perf_counter()
         # the prefill (whole prompts pending) is no sample of a decoder's speed: it is not counted
         a.prefill = any(len(state.pending(b)) > 1 for b in range(state.batch) if not state.done[b])
-        dec = self._choose(a)
+        dec = self._choose(state, a)
         with as_candidate(state, dec):
             draft = dec.propose(state)
         eagle = self._eagle(a)
@@ -166,15 +240,15 @@ class Auto(DecoderBase):
             with as_candidate(state, eagle):
                 eagle.observe(state, draft, acc.keep)
         state.stats.count(f"auto:{dec.name}")
-        if a.prefill:
+        if a.prefill or a.fixed is not None:
             return acc
-        if state.params.repeatable:
-            seconds = self._price(draft)
-        else:
-            seconds = max(time.perf_counter() - a.t0, 1e-9)
-        rate = batch_progress(acc.committed) / seconds    # the slowest row's pace
-        old = a.rate[dec.name]
-        a.rate[dec.name] = rate if old is None else 0.7 * old + 0.3 * rate
+        live = [c for c, done in zip(acc.committed, state.done) if not done] or acc.committed
+        committed = sum(len(c) for c in live) / max(len(live), 1)
+        width = float(draft.tokens.shape[1])
+        factor = (time.perf_counter() - a.t0) / max(self._price(dec, len(live) * width), 1e-12)
+        a.seen[dec.name].update(committed, width, factor, self.weight)
+        if self.prior is not None:
+            self.prior.setdefault(dec.name, Seen()).update(committed, width, factor, self.weight / 10)
         a.step += 1
         return acc
 
@@ -188,15 +262,34 @@ class Auto(DecoderBase):
             with as_candidate(state, eagle):
                 eagle.observe(state, draft, keep)
 
-    def _price(self, draft: Draft) -> float:
-        """The forward's seconds on the target's cost curve (a custom mask on the masked one)."""
-        causal, masked = self.curves
-        curve = masked if masked is not None and not draft.causal else causal
-        return 1.0 if curve is None else curve(draft.tokens.numel())
-
     @staticmethod
     def _eagle(a: AutoShared):
         return next((d for d in a.usable if d.name == "eagle"), None)
+
+
+def _prior(adapter) -> dict[str, Seen]:
+    """The model's prior (one per loaded model, kept while it lives)."""
+    model = getattr(adapter, "model", adapter)
+    try:
+        return _PRIORS.setdefault(model, {})
+    except TypeError:                       # not weakly referable: a prior of this adapter object only
+        return {}
+
+
+def _frozen(value) -> Any:
+    """A hashable stand-in compared by value for dicts, lists and sets of hashable things (else by identity)."""
+    if isinstance(value, dict):
+        return tuple(sorted(((str(k), _frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_frozen(v) for v in value)
+    try:
+        hash(value)
+        return value if isinstance(value, (str, int, float, bool, type(None), bytes)) or hasattr(value, "__fspath__") \
+            else ("id", id(value))
+    except TypeError:
+        return ("id", id(value))
 
 
 def _say_once(message: str) -> None:

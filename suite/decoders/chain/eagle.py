@@ -142,7 +142,8 @@ class Eagle(DecoderBase):
                              "suite.generate / suite.prepare (which call bind)")
         h = self.draft_head
         dev = h.fc.weight.device
-        state.rows = [EagleRow() for _ in range(state.batch)]
+        # a prefix reused from suite.prefix_cache has no target features: the head starts after it
+        state.rows = [EagleRow(fed=state.num_cached[b]) for b in range(state.batch)]
         state.shared = EagleShared(k=torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
                                    v=torch.zeros(state.batch, h.kv_heads, 0, h.head_dim, device=dev),
                                    valid=torch.zeros(state.batch, 0, dtype=torch.bool, device=dev))

@@ -1,0 +1,50 @@
+"""auto shares batches: concurrent auto requests (greedy, and seeded sampled ones) run in one batch, each
+with the tokens it gets alone; its choice reads the model's prior and the batch's live rows."""
+import pytest
+from tinymodels import tiny_model
+
+import suite
+from suite.cost import CostCurve
+from suite.decoders.chain.auto import Auto, Seen
+from suite.scheduler import Scheduler
+
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [20, 21, 22, 20, 21], [30, 31, 30, 31, 30, 31, 32]]
+CANDIDATES = ("ngram", "lookahead", "ar")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return suite.as_adapter(tiny_model("llama"))
+
+
+def alone(model, prompt, **kw):
+    return suite.generate(model, [prompt], decoder=Auto(candidates=CANDIDATES), max_new_tokens=10, **kw).new_tokens[0]
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "seed": 3}])
+def test_concurrent_auto_requests_share_forwards_and_keep_their_tokens(llama, sampling):
+    sched = Scheduler(llama, max_rows=8)
+    requests = sched.enqueue([sched.request([p], decoder=Auto(candidates=CANDIDATES), max_new_tokens=10, **sampling)
+                              for p in PROMPTS])
+    outs = [r.result().new_tokens[0] for r in requests]
+    assert outs == [alone(llama, p, **sampling) for p in PROMPTS]
+    shared = set(requests[0].forward_ids) & set(requests[1].forward_ids) & set(requests[2].forward_ids)
+    assert len(shared) >= 5                     # one batch: the three rows in the same forwards
+    sched.close()
+
+
+def test_the_choice_follows_the_cost_of_the_live_batch():
+    """A draft that commits 2 tokens a row in a 4-token forward beats ar's 1 in 1 on a flat curve, and
+    loses to it once the rows make the forward wide."""
+    curve = CostCurve((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.1, 1.4, 2.5, 5.0, 10.0))
+    auto = Auto(curves=(curve, curve))
+    draft, ar = type("D", (), {"requires": frozenset()})(), type("A", (), {"requires": frozenset()})()
+    drafting, plain = Seen(2.0, 4.0, 1.0, 5), Seen(1.0, 1.0, 1.0, 5)
+    assert auto.estimate(draft, drafting, 1) > auto.estimate(ar, plain, 1)
+    assert auto.estimate(draft, drafting, 16) < auto.estimate(ar, plain, 16)
+
+
+def test_equal_autos_compare_equal_by_value():
+    a = Auto(options={"sam_decoding": {"corpus": "x.txt"}})
+    b = Auto(options={"sam_decoding": {"corpus": "x.txt"}})
+    assert a == b and hash(a) == hash(b) and a != Auto(options={"sam_decoding": {"corpus": "y.txt"}})
