@@ -143,7 +143,7 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
     cost = measured_at(listed, options)
     if cost:
         words = (f"lossy: {cost['metric']} {cost['value']} against ar's {cost['ar']} on {cost['on']} "
-                 f"({cost['table']})")
+                 f"({cost['table']}{', ' + cost['date'] if cost.get('date') else ''})")
     elif listed:
         words += (f"; its quality cost was measured at {settings_text(listed['options'])}, not at the settings "
                   "that ran")
