@@ -165,7 +165,7 @@ def headline(rows, labels, command: str) -> str:
             lines.append(Headline(label, speed, f"{int(r['forwards'])} (ar {int(base['forwards'])})",
                                   "" if r["exact"] == r["prompts"] else
                                   f"greedy output = `ar`'s on {int(r['exact'])}/{int(r['prompts'])} prompts"))
-    return headline_table(lines, machine("loaded machine: speeds are ratios within the run"), command)
+    return headline_table(lines, machine(), command)
 
 
 def parse_args(argv=None):
