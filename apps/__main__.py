@@ -119,6 +119,8 @@ def build_app(loaded: list[tuple[Tab, object, object]]):
                                 f"is not available: {html.escape(demo.error)} (the server log has the details).</p>")
                     else:
                         demo.render()
+    from .inputs import quiet_choice_errors
+    quiet_choice_errors(app)
     return app, [tab.title for tab, _ in demos]
 
 

@@ -119,6 +119,8 @@ _ABSOLUTE = re.compile(r"(?<![\w.~\x00-])(?:/[^\s'\"(),:;]+)+")
 def scrub(message: str, typed: str, folder: Path, root: Path) -> str:
     """`message` with the server's paths replaced: the folder by what the user typed, paths inside the
     root by their part under it, any other absolute path by its last name."""
+    from suite.runtime.storage import without_values
+    message = without_values(message)                # what a config held stays on the server
     mark = "\x00folder\x00"
     for path, shown in ((str(folder), mark), (str(root) + os.sep, ""), (str(root), "the models folder")):
         message = message.replace(path, shown)

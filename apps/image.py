@@ -87,7 +87,9 @@ class ImageRun:
         if step is None:
             return
         known = step.known[0].numpy()                          # (H, W) bool
-        self.decided_at[known & (self.decided_at == 0)] = step.stats.num_forwards
+        # step.index: this step's forward; step.stats are the request's live totals, which the
+        # scheduler has moved past this step by the time a slow reader gets it
+        self.decided_at[known & (self.decided_at == 0)] = step.index
         self.image, self.stats = step.images[0], step.stats
 
     def row(self) -> dict:

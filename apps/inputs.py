@@ -34,6 +34,24 @@ def checked_input(field, what: str, fix: str, read: Callable | None = None):
     return field
 
 
+def quiet_choice_errors(app: gr.Blocks) -> None:
+    """Every dropdown and radio of `app`: a value outside its choices (sent through the API) is refused as
+    one line naming the field, without the traceback Gradio would print into the server log for it. Set on
+    each component object, as `checked_input`."""
+    for field in list(app.blocks.values()):
+        if isinstance(field, (gr.Dropdown, gr.Radio)):
+            own = field.preprocess
+
+            def preprocess(payload, own=own, label=field.label or "Choice"):
+                try:
+                    return own(payload)
+                except gr.Error as e:
+                    if not e.print_exception:
+                        raise
+                    raise gr.Error(f"{label}: {e.message}", title="Bad input", print_exception=False) from None
+            field.preprocess = preprocess
+
+
 def image_input(**kwargs) -> gr.Image:
     """gr.Image(**kwargs) whose upload, when it is not a picture (a text file, a cut PNG), names the field and the fix."""
     return checked_input(gr.Image(**kwargs), "the file is not a picture this app can read", IMAGE_FIX)

@@ -59,7 +59,8 @@ def guarantee_html(decoder: str, modality: str, own: dict[str, Guarantee] | None
     if cost:
         quality = (f" <span class='ps-quality'>Measured: {html.escape(cost['metric'])} {html.escape(cost['value'])} "
                    f"against ar's {html.escape(cost['ar'])} on {html.escape(cost['on'])} "
-                   f"({html.escape(cost['table'])}).</span>")
+                   f"({html.escape(cost['table'])}"
+                   f"{', ' + html.escape(cost['date']) if cost.get('date') else ''}).</span>")
     elif listed:
         quality = (f" <span class='ps-quality-elsewhere'>Its quality cost was measured at "
                    f"{html.escape(settings_text(listed['options']))}, not at the settings that ran.</span>")

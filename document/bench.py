@@ -478,6 +478,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rules", action="store_true",
                     help="only the commit-rule sweep (RULES) on the held-out lines: forwards against CER")
     ap.add_argument("--plot", default=None, metavar="PNG", help="with --rules: also draw (forwards/line, CER) here")
+    from suite.runtime.bench_page import add_write_argument
+    add_write_argument(ap)
     args = ap.parse_args(argv)
     if args.regions and args.model is None:
         from .reader import REGIONS_NEED_MODEL
@@ -507,26 +509,67 @@ def main(argv=None) -> int:
         return 0
     report = [f"threads={args.threads}; batch={ocr.batch_size}; forwards counted per line (one batched forward "
               "advances every line of the batch once)", ""]
-    report.append(table(f"held-out synthetic lines ({len(held)})",
-                        run_suite(ocr, [s.image for s in held], [s.text for s in held], not args.no_engines,
-                                  args.threads, prior_row=True)))
+    held_rows = run_suite(ocr, [s.image for s in held], [s.text for s in held], not args.no_engines, args.threads,
+                          prior_row=True)
+    report.append(table(f"held-out synthetic lines ({len(held)})", held_rows))
     report.append("")
     report.append(table("real scan: scikit-image page.png (7 lines, hand transcription; page CER)",
                         scan_page_rows(ocr, args.threads)))
     report.append("")
     report.append(table("real photo: scikit-image text.png (handwritten formulas at a slant; no ground truth, "
                         "not scored)", text_png_rows(ocr, args.threads), ["reader", "lines", "seconds", "text"]))
+    pdf_rows, pdf_count = [], 0
     if args.pdf_pages:
         crops, refs, skipped, used = pdf_lines(args.pdf_pages, args.dpi)
+        pdf_count = len(crops)
         print(f"PDF lines: {len(crops)} from {', '.join(used)} ({skipped} left out)", file=sys.stderr)
         if crops:
+            pdf_rows = run_suite(ocr, crops, refs, not args.no_engines, args.threads, prior_row=False)
             report.append("")
             report.append(table(f"real PDF pages: {len(crops)} lines from {', '.join(used)} "
                                 f"(ground truth: the PDF text layer; {skipped} lines with characters outside "
                                 "the charset left out)",
-                                run_suite(ocr, crops, refs, not args.no_engines, args.threads, prior_row=False)))
+                                pdf_rows))
     print("\n".join(report))
+    if args.write:
+        from suite.runtime.bench_page import command_line
+        write_page(held_rows, pdf_rows, command_line("document.bench", argv), len(held), pdf_count)
+        print("wrote BENCHMARKS.md (document) and document/quality.json", file=sys.stderr)
     return 0
+
+
+def write_page(held_rows: list[dict], pdf_rows: list[dict], command: str, lines: int, pdf_lines_read: int = 0,
+               page=None, folder=None) -> None:
+    """BENCHMARKS.md's document table from run_suite's rows (held-out lines; real PDF lines beside the CER
+    when read) and, for each lossy decoder run at the document's defaults (suite.registry.DEFAULTS), its CER
+    against ar's in document/quality.json (suite.runtime.bench_page)."""
+    from suite.registry import DEFAULTS, REGISTRY
+    from suite.runtime.bench_page import (PAGE, Headline, headline_table, machine, quality_entry, write_quality,
+                                          write_section)
+    from suite.runtime.options import settings_text
+    by_label = {label: (name, opts) for label, name, opts in DECODERS}
+    pdf = {r["reader"]: r for r in pdf_rows if "CER %" in r}
+    ours = [r for r in held_rows if "forwards/line" in r]
+    ar = next(r for r in ours if r["reader"] == "ar")
+    rows, costs = [], {}
+    for r in ours:
+        name, opts = by_label.get(r["reader"], ("ngram_prior", {}))
+        wanted = DEFAULTS.get("document", {}).get(name, {})
+        lossy = REGISTRY[name].guarantee == "lossy" and name != "ar"
+        on = (f"{lines} held-out synthetic lines" + (f" and {pdf_lines_read} real PDF lines" if pdf else "")
+              + (f", {settings_text(opts)}" if opts else ""))
+        value, ar_value = f"{r['CER %']}%", f"{ar['CER %']}%"
+        if r["reader"] in pdf and "ar" in pdf:
+            value += f" (real PDF lines {pdf[r['reader']]['CER %']}%)"
+            ar_value += f" ({pdf['ar']['CER %']}%)"
+        rows.append(Headline(r["reader"], float(r["lines/s"]) / float(ar["lines/s"]),
+                             f"{r['forwards/line']} / line ({r['forwards vs ar'].replace(' fewer', '')} fewer)",
+                             f"CER {value} against ar's {ar_value} ({on})" if lossy else ""))
+        if lossy and {**wanted, **opts} == wanted and name not in costs:     # what every way in runs
+            costs[name] = quality_entry("CER", value, ar_value, on, "BENCHMARKS.md, Document", command,
+                                        options={**wanted})
+    write_section("document", headline_table(rows, machine(), command), page or PAGE)
+    write_quality(folder or Path(__file__).parent, "document", costs)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ class OCRModel(nn.Module):
         self.encoder = ImageEncoder(cfg, d["n_embd"])
         dec_cfg = GPT2Config(vocab_size=self.tokenizer.vocab_size, n_positions=cfg["max_chars"] + 4,
                              n_embd=d["n_embd"], n_layer=d["n_layer"], n_head=d["n_head"],
-                             add_cross_attention=True, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+                             add_cross_attention=True, bos_token_id=BOS, eos_token_id=EOS,
+                             pad_token_id=None,    # the loop masks padded rows (PAD is the adapter's); no HF padding note
                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                              activation_function="gelu_pytorch_tanh")    # GPT-2's gelu_new, one fused op
         dec_cfg._attn_implementation = "sdpa"

@@ -75,7 +75,7 @@ if wants check; then
     fi
 fi
 if wants text; then
-    step text "text bench (SmolLM2, --quick)" 75 "${ONDEV[@]}" text.bench --quick --no-write --no-hf \
+    step text "text bench (SmolLM2, --quick)" 75 "${ONDEV[@]}" text.bench --quick --no-hf \
         --max-new-tokens "$NEW" "${TEXT_DEC[@]}"
 fi
 if wants image; then image_bench "$first" 20; fi

@@ -1,4 +1,5 @@
-"""Speech recognition with our CTC + attention recogniser.
+"""Speech recognition with our CTC + attention recogniser, of an audio file or of every audio file
+under a folder (.wav, .flac, .ogg, .aiff, .au, .mp3).
 
     python -m speech.asr clip.wav                      # one file, with the default decoder (see --help)
     python -m speech.asr recordings/ --decoder ar      # a folder (progress bar); ar: one character per forward

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -197,6 +198,54 @@ def bench_family(args) -> int:
     return 0
 
 
+# "asr" rows: decoder, cer, decoder_forwards, rtf, speedup_vs_ar; "tts" rows: decoder, forwards, rtf, cer_ours, ...
+SPEECH_METRIC = "CER of our recogniser on the speech"
+
+
+def write_page(results: dict, command: str, sampling: str, page=None, folder=None) -> None:
+    """BENCHMARKS.md's speech and asr tables and the lossy decoders' CER against ar's (flat `ar` for TTS) in
+    speech/quality.json (suite.runtime.bench_page); the sections this run did not measure stay."""
+    from suite.registry import REGISTRY
+    from suite.runtime.bench_page import (PAGE, Headline, headline_table, machine, quality_entry, write_quality,
+                                          write_section)
+    page, folder, where = page or PAGE, folder or Path(__file__).parent, machine()
+
+    def lossy(name: str) -> bool:                     # ctc, ctc_beam: other readings than ar's, lossy too
+        return name not in REGISTRY or REGISTRY[name].guarantee == "lossy"
+    if results.get("asr"):
+        rows = {r["decoder"]: r for r in results["asr"]}
+        ar, n = rows.get("ar"), results.get("asr_items")
+        lines, costs = [], {}
+        for name, r in rows.items():
+            scored = ar is not None and name != "ar" and lossy(name)
+            on = f"{n} held-out utterances"
+            lines.append(Headline(name, r["speedup_vs_ar"], f"{r['decoder_forwards']}",
+                                  f"CER {r['cer']:.3f} against ar's {ar['cer']:.3f} ({on})" if scored else "",
+                                  None if name in REGISTRY else "lossy"))
+            if scored:
+                costs[name] = quality_entry("CER", f"{r['cer']:.3f}", f"{ar['cer']:.3f}", on, "BENCHMARKS.md, Speech recognition",
+                                            command)
+        write_section("asr", headline_table(lines, where, command), page)
+        write_quality(folder, "asr", costs)
+    if results.get("tts"):
+        rows = {r["decoder"]: r for r in results["tts"] if "rtf" in r}
+        flat, n = rows.get("flat"), results.get("tts_items")
+        lines, costs = [], {}
+        for name, r in rows.items():
+            scored = flat is not None and name != "flat" and lossy(name)
+            on = f"{n} held-out sentences, {sampling}"
+            lines.append(Headline("ar" if name == "flat" else name, flat["rtf"] / r["rtf"] if flat else None,
+                                  f"{r['forwards_per_audio_s']:.1f} / s of audio"
+                                  + (f" ({r['fewer_forwards_than_flat']:.2f}x fewer)" if flat else ""),
+                                  f"{SPEECH_METRIC} {r['cer_ours']:.3f} against flat ar's {flat['cer_ours']:.3f} ({on})"
+                                  if scored else ""))
+            if scored:
+                costs[name] = quality_entry(SPEECH_METRIC, f"{r['cer_ours']:.3f}", f"{flat['cer_ours']:.3f} (flat)", on,
+                                            "BENCHMARKS.md, Speech: text to speech", command)
+        write_section("speech", headline_table(lines, where, command), page)
+        write_quality(folder, "speech", costs)
+
+
 def markdown(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
         if v is None:
@@ -261,6 +310,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"a short run: {QUICK['tts']} sentences for TTS and {QUICK['asr']} utterances for ASR "
                              "(a smoke test, not a table to quote)")
+    from suite.runtime.bench_page import add_write_argument, command_line
+    add_write_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.tts, args.asr = min(args.tts, QUICK["tts"]), min(args.asr, QUICK["asr"])
@@ -293,7 +344,7 @@ def main(argv=None) -> int:
         held = data.load_split("heldout")   # the held-out split only (built once, cached, resumable)
     if args.asr:
         items = held[:args.asr]
-        results["asr"] = bench_asr(asr, items)
+        results["asr"], results["asr_items"] = bench_asr(asr, items), len(items)
         print(f"## ASR: {len(items)} held-out utterances, voice flite rms (unseen), unseen sentences\n")
         print(markdown(results["asr"], ["decoder", "cer", "decoder_forwards", "rtf", "speedup_vs_ar",
                                         "exact_match_with_ar"]) + "\n")
@@ -302,9 +353,13 @@ def main(argv=None) -> int:
         held_texts = {it["text"] for it in held}
         sentences = [{"text": t, "audio": data.synthesize(t, data.TTS_VOICE)} for t in sorted(held_texts)[:args.tts]]
         results["tts"] = bench_tts(tts, asr, pocketsphinx_transcriber(), sentences, decoders, args.seed)
+        results["tts_items"] = len(sentences)
         print(f"## TTS: {len(sentences)} held-out sentences, seed {args.seed}, temperature 0.7, top-k 40\n")
         print(markdown(results["tts"], ["decoder", "forwards", "frames", "forwards_per_frame", "forwards_per_audio_s",
                                         "fewer_forwards_than_flat", "rtf", "cer_ours", "cer_pocketsphinx"]) + "\n")
+    if args.write:
+        write_page(results, command_line("speech.bench", argv), f"seed {args.seed}, T=0.7")
+        print("wrote BENCHMARKS.md (speech) and speech/quality.json", file=sys.stderr)
     if args.json:
         write_json(args.json, results)
     return 0

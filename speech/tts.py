@@ -21,10 +21,8 @@ The alignment (frames per phone) is fixed before decoding, so it does not change
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -260,17 +258,13 @@ def load_family_tts(folder):
 
 
 def write_wav(path, audio: np.ndarray, sample_rate: int) -> None:
-    """Write atomically (temp file + rename): nothing half-written on failure."""
+    """Write atomically (temp file + rename, suite.runtime.storage): nothing half-written on failure,
+    the file's mode that of any other output (0o644 under the usual umask)."""
     import soundfile as sf
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(suffix=".wav", dir=str(path.parent.resolve()))
-    os.close(fd)
-    try:
-        sf.write(tmp, audio, sample_rate, subtype="PCM_16")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+
+    from suite.runtime.storage import atomic_path
+    with atomic_path(path) as tmp:
+        sf.write(str(tmp), audio, sample_rate, subtype="PCM_16")
 
 
 def main(argv=None) -> int:

@@ -368,6 +368,8 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     width = len(str(len(prompts)))
     items = [Item(f"prompt {i + 1:0{width}d}", {"prompt": p}, (parts / f"{i:08d}.json",) if parts else ())
              for i, p in enumerate(prompts)]
+    if parts:
+        restore_parts(target, items)
     worker_args = {"model": args.model, "decoder": args.decoder, "compare": args.compare, "threads": args.threads,
                    "dtype": args.dtype, **kwargs}
     job = BatchJob("text", items, TextWorker, worker_args, write, unit="prompt", ordered=parts is None,
@@ -379,7 +381,8 @@ def run_many(args, prompts: list[str], kwargs) -> int:
             if o.status == "skipped":
                 records[o.item.key] = json.loads(o.item.outputs[0].read_text(encoding="utf-8"))
         lines = [json.dumps(records[it.key], ensure_ascii=False) + "\n" for it in items if it.key in records]
-        write_text(target, "".join(lines))
+        if not (target.is_file() and all(o.status == "skipped" for o in summary.outcomes)):
+            write_text(target, "".join(lines))       # a rerun with nothing to do leaves the output alone
         if not summary.failed:
             shutil.rmtree(parts)
     done = [records[it.key] for it in items if it.key in records]
@@ -401,6 +404,29 @@ def run_many(args, prompts: list[str], kwargs) -> int:
               f"{same} of {len(done)} the same text as ar", file=sys.stderr)
     print(summary.line(), file=sys.stderr)
     return summary.exit_code
+
+
+def restore_parts(target: Path, items) -> None:
+    """A finished job removed its per-prompt parts; its records live on in `target`. Put back the part
+    of each prompt whose record is there, so the manifest's rule (done, outputs present) skips it on
+    a rerun (a prompt given twice takes its records in order)."""
+    from suite.runtime.storage import write_text
+    if not target.is_file():
+        return
+    kept: dict[str, list[str]] = {}
+    for line in target.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return                              # not this CLI's output: every prompt runs again
+        if isinstance(record, dict) and isinstance(record.get("prompt"), str):
+            kept.setdefault(record["prompt"], []).append(line)
+    for item in items:
+        part, same = item.outputs[0], kept.get(item.payload["prompt"])
+        if same:
+            line = same.pop(0)
+            if not part.exists():
+                write_text(part, line)
 
 
 def main(argv=None) -> int:

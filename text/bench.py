@@ -3,7 +3,8 @@
 prompt by prompt in one process. Reports forwards, tokens per forward, accepted tokens per step,
 tokens/s, speedup over `ar`, exact match with `ar`, the draft's share of the decode time and
 auto's choices, per prompt group (the held-out prompts of the EAGLE head's training set are a
-group of their own); then a batch of 4 and sampling at temperature 0.7. Writes BENCHMARKS.md.
+group of their own); then a batch of 4 and sampling at temperature 0.7. `--write`: the greedy
+batch-1 headline (pooled over the groups) into BENCHMARKS.md's text section (suite.runtime.bench_page).
 
 `--group diffusion_gemma`: DiffusionGemma (block diffusion) on a tiny random config: the family's
 generate, its sampler as our decoder, the block commit rules (text/bench_diffusion_gemma.py).
@@ -31,8 +32,6 @@ from .prompts import CHAT, GROUNDED, GROUPS, held_out_group
 
 BENCH_DECODERS = tuple(suite.TEXT_DECODERS) + tuple(d for d in ("eagle", "auto") if d not in suite.TEXT_DECODERS)
 
-MARK_START, MARK_END = "<!-- text-bench:start -->", "<!-- text-bench:end -->"
-STRUCTURED_MARKS = ("<!-- text-bench-structured:start -->", "<!-- text-bench-structured:end -->")
 STRUCTURED_DECODERS = ("ar", "auto", "eagle", "ngram", "lookahead")
 
 
@@ -144,25 +143,36 @@ def table(rows, groups, labels, title, exact=True) -> str:
     return "\n".join(lines)
 
 
-def write_benchmarks(body: str, path: Path, marks=(MARK_START, MARK_END),
-                     heading: str = "## Text (SmolLM2-135M-Instruct, fp32, CPU)") -> None:
-    start, end = marks
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{body}\n{end}"
-    if start in old:
-        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new)
-    tmp.replace(path)
+def write_benchmarks(body: str, path: Path, key: str = "text") -> None:
+    """`body` into BENCHMARKS.md's `key` section (suite.runtime.bench_page)."""
+    from suite.runtime.bench_page import write_section
+    write_section(key, body, path)
+
+
+def headline(rows, labels, command: str) -> str:
+    """The page's table: each suite decoder's pooled tokens/s over ar's, its forwards against ar's."""
+    from suite.runtime.bench_page import Headline, headline_table, machine
+    pooled = defaultdict(lambda: defaultdict(float))
+    for (_, label), r in rows.items():
+        for key in ("tokens", "time", "forwards", "exact", "prompts"):
+            pooled[label][key] += r[key]
+    base = pooled[labels[0]]
+    lines = []
+    for label in labels:
+        if label in suite.DECODERS:
+            r = pooled[label]
+            speed = (r["tokens"] / r["time"]) / (base["tokens"] / base["time"])
+            lines.append(Headline(label, speed, f"{int(r['forwards'])} (ar {int(base['forwards'])})",
+                                  "" if r["exact"] == r["prompts"] else
+                                  f"greedy output = `ar`'s on {int(r['exact'])}/{int(r['prompts'])} prompts"))
+    return headline_table(lines, machine(), command)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m text.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="examples:\n  python -m text.bench\n"
-                                       "  python -m text.bench --quick --no-write\n"
+                                epilog="examples:\n  python -m text.bench --write\n"
+                                       "  python -m text.bench --quick\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
     p.add_argument("--group", choices=("all", "structured", "diffusion_gemma"), default="all",
                    help="structured: only the structured-output group (JSON schemas, against constrained ar); "
@@ -179,8 +189,9 @@ def parse_args(argv=None):
                    help="skip transformers' assisted generate (the slowest peer)")
     p.add_argument("--groups", nargs="+", default=None, help="prompt groups to run (default: all)")
     p.add_argument("--greedy-only", action="store_true", help="every prompt, greedy batch 1 only (no batch/sampling runs)")
-    p.add_argument("--no-write", dest="write", action="store_false", help="print only")
-    p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    from suite.runtime.bench_page import PAGE, add_write_argument
+    add_write_argument(p)
+    p.add_argument("--out", type=Path, default=PAGE, help="the page --write writes (default: BENCHMARKS.md)")
     p.add_argument("--peers", action="store_true", help="instead: ar against transformers' generate and llama.cpp "
                                                         "(python -m text.bench --peers --help)")
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
@@ -228,11 +239,11 @@ def main(argv=None) -> None:
         run(*gen.encode(["Hello"], chat=True), 4)
     labels = [label for label, _ in greedy]
     flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
+    greedy_rows = measure(gen, cases, greedy, args.max_new_tokens, "greedy")
     parts = [f"Command: `python -m text.bench{' ' + flags if flags else ''}`; {torch.get_num_threads()} threads, "
              f"max_new_tokens={args.max_new_tokens}, speculative draft = first {args.self_layers} of "
              f"{gen.model.config.num_hidden_layers} layers, {args.num_draft} draft tokens.",
-             table(measure(gen, cases, greedy, args.max_new_tokens, "greedy"), list(groups), labels,
-                   "Greedy, batch 1")]
+             table(greedy_rows, list(groups), labels, "Greedy, batch 1")]
     if not (args.quick or args.greedy_only):
         batch = [("batch of 4", GROUNDED[:2] + CHAT[:2], True)]
         runners = configs(gen, args_without_hf(args))
@@ -248,7 +259,8 @@ def main(argv=None) -> None:
     body = "\n\n".join(parts)
     print(body)
     if args.write:
-        write_benchmarks(body, args.out)
+        write_benchmarks(headline(greedy_rows, labels, f"python -m text.bench{' ' + flags if flags else ''}"),
+                         args.out)
         print(f"\nwrote {args.out}")
 
 
@@ -328,7 +340,9 @@ def structured(gen, args, argv) -> None:
         structured_table(rows, runs)])
     print(body)
     if args.write:
-        write_benchmarks(body, args.out, STRUCTURED_MARKS, "## Text: structured output (JSON schemas, SmolLM2, CPU)")
+        pooled = {("structured", label): r for label, r in rows.items()}
+        write_benchmarks(headline(pooled, [label for label, _, _ in runs],
+                                  f"python -m text.bench{' ' + flags if flags else ''}"), args.out, "text-structured")
         print(f"\nwrote {args.out}")
 
 

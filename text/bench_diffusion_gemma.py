@@ -18,8 +18,7 @@ import torch
 import suite
 from suite.registry import CANVAS_DECODERS
 
-MARKS = ("<!-- text-bench-dgemma:start -->", "<!-- text-bench-dgemma:end -->")
-HEADING = "## Text: DiffusionGemma (block diffusion, tiny random config, CPU)"
+SECTION = "text-diffusion-gemma"      # BENCHMARKS.md's section (suite.runtime.bench_page)
 
 
 # DiffusionGemma always builds Gemma 4's vision tower (16 layers of 768 by default): a tiny one keeps it cheap
@@ -111,8 +110,9 @@ def parse_args(argv):
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--steps", type=int, default=8,
                    help="the sampler's step budget in the second pair of runs (default 8)")
-    p.add_argument("--no-write", dest="write", action="store_false", help="print only")
-    p.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    from suite.runtime.bench_page import PAGE, add_write_argument
+    add_write_argument(p)
+    p.add_argument("--out", type=Path, default=PAGE, help="the page --write writes (default: BENCHMARKS.md)")
     return p.parse_args(argv)
 
 
@@ -143,5 +143,5 @@ def main(argv, write_benchmarks) -> None:
         table(rows, len(prompts))])
     print(body)
     if args.write:
-        write_benchmarks(body, args.out, MARKS, HEADING)
+        write_benchmarks(body, args.out, SECTION)
         print(f"\nwrote {args.out}")

@@ -158,11 +158,12 @@ class TextGenerator:
     # -- token ids -> text ---------------------------------------------------------------------
 
     def decode(self, token_ids: list[int]) -> str:
-        """Text of new tokens; a final EOS is left out."""
+        """Text of new tokens; a final EOS is left out, and so is a multi-byte character that a cut
+        (max_new_tokens) left incomplete (the tokenizer reads its bytes as U+FFFD)."""
         ids = list(token_ids)
         if ids and ids[-1] in self.eos_token_ids:
-            ids = ids[:-1]
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+            return self.tokenizer.decode(ids[:-1], skip_special_tokens=False)
+        return self.tokenizer.decode(ids, skip_special_tokens=False).rstrip("\ufffd")
 
     # -- generation ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -123,7 +124,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true",
                    help=f"a short run: {QUICK_LABELS} labels x 1 seed, no Frechet distance (a smoke test, not a table "
                         "to quote)")
-    return run_bench(p, argv, _main)
+    from suite.runtime.bench_page import add_write_argument, command_line
+    add_write_argument(p)
+    return run_bench(p, argv, lambda args: _main(args, command_line("vision.bench", argv)))
 
 
 QUICK_LABELS = 3
@@ -141,7 +144,7 @@ def check_specs(specs: list[str]) -> None:
         suite.make_decoder(name, **{k: v for k, v in opts.items() if k not in SAMPLING_KEYS})
 
 
-def _main(args) -> int:
+def _main(args, command: str = "python -m vision.bench") -> int:
     import suite
     from . import load_image_pipeline
     from .data import make_split
@@ -185,10 +188,37 @@ def _main(args) -> int:
     print()
     print("References (same metrics, same image count): " + "; ".join(
         f"{name}: class acc {100 * acc:.1f}%" + (f", FD {fd:.1f}" if fd is not None else "") for name, acc, fd in refs))
+    if args.write:
+        write_page(results, command)
+        print("\nwrote BENCHMARKS.md (images) and vision/quality.json", file=sys.stderr)
     if args.json:
         write_json(args.json, {"settings": header, "results": results,
                                "references": [dict(name=n, class_accuracy=a, frechet=f) for n, a, f in refs]}, indent=1)
     return 0
+
+
+def write_page(results, command: str, page=None, folder=None) -> None:
+    """BENCHMARKS.md's image table (`page`) and, for each lossy decoder run at its bench defaults, its class
+    accuracy against ar's in vision/quality.json (in `folder`; suite.runtime.bench_page)."""
+    import suite
+    from suite.runtime.bench_page import (PAGE, Headline, headline_table, machine, quality_entry, write_quality,
+                                          write_section)
+    from suite.runtime.options import settings_text
+    base = results[0]
+    rows, costs = [], {}
+    for e in results:
+        name, opts = parse_spec(e["decoder"])
+        acc, ar_acc = e["class_accuracy"], base["class_accuracy"]
+        scored = suite.decoder_entry(name).guarantee == "lossy" and acc is not None and ar_acc is not None
+        on = f"{e['images']} images" + (f", {settings_text(opts)}" if opts else "")
+        rows.append(Headline(e["decoder"], e["wall_speedup"],
+                             f"{e['forwards_per_image']:.1f} / image ({e['forward_ratio']:.2f}x fewer)",
+                             f"class accuracy {100 * acc:.1f}% against ar's {100 * ar_acc:.1f}% ({on})" if scored else ""))
+        if scored and e["decoder"] == name:              # the bench's own options: what the apps run
+            costs[name] = quality_entry("class accuracy", f"{100 * acc:.1f}%", f"{100 * ar_acc:.1f}%", on,
+                                        "BENCHMARKS.md, Images", command, options=opts)
+    write_section("image", headline_table(rows, machine(), command), page or PAGE)
+    write_quality(folder or Path(__file__).parent, "image", costs)
 
 
 def references(pipe, classifier, fd_net, ref_feats, per_class: int):

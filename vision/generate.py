@@ -99,6 +99,7 @@ def run(args) -> dict:
         raise ValueError("give --labels (class names or ids, or 'all'), or --hf-model with --prompt")
     options = parse_options(args.option, args.decoder)
     pipe = load_image_pipeline(args.weights, args.dtype)
+    pipe.check(args.decoder, **options)          # option values too, before the job's folder exists
     sampling = default_sampling(pipe)
     settings = {"guidance_scale": sampling["guidance_scale"] if args.guidance_scale is None else args.guidance_scale,
                 "temperature": sampling["temperature"] if args.temperature is None else args.temperature,

@@ -243,6 +243,8 @@ def build_job(args):
     decoder = decoder_name(args.decoder)
     options = parse_options(args.option, decoder)
     meta = video_meta(args.weights)
+    from .video.pipeline import load_video_pipeline
+    load_video_pipeline(args.weights).check(decoder, **options)   # option values, before any folder exists
     defaults = {"motion": (args.motions or ["right"])[0], "seed": args.seed,
                 "num_frames": int(meta["frames"]) if args.num_frames is None else args.num_frames}
     canonical(meta, meta["classes"][0], defaults["motion"], defaults["num_frames"], args.seed)   # the flags

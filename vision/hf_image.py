@@ -186,7 +186,8 @@ def load_hf_image_model(folder: str, device: str | None = None) -> HFImageModel:
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
     except Exception as e:
-        raise ValueError(f"cannot read a transformers config in {folder}: {e}") from e
+        from suite.runtime.storage import without_values
+        raise ValueError(f"cannot read a transformers config in {folder}: {without_values(str(e))}") from e
     family = config.model_type
     if family not in MODEL_CLASSES:
         raise ValueError(f"{folder} holds a {family!r} model; vision.generate loads {', '.join(FAMILIES)} "

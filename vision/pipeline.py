@@ -144,6 +144,14 @@ class ImagePipeline:
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "grid": [h, w]}
         return ids, request, settings
 
+    def check(self, decoder: str, **options) -> None:
+        """ValueError naming the fix when `decoder` would refuse these option values (a batch job checks
+        them before its first image: suite.runtime.options.check_values)."""
+        from suite.runtime.options import check_values
+        h, w = self.grid
+        check_values(self.prior, [[self.prior.class_token(0)]], decoder, h * w,
+                     **{**IMAGE_DEFAULTS.get(decoder, {}), **options})
+
     def __call__(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
                  **decoder_options) -> ImageResult:

@@ -119,6 +119,15 @@ def takes_static_cache(model) -> bool:
     return True
 
 
+def cuda_graph_mode(mode: str | None, device: torch.device) -> str | None:
+    """`mode` for torch.compile on `device`: the CUDA-graph modes ("reduce-overhead", "max-autotune")
+    compile without graphs (None, "max-autotune-no-cudagraphs") off CUDA, where inductor would warn
+    once per compiled step that it skips them."""
+    if torch.device(device).type == "cuda" or mode is None:
+        return mode
+    return {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}.get(mode, mode)
+
+
 class StaticHFCausalLM(HFCausalLM):
     """Any transformers causal LM over a `StaticKVCache` of `max_cache_len` slots, with the
     forwards of the widths in `compiled_widths` compiled (`mode="reduce-overhead"` adds CUDA
@@ -143,7 +152,9 @@ class StaticHFCausalLM(HFCausalLM):
             own = self.config.max_length
             self.config = replace(self.config, max_length=min(own, self.max_cache_len) if own else self.max_cache_len)
         self.compiled_widths = frozenset(compiled_widths) if self.static else frozenset()
-        self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False) if self.compiled_widths else None
+        self.mode = cuda_graph_mode(mode, next(model.parameters()).device)
+        self._compiled = (torch.compile(self.model.forward, mode=self.mode, dynamic=False)
+                          if self.compiled_widths else None)
 
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
         """A request whose longest prompt + max_new_tokens exceeds the cache: refused (suite.prepare

@@ -45,6 +45,15 @@ def parse_options(name: str, text) -> dict[str, object]:
     return out
 
 
+def check_values(model, prompt, decoder, max_new_tokens: int, **options) -> None:
+    """A decoder's option values checked before a batch job starts (parse_options checks names and
+    types): the decoder is started on a throwaway request of `prompt` (its row state made, no forward),
+    so a value its `start` refuses (window=-1) is one ValueError up front, not a failure per input."""
+    from suite.api import prepare
+    _, dec, state = prepare(model, prompt, None, decoder, max_new_tokens, **options)
+    dec.start(state)
+
+
 def typed_option(key: str, raw: str, default):
     low = raw.lower()
     if isinstance(default, bool):
@@ -134,7 +143,7 @@ def guarantee_note(name: str, costs: dict[str, dict] | None = None, kind: str | 
     cost = measured_at(listed, options)
     if cost:
         words = (f"lossy: {cost['metric']} {cost['value']} against ar's {cost['ar']} on {cost['on']} "
-                 f"({cost['table']})")
+                 f"({cost['table']}{', ' + cost['date'] if cost.get('date') else ''})")
     elif listed:
         words += (f"; its quality cost was measured at {settings_text(listed['options'])}, not at the settings "
                   "that ran")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,6 +28,15 @@ def cache_dir(*parts: str) -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME")
         base = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "parasuite"
     return base.joinpath(*parts)
+
+
+_READ_VALUE = re.compile(r" ?\(value: [^\n]*\)")
+
+
+def without_values(message: str) -> str:
+    """`message` less the values a library quotes from a file it read ("expected int, got str (value:
+    '...')"): an error names the field and the fix, never what a file holds."""
+    return _READ_VALUE.sub("", message)
 
 
 def _file_mode() -> int:

@@ -16,7 +16,7 @@ def ocr(require_tab):
 
 def upload(page, path: str, tries: int = 3):
     """Upload `path` into the Document tab's file box. On this loaded CPU the File component's upload
-    sometimes stalls at "Uploading 1 file..." (seen in session 13, not understood yet): the page is
+    sometimes stalls at "Uploading 1 file..." (seen on 2026-12-02, not understood yet): the page is
     then reloaded and the upload tried again, up to `tries` times."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     for _ in range(tries):

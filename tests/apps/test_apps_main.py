@@ -218,3 +218,17 @@ def test_a_stop_at_the_context_limit_says_so():
     assert stop_note(run, 64, 8192) == ""
     run.stream.finish_reason, run.stream.token_ids = "length", [1] * 64
     assert stop_note(run, 64, 8192) == ""                 # max new tokens reached
+
+
+def test_a_value_outside_a_dropdowns_choices_is_one_line_not_a_logged_traceback():
+    def build_demo(pipeline):
+        with gr.Blocks() as demo:
+            choice = gr.Dropdown(["ar", "zipar"], value="ar", label="Decoder")
+            gr.Button().click(lambda d: d, choice, gr.Textbox())
+        return demo
+    app, _ = apps_main.build_app([(apps_main.Tab("d", "D", "x"), types.SimpleNamespace(build_demo=build_demo), "p")])
+    dropdown = next(b for b in app.blocks.values() if isinstance(b, gr.Dropdown))
+    assert dropdown.preprocess("ar") == "ar"
+    with pytest.raises(gr.Error) as e:
+        dropdown.preprocess("zipar; rm -rf /")
+    assert not e.value.print_exception and e.value.message.startswith("Decoder: ")

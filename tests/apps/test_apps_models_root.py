@@ -142,3 +142,12 @@ def test_browser_model_folder_outside_the_root_is_refused_naming_no_server_path(
     assert "folders there: empty-model" in body
     for server_path in (str(models), str(models.parent), "/tmp", os.path.expanduser("~") + "/"):
         assert server_path not in body.replace(typed, ""), server_path
+
+
+def test_a_config_value_of_the_wrong_type_is_named_not_quoted(root):
+    from vision.hf_image import load_hf_image_model
+    (root / "badvalue").mkdir()
+    (root / "badvalue" / "config.json").write_text(json.dumps({"model_type": "chameleon", "vocab_size": SECRET}))
+    message = refusal("badvalue", load=load_hf_image_model)
+    assert "vocab_size" in message                                   # the field is named
+    assert_reveals_nothing(message, root, "badvalue")

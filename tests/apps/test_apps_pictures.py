@@ -59,3 +59,21 @@ def test_heatmaps_carry_their_own_scale():
     assert early.getpixel((early.width - 1, 30 + early.width - 1)) == RAMP[-1]   # 4 of 4 forwards: yellow
     assert late.getpixel((late.width - 1, 30 + late.width - 1)) != RAMP[-1]      # 4 of 256: still dark
     assert early.height > early.width                                       # the scale bar below it
+
+
+def test_image_heatmap_marks_each_token_with_the_forward_of_its_own_step():
+    """Steps read after the scheduler moved on (a slow reader) still map each token to the forward that
+    decided it: a step's own index, not the request's live running totals (shared by every step)."""
+    import torch
+    from PIL import Image
+
+    import suite
+    from apps.image import ImageRun
+    from vision.pipeline import ImageStep
+    live = suite.DecodeStats(num_forwards=4, num_new_tokens=4)          # where the request is now
+    known = [torch.arange(4).reshape(1, 2, 2) < k for k in range(1, 5)]   # ar: one cell per forward
+    steps = [ImageStep(k + 1, [Image.new("RGB", (8, 8))], known[k], live, k == 3) for k in range(4)]
+    run = ImageRun("ar", steps, (2, 2))
+    while not run.done:
+        run.advance()
+    assert run.decided_at.tolist() == [[1, 2], [3, 4]]

@@ -77,6 +77,18 @@ def test_compiled_steps_equal_eager_token_for_token():
         assert torch.equal(out.sequences, ref.sequences), name
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's choice")
+@pytest.mark.parametrize("mode, compiled_as", [("reduce-overhead", None), ("max-autotune", "max-autotune-no-cudagraphs"),
+                                               ("default", "default"), (None, None)])
+def test_cuda_graph_modes_compile_without_graphs_on_a_cpu(monkeypatch, mode, compiled_as):
+    """On a CPU inductor skips CUDA graphs and warns once per compiled step (thousands of lines): a
+    CUDA-graph mode compiles as its graph-less form there."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw["mode"]) or fn)
+    StaticHFCausalLM(tiny_model("llama"), max_cache_len=16, compiled_widths=(1,), mode=mode)
+    assert seen == [compiled_as]
+
+
 def test_the_static_cache_is_the_adapters_context_and_every_request_within_it_decodes(tmp_path, monkeypatch):
     """Issue 40, finding 6: a 30-token jacobi request over StaticHFCausalLM(max_cache_len=128), its
     cost curve measured afresh on that adapter (which once asked for 256 slots), equals ar; and at the

@@ -144,7 +144,7 @@ def test_a_ragged_batch_decodes_each_row_as_alone(gen, rule):
 
 def test_bench_group_reports_every_rule_and_the_familys_agreement(capsys):
     from text.bench import main
-    main(["--group", "diffusion_gemma", "--prompts", "1", "--max-new-tokens", "8", "--steps", "2", "--no-write"])
+    main(["--group", "diffusion_gemma", "--prompts", "1", "--max-new-tokens", "8", "--steps", "2"])
     out = capsys.readouterr().out
     assert all(f"| {rule} |" in out for rule in RULES)
     assert "| diffusion_gemma, 2 steps | 8 | 2 |" in out and out.count("| 1/1 | 100% |") >= 4

@@ -157,3 +157,29 @@ def test_subprocess_help_and_exit_code(tiny_dir, tmp_path):
     assert run.returncode == 2
     assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr
     assert not dst.exists()
+
+
+def test_a_rerun_of_a_finished_job_skips_every_prompt_and_leaves_the_output(tiny_dir, tmp_path, monkeypatch, capsys):
+    src = tmp_path / "prompts.txt"
+    src.write_text("one\ntwo\none\n")                                  # a prompt given twice keeps both rows
+    dst = tmp_path / "out.jsonl"
+    argv = ["--input", str(src), "--output", str(dst), "--model", str(tiny_dir), "--decoder", "ar", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    before = dst.read_bytes(), dst.stat().st_mtime_ns
+    capsys.readouterr()
+    real, calls = TextGenerator.generate, []
+    monkeypatch.setattr(TextGenerator, "generate", lambda self, prompt, **kw: calls.append(prompt) or real(self, prompt, **kw))
+    assert main(argv) == 0
+    assert calls == [] and "0 done, 3 skipped, 0 failed" in capsys.readouterr().err
+    assert (dst.read_bytes(), dst.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.manifest.jsonl", "prompts.txt"]
+    src.write_text("one\ntwo\none\nthree\n")                           # a prompt added: only it runs
+    assert main(argv) == 0
+    assert calls == ["three"]
+    assert [json.loads(line)["prompt"] for line in dst.read_text().splitlines()] == ["one", "two", "one", "three"]
+
+
+def test_text_cut_inside_a_multibyte_character_ends_before_it(tiny):
+    ids = tiny.tokenizer("a\U0001d49c", add_special_tokens=False).input_ids   # a 4-byte character, in byte tokens
+    cut = next(k for k in range(1, len(ids)) if tiny.tokenizer.decode(ids[:k]).endswith("\ufffd"))
+    assert tiny.decode(ids[:cut]) == "a" and tiny.decode(ids) == "a\U0001d49c"

@@ -30,3 +30,12 @@ def test_process_video_refuses_a_phrase_of_only_spaces(tmp_path, capsys):
     assert main([str(tmp_path / "clip.mp4"), "--out", str(tmp_path / "out"), "--phrase", "  "]) == 2
     assert capsys.readouterr().err.startswith("error: --phrase is empty: say what to find in every frame")
     assert not (tmp_path / "out").exists()
+
+
+def test_generate_refuses_a_bad_option_value_before_the_job_starts(tmp_path, capsys):
+    from vision.generate import main
+    out = tmp_path / "out"
+    assert main(["--labels", "circle", "--decoder", "zipar", "--option", "window=-1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "window must be >= 1, got -1" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []                                      # no .out.partial left behind

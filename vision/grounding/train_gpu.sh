@@ -14,7 +14,7 @@
 # MINUTES (3), SCENES (40000 axis-aligned training scenes), OBB_SCENES (12000 oriented),
 # BATCH (256), LR (2e-3), SIZES ("160:3:5 256:4:8": width:layers:heads, one run each; 160:3:5 is the
 # shipped size), WORKERS (processes per run: 14 cores / runs), PARASUITE_CACHE (feature cache folder),
-# CELL_AUX (2.0: weight of the auxiliary cell map, as in the shipped CPU run of session 11; 0: none).
+# CELL_AUX (2.0: weight of the auxiliary cell map, as in the shipped CPU run of 2026-12-01; 0: none).
 # CPU smoke test: DEVICE=cpu SCALE=0.005 SCENES=200 OBB_SCENES=100 BATCH=16 SIZES=160:3:5 WORKERS=2
 set -euo pipefail
 cd "$(dirname "$0")/../.."

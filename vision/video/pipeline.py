@@ -169,6 +169,13 @@ class VideoPipeline:
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return ids, motions, request, settings
 
+    def check(self, decoder: str, **options) -> None:
+        """ValueError naming the fix when `decoder` would refuse these option values (a batch job checks
+        them before its first clip: suite.runtime.options.check_values)."""
+        from suite.runtime.options import check_values
+        lay = self.prior.layout
+        check_values(self.prior, [lay.prompt(0, 0)], video_decoder(decoder, **options), lay.cells)
+
     def __call__(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                  guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int = 0, **decoder_options) -> VideoResult:

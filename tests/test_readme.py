@@ -1,0 +1,48 @@
+"""README.md as a user reads it: every Python block runs verbatim (its placeholders defined in the block
+itself; a block marked `<!-- readme-test: gpu ... -->` runs where CUDA is), and what it says of the
+tabs' starting decoders holds."""
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"(?:<!-- readme-test: (?P<mark>[^>]*?) -->\n)?```python\n(?P<code>.*?)```", re.S)
+
+
+def blocks() -> list[tuple[int, str, str]]:
+    """(line, marker, code) of each ```python block."""
+    text = README.read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start("code")), m.group("mark") or "", m.group("code"))
+            for m in BLOCK.finditer(text)]
+
+
+@pytest.mark.parametrize("line, mark, code", blocks(), ids=lambda v: f"line{v}" if isinstance(v, int) else "")
+def test_a_readme_block_runs_verbatim(line, mark, code, tmp_path, monkeypatch):
+    if mark.startswith("gpu"):
+        import torch
+        if not torch.cuda.is_available():
+            pytest.skip(f"README.md line {line}: needs a GPU ({mark})")
+    monkeypatch.chdir(tmp_path)                       # what a block writes lands here
+    exec(compile(code, f"README.md, block at line {line}", "exec"), {"__name__": "__readme__"})
+
+
+def test_the_readme_finds_every_python_block():
+    assert len(blocks()) == README.read_text(encoding="utf-8").count("```python")
+
+
+def test_each_tab_starts_lossless_or_the_readme_names_the_exception():
+    import suite
+    from document.reader import DEFAULT_DECODER as DOCUMENT
+    from speech.asr import DEFAULT_DECODER as ASR
+    from speech.tts import DEFAULT_DECODER as TTS
+    from text.generator import DEFAULT_DECODER as TEXT
+    from vision.grounding.pipeline import DEFAULT_DECODER as GROUNDING
+    from vision.pipeline import DEFAULT_DECODER as IMAGE
+    from vision.video.pipeline import DEFAULT_DECODER as VIDEO
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    claim = text[text.index("Each tab starts on its fastest lossless decoder"):]
+    claim = claim[:claim.index(". An")]                # the sentence and its exceptions
+    for name in (TEXT, IMAGE, VIDEO, GROUNDING, DOCUMENT, TTS, ASR):
+        if suite.decoder_entry(name).guarantee == "lossy":
+            assert f"lossy `{name}`" in claim, (name, claim)
