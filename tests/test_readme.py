@@ -1,7 +1,11 @@
 """README.md as a user reads it: every Python block runs verbatim (its placeholders defined in the block
-itself; a block marked `<!-- readme-test: gpu ... -->` runs where CUDA is), and what it says of the
-tabs' starting decoders holds."""
+itself; a block marked `<!-- readme-test: gpu ... -->` runs where CUDA is, one marked
+`<!-- readme-test: server -->` beside `python -m apps.serve`'s app on its default address), and what it
+says of the tabs' starting decoders holds."""
+import contextlib
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,28 @@ def test_a_readme_block_runs_verbatim(line, mark, code, tmp_path, monkeypatch):
         if not torch.cuda.is_available():
             pytest.skip(f"README.md line {line}: needs a GPU ({mark})")
     monkeypatch.chdir(tmp_path)                       # what a block writes lands here
-    exec(compile(code, f"README.md, block at line {line}", "exec"), {"__name__": "__readme__"})
+    with served() if mark.startswith("server") else contextlib.nullcontext():
+        exec(compile(code, f"README.md, block at line {line}", "exec"), {"__name__": "__readme__"})
+
+
+@contextlib.contextmanager
+def served():
+    """The embedded model's OpenAI-compatible app on 127.0.0.1:8000, as `python -m apps.serve` serves it."""
+    import uvicorn
+
+    import text
+    from apps.serve import build_app
+    server = uvicorn.Server(uvicorn.Config(build_app(text.load(progress=False)), host="127.0.0.1", port=8000,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def test_the_readme_finds_every_python_block():
