@@ -150,7 +150,8 @@ def parse(argv):
                          f"{'on' if bd['prefix_only'] else 'off'}; the defaults give 3.1x fewer forwards at +0.28 CER "
                          "points on held-out lines, this model)")
     ap.add_argument("--detector", default=None, choices=["auto", "rapidocr", "projection"],
-                    help="line detector (default: auto, i.e. rapidocr when installed; projection with --regions)")
+                    help="line detector (default: auto, i.e. the fast XY cut on a clean page, else rapidocr when "
+                         "installed; projection with --regions)")
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")

@@ -1,7 +1,8 @@
 """Page reading: `pages = document.read(path)` for PNG/JPEG/TIFF/PDF (or a PIL image).
 
-Pages are loaded (PDF pages rendered with pypdfium2), text lines found (rapidocr's ONNX detector
-when installed, else our projection-profile segmenter), long lines cut at word gaps into pieces
+Pages are loaded (PDF pages rendered with pypdfium2), text lines found (on a clean page by the
+XY cut of document.page_lines, in milliseconds; on any other page by rapidocr's ONNX detector when
+installed, else our projection-profile segmenter), long lines cut at word gaps into pieces
 the line model reads (at most `data.WIDTH / data.HEIGHT` wide per unit of height), every piece
 read in batches by the OCR model, and the pieces joined back into lines with boxes, text and
 confidence. Export with `to_text`, `to_json` or `overlay` (the page with the recognised text
@@ -19,6 +20,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageSequence
 
 from . import data
 from .lines import pad_box, projection_lines
+from .page_lines import clean_lines
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 PDF_SUFFIXES = {".pdf"}
@@ -128,8 +130,8 @@ def _rapidocr():
 
 
 def detect_lines(image: Image.Image, detector: str = "auto") -> list[tuple[int, int, int, int]]:
-    """Line boxes (x0, y0, x1, y1) top to bottom. detector: "rapidocr", "projection" or "auto"
-    (rapidocr when installed)."""
+    """Line boxes (x0, y0, x1, y1) in reading order. detector: "rapidocr", "projection" or "auto"
+    (document.page_lines' XY cut on a clean page, else rapidocr when installed)."""
     return [box for box, _ in line_crops(image, detector)]
 
 
@@ -139,6 +141,10 @@ def line_crops(image: Image.Image, detector: str = "auto") -> list[tuple[tuple[i
     own recogniser does); projection boxes are plain crops."""
     if detector not in ("auto", "rapidocr", "projection"):
         raise ValueError(f"unknown detector {detector!r}; use 'auto', 'rapidocr' or 'projection'")
+    if detector == "auto":
+        boxes = clean_lines(image)
+        if boxes is not None:
+            return [(box, image.crop(box)) for box in boxes]
     if detector in ("auto", "rapidocr"):
         try:
             engine = _rapidocr()
