@@ -472,10 +472,9 @@ def main_real(args, ocr) -> int:
             return 2
         pages = bench_real.real_pages(paths, args.real_pages, args.dpi)
     print(f"real pages: {', '.join(p.name for p in pages)}", file=sys.stderr)
-    rows = bench_real.run(ocr, pages, REAL_DECODERS, args.threads, not args.no_engines, tuple(args.real_detectors),
-                          args.flag_below)
+    rows = bench_real.run(ocr, pages, REAL_DECODERS, args.threads, not args.no_engines, tuple(args.real_detectors))
     print(table(f"real typeset pages read whole: {len(pages)} pages at {args.dpi} dpi ({', '.join(p.name for p in pages)}); "
-                f"truth: each PDF's text layer; threads={args.threads}; flags: confidence < {args.flag_below}",
+                f"truth: each PDF's text layer; threads={args.threads}; flags: lines marked check",
                 rows, REAL_COLS))
     return 0
 
@@ -508,7 +507,6 @@ def main(argv=None) -> int:
     ap.add_argument("--real-pages", type=int, default=2, help="--real: pages per PDF (from its second page)")
     ap.add_argument("--real-detectors", nargs="+", default=["auto"], choices=["auto", "rapidocr", "projection"],
                     help="--real: line finders of our reader to compare (auto: XY cut on clean pages)")
-    ap.add_argument("--flag-below", type=float, default=0.9, help="--real: a line is flagged below this confidence")
     args = ap.parse_args(argv)
     if args.regions and args.model is None:
         from .reader import REGIONS_NEED_MODEL

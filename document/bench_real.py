@@ -13,8 +13,9 @@ the XY cut on clean pages, rapidocr's detector otherwise). Scores per system, al
   * words: the share of the page's text-layer words (whitespace tokens, folded, punctuation kept)
     found in the output (multiset), which also counts lines a finder missed;
   * CPU s/page: process CPU time (the child's for tesseract), one thread each;
-  * flags (ours): lines whose confidence is below --flag-below; recall = wrong lines flagged /
-    wrong lines, precision = wrong lines among flagged.
+  * flags (ours): the lines the reader marks "check" (calibrated confidence below the weights'
+    threshold, document/confidence.py); recall = wrong lines flagged / wrong lines, precision =
+    wrong lines among flagged.
 """
 from __future__ import annotations
 
@@ -68,14 +69,15 @@ class Score:
     pages: int = 0
     lines: int = 0
     wrong: list = field(default_factory=list)        # per line: read wrongly?
-    conf: list = field(default_factory=list)         # per line: confidence (ours)
+    flags: list = field(default_factory=list)        # per line: flagged "check" (ours)
 
-    def add(self, page: RealPage, lines: list[tuple[tuple, str, float]], cpu_s: float) -> None:
+    def add(self, page: RealPage, lines: list[tuple], cpu_s: float) -> None:
+        """lines: (box, text, confidence, flagged or None)."""
         from .bench import text_in_box
         self.pages += 1
         self.cpu_s += cpu_s
         out_words = []
-        for box, text, conf in lines:
+        for box, text, conf, flag in lines:
             ref, hyp = fold(text_in_box(page.chars, box)), fold(text)
             out_words += hyp.split()
             if not ref and not hyp:
@@ -84,18 +86,18 @@ class Score:
             self.ref_chars += len(ref)
             self.lines += 1
             self.wrong.append(ref != hyp)
-            self.conf.append(conf)
+            self.flags.append(flag)
         ref_words = Counter(page.words)
         self.found_words += sum((ref_words & Counter(out_words)).values())
         self.ref_words += sum(ref_words.values())
 
-    def row(self, name: str, flag_below: float | None = None) -> dict:
+    def row(self, name: str) -> dict:
         row = {"reader": name, "pages": self.pages, "lines": self.lines,
                "CER": f"{100 * self.edits / max(self.ref_chars, 1):.2f}%",
                "words": f"{100 * self.found_words / max(self.ref_words, 1):.1f}%",
                "wrong lines": sum(self.wrong), "CPU s/page": f"{self.cpu_s / max(self.pages, 1):.2f}"}
-        if flag_below is not None and self.conf:
-            flagged = [c < flag_below for c in self.conf]
+        if self.flags and None not in self.flags:
+            flagged = self.flags
             hits = sum(f and w for f, w in zip(flagged, self.wrong))
             row["flag recall"] = f"{100 * hits / max(sum(self.wrong), 1):.0f}%"
             row["flag precision"] = f"{100 * hits / max(sum(flagged), 1):.0f}%"
@@ -165,7 +167,7 @@ def tesseract_page(image, threads: int = 1) -> tuple[list[tuple[tuple, str, floa
     out = []
     for words in lines.values():
         box = (min(w[0] for w in words), min(w[1] for w in words), max(w[2] for w in words), max(w[3] for w in words))
-        out.append((box, " ".join(w[4] for w in words), min(w[5] for w in words) / 100))
+        out.append((box, " ".join(w[4] for w in words), min(w[5] for w in words) / 100, None))
     return out, cpu
 
 
@@ -189,7 +191,7 @@ def rapidocr_page(image, threads: int = 1) -> tuple[list[tuple[tuple, str, float
     out = []
     for quad, text, score in zip(r.boxes, r.txts, r.scores):
         box = (quad[:, 0].min(), quad[:, 1].min(), quad[:, 0].max(), quad[:, 1].max())
-        out.append((box, text, float(score)))
+        out.append((box, text, float(score), None))
     return out, cpu
 
 
@@ -198,11 +200,10 @@ def ours_page(image, ocr, decoder: str, detector: str, **options) -> tuple[list[
     c0 = time.process_time()
     page = read_page(image, 0, ocr, decoder, detector, **options)
     cpu = time.process_time() - c0
-    return [(line.box, line.text, line.confidence) for line in page.lines], cpu
+    return [(line.box, line.text, line.confidence, line.check) for line in page.lines], cpu
 
 
-def run(ocr, pages: list[RealPage], decoders, threads: int, engines: bool, detectors=("auto",),
-        flag_below: float = 0.9) -> list[dict]:
+def run(ocr, pages: list[RealPage], decoders, threads: int, engines: bool, detectors=("auto",)) -> list[dict]:
     """One row per system: the engines, then each (detector, decoder) of ours; pages interleaved
     (every system reads page 1, then page 2, ...) so that the machine's load falls on all alike."""
     systems = []
@@ -219,4 +220,4 @@ def run(ocr, pages: list[RealPage], decoders, threads: int, engines: bool, detec
         for name, fn in systems:
             lines, cpu = fn(page.image)
             scores[name].add(page, lines, cpu)
-    return [scores[name].row(name, flag_below if name.startswith("ours") else None) for name, _ in systems]
+    return [scores[name].row(name) for name, _ in systems]

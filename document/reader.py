@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageSequence
 
-from . import data
+from . import confidence, data
 from .lines import pad_box, projection_lines
 from .page_lines import clean_lines
 
@@ -39,7 +39,8 @@ REGIONS_NEED_MODEL = ("region-parallel reading (regions=True, --regions) needs a
 class Line:
     box: tuple[int, int, int, int]      # x0, y0, x1, y1 in page pixels
     text: str
-    confidence: float
+    confidence: float                   # P(read exactly), calibrated (document/confidence.py)
+    check: bool = False                 # confidence below the weights' flag threshold: check this line
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Page:
     lines: list[Line] = field(default_factory=list)
     image: Image.Image | None = field(default=None, repr=False, compare=False)
     stats: object = field(default=None, repr=False, compare=False)   # the OCR stats of its lines
+    signals: list = field(default_factory=list, repr=False, compare=False)   # per line: (mean, min prob, CTC agrees)
 
     @property
     def text(self) -> str:
@@ -229,9 +231,12 @@ def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **
     if not lines:
         return page
     res = ocr([crop for _, crop in lines], decoder=decoder, score=True, **options)   # long lines: read in pieces
-    for (box, _), text, conf in zip(lines, res.texts, res.confidences):
+    cal = getattr(ocr, "calibration", None)
+    for (box, _), text, mean, low, agree in zip(lines, res.texts, res.confidences, res.min_probs, res.ctc_agree):
         if text:
-            page.lines.append(Line(box, text, round(conf, 4)))
+            conf = confidence.probability(cal, mean, low, agree)
+            page.lines.append(Line(box, text, round(conf, 4), conf < confidence.check_below(cal)))
+            page.signals.append((mean, low, agree))
     page.stats = res.stats
     return page
 
