@@ -1,7 +1,7 @@
 """A fast line finder for clean pages (rendered PDFs, clean scans): a recursive XY cut of the ink.
 
-A page region is cut at rows without ink into strips; a strip that is one band of rows is cut at
-column gutters (gaps wider than GUTTER text heights) into columns, which are cut again; what
+A page region is cut at column gutters that run its whole height (gaps wider than GUTTER line
+heights) into columns, else at rows without ink into strips, and each part is cut again; what
 remains is a line. Two lines whose descenders and ascenders touch are parted at the emptiest row
 in their middle. A page is clean (`clean_lines` returns its lines, else None and the caller uses
 the trained detector) when its background is even and light and every line it finds has the
@@ -43,28 +43,28 @@ def page_ink(gray: np.ndarray) -> tuple[np.ndarray, int, float]:
 
 def xy_cut(ink: np.ndarray, box: tuple[int, int, int, int], line_h: float,
            depth: int = 0) -> list[tuple[int, int, int, int]]:
-    """Leaf boxes (x0, y0, x1, y1) of the ink in `box`, in reading order (strips top to bottom,
-    columns left to right); line_h: the page's typical line height (gutters are wider than
-    GUTTER of it, or of the band's height if that is less)."""
+    """Leaf boxes (x0, y0, x1, y1) of the ink in `box`, in reading order: a region is first cut at
+    column gutters that run its whole height (columns left to right), else at empty rows (strips
+    top to bottom); line_h: the page's typical line height (gutters are wider than GUTTER of it,
+    or of the region's height if that is less)."""
     x0, y0, x1, y1 = box
     sub = ink[y0:y1, x0:x1]
     strips = runs(sub.any(1))
     if not strips:
         return []
-    if len(strips) > 1:
-        out = []
-        for a, b in strips:
-            out += xy_cut(ink, (x0, y0 + a, x1, y0 + b), line_h, depth + 1)
-        return out
-    a, b = strips[0]
+    a, b = strips[0][0], strips[-1][1]
     cols = runs(sub[a:b].any(0))
-    h = b - a
-    gutters = [(e, s) for (_, e), (s, _) in zip(cols, cols[1:]) if s - e > GUTTER * min(h, line_h)]
-    if gutters and depth < 12:
+    gutters = [(e, s) for (_, e), (s, _) in zip(cols, cols[1:]) if s - e > GUTTER * min(b - a, line_h)]
+    if gutters and depth < 24:
         edges = [cols[0][0]] + [v for g in gutters for v in g] + [cols[-1][1]]
         out = []
         for c0, c1 in zip(edges[::2], edges[1::2]):
             out += xy_cut(ink, (x0 + c0, y0 + a, x0 + c1, y0 + b), line_h, depth + 1)
+        return out
+    if len(strips) > 1 and depth < 24:
+        out = []
+        for a, b in strips:
+            out += xy_cut(ink, (x0, y0 + a, x1, y0 + b), line_h, depth + 1)
         return out
     return [(x0 + cols[0][0], y0 + a, x0 + cols[-1][1], y0 + b)]
 
