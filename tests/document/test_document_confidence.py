@@ -48,3 +48,14 @@ def test_check_list_names_the_least_confident_lines_first():
     assert lines[0].startswith("check these (2 lines")
     assert "a.pdf p.2 line 1 (0.10): typcs" in lines[1] and "p.1 line 3" in lines[2]
     assert check_list([]) == ""
+
+
+def test_the_shipped_weights_flag_their_least_sure_lines(ocr):
+    from tests.document.test_document_page_lines import two_column_page
+    from document.reader import read_page
+    assert ocr.calibration is not None and 0 < ocr.calibration["check_below"] < 1
+    page = read_page(two_column_page(), 0, ocr, "ar", "auto")
+    assert len(page.lines) == len(page.signals) == 6
+    for line, (mean, low, agree) in zip(page.lines, page.signals):
+        assert 0 <= low <= 1 and 0 <= mean <= 1 and agree in (True, False)
+        assert line.check == (confidence.probability(ocr.calibration, mean, low, agree) < ocr.calibration["check_below"])
