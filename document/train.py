@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--resume", default=None, metavar="FOLDER",
                     help="start from the weights in FOLDER (and its optimizer state in --state, if saved)")
-    ap.add_argument("--data", choices=("typeset", "classic"), default="typeset",
+    ap.add_argument("--data", choices=("typeset", "classic"), default="classic",
                     help="typeset: document.typeset lines (60%%, extended charset) mixed with document.data's; "
                          "classic: document.data's lines alone, ASCII charset (the ocr-small recipe)")
     ap.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
