@@ -82,7 +82,12 @@ RULES = [("ar", "ar", {}),
          ("prophet B=16 margin=6 prefix hold", "prophet", {"block_size": 16, "margin": 6.0, **_P, **_H}),
          ("credit B=16 t=0.9 prefix hold", "credit", {"block_size": 16, "threshold": 0.9, **_P, **_H}),
          ("entropy_bounded B=16 gamma=2 prefix hold", "entropy_bounded", {"block_size": 16, "gamma": 2.0, **_P, **_H})]
-PDF_GLOBS = ("/usr/share/doc/**/*.pdf",)
+# the per-line PDF rows: the two documents these rows have always read (other PDFs that font
+# packages install under /usr/share/doc would change them); `--real` reads more (document/bench_real.py)
+PDF_GLOBS = ("/usr/share/doc/libtasn1-doc/libtasn1.pdf", "/usr/share/doc/shared-mime-info/shared-mime-info-spec.pdf")
+REAL_DECODERS = [("ar", "ar", {}), ("ctc_speculative", "ctc_speculative", {}),
+                 ("block_diffusion (default)", "block_diffusion", dict(DEFAULTS["document"]["block_diffusion"]))]
+REAL_COLS = ["reader", "pages", "lines", "CER", "words", "wrong lines", "CPU s/page", "flag recall", "flag precision"]
 # scikit-image's page.png (a real scan), transcribed by hand; the half-cut bottom line is left out
 PAGE_PNG_TRUTH = """Region-based segmentation
 Let us first determine markers of the coins and the
@@ -457,6 +462,23 @@ def _direct(ocr, crops, name, opts):
     return res.texts, res.stats
 
 
+def main_real(args, ocr) -> int:
+    from . import bench_real
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = args.real or [p for p in bench_real.REAL_PDFS if os.path.isfile(p)] + \
+            bench_real.man_pdfs(bench_real.MAN_PAGES, tmp)
+        if not paths:
+            print("error: no PDFs to read; give some: --real a.pdf b.pdf", file=sys.stderr)
+            return 2
+        pages = bench_real.real_pages(paths, args.real_pages, args.dpi)
+    print(f"real pages: {', '.join(p.name for p in pages)}", file=sys.stderr)
+    rows = bench_real.run(ocr, pages, REAL_DECODERS, args.threads, not args.no_engines, tuple(args.real_detectors))
+    print(table(f"real typeset pages read whole: {len(pages)} pages at {args.dpi} dpi ({', '.join(p.name for p in pages)}); "
+                f"truth: each PDF's text layer; threads={args.threads}; flags: lines marked check",
+                rows, REAL_COLS))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="example: python -m document.bench --lines 200 --pdf-pages 4 --threads 1")
@@ -478,6 +500,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rules", action="store_true",
                     help="only the commit-rule sweep (RULES) on the held-out lines: forwards against CER")
     ap.add_argument("--plot", default=None, metavar="PNG", help="with --rules: also draw (forwards/line, CER) here")
+    ap.add_argument("--real", nargs="*", default=None, metavar="PDF",
+                    help="only real typeset pages read whole, beside tesseract and rapidocr (document/bench_real.py): "
+                         "the given PDFs, or (none given) the manuals under /usr/share/doc and man pages printed "
+                         "by headless Chromium")
+    ap.add_argument("--real-pages", type=int, default=2, help="--real: pages per PDF (from its second page)")
+    ap.add_argument("--real-detectors", nargs="+", default=["auto"], choices=["auto", "rapidocr", "projection"],
+                    help="--real: line finders of our reader to compare (auto: XY cut on clean pages)")
     from suite.runtime.bench_page import add_write_argument
     add_write_argument(ap)
     args = ap.parse_args(argv)
@@ -498,6 +527,8 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.real is not None:
+        return main_real(args, ocr)
     held = data.heldout_set(args.lines)
     print(f"held-out synthetic lines: {len(held)}", file=sys.stderr)
     if args.rules:

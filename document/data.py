@@ -131,10 +131,15 @@ def sample_text(rng: random.Random, split: str = "train") -> str:
             return text
 
 
+# the base families (fonts-dejavu-core/-extra, fonts-liberation, fonts-liberation2): the held-out set
+# renders in these alone, so fonts installed for training (document.typeset) leave it unchanged
+BASE_FONT_FAMILIES = ("dejavu", "liberation", "liberation2")
+
+
 @lru_cache(maxsize=1)
 def font_paths() -> tuple[str, ...]:
     paths = sorted(p for d in FONT_DIRS for p in glob.glob(os.path.join(d, "**", "*.[ot]tf"), recursive=True)
-                   if "MathTeX" not in p)
+                   if "MathTeX" not in p and os.path.basename(os.path.dirname(p)) in BASE_FONT_FAMILIES)
     if not paths:
         raise RuntimeError("no TrueType fonts found; install fonts-dejavu-core (apt) to render OCR data")
     return tuple(paths)

@@ -19,6 +19,7 @@ import suite
 from suite import DecodeStats, RequestInputs
 from suite.registry import DEFAULTS
 
+from .confidence import load as load_calibration
 from .lines import line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
@@ -56,6 +57,8 @@ class OCRResult:
     stats: OCRStats
     confidences: list[float] = field(default_factory=list)   # mean token probability (score=True)
     tokens: list[list[int]] = field(default_factory=list)    # the new token ids of each line (EOS included)
+    min_probs: list[float] = field(default_factory=list)     # the least probable read token's probability (score=True)
+    ctc_agree: list = field(default_factory=list)            # the CTC head reads the same (score=True; None: no head)
 
 
 def as_pil(image, index: int = 0):
@@ -82,6 +85,7 @@ class OCR:
         self.adapter = OCRAdapter(model) if isinstance(model, OCRModel) else model
         self.model = getattr(self.adapter, "model", None)
         self.batch_size = batch_size
+        self.calibration = None        # document/confidence.py (load_ocr reads the weights folder's)
         self._scheduler, self._lock = None, threading.Lock()
 
     @property
@@ -166,17 +170,23 @@ class OCR:
         eos = self.adapter.config.eos_token_ids
         tokens = [res.new_tokens[0] for res in results]
         texts = [self.adapter.decode_text([t for t in new if t not in eos]) for new in tokens]
-        confs = [0.0] * len(pieces)
+        confs, mins, agree = [0.0] * len(pieces), [0.0] * len(pieces), [None] * len(pieces)
         if score:
             for bound, rows in chunks:
-                for i, conf in zip(rows, confidence(bound, [tokens[i] for i in rows])):
+                means, lows = confidence(bound, [tokens[i] for i in rows])
+                drafts = ctc_readings(bound)
+                for j, i in enumerate(rows):
                     # fewer words read than the image shows: some may be missing, so not certain
-                    confs[i] = conf * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
+                    confs[i] = means[j] * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
+                    mins[i] = lows[j]
+                    if drafts is not None:
+                        agree[i] = drafts[j] == [t for t in tokens[i] if t not in eos]
         stats = OCRStats.beside([res.stats for res in results])
         stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
         stats.num_lines, stats.encoder_forwards = len(images), len(chunks)
         stats.wall_time_s = time.perf_counter() - t0
-        return join_pieces(OCRResult(texts, stats, confs if score else [], tokens), owner, len(images))
+        res = OCRResult(texts, stats, confs if score else [], tokens, mins if score else [], agree if score else [])
+        return join_pieces(res, owner, len(images))
 
 
 def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
@@ -184,19 +194,33 @@ def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
     if owner == list(range(n)):
         return res
     texts, tokens, confs = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    mins, agree = [1.0] * n, [None] * n
     for k, o in enumerate(owner):
         if res.texts[k]:
             texts[o].append(res.texts[k])
         tokens[o] += res.tokens[k]
         if res.confidences:
             confs[o].append(res.confidences[k])
+            mins[o] = min(mins[o], res.min_probs[k])
+            if res.ctc_agree[k] is not None:
+                agree[o] = res.ctc_agree[k] and agree[o] is not False
+    scored = bool(res.confidences)
     return OCRResult([" ".join(t) for t in texts], res.stats,
-                     [float(np.mean(c)) if c else 0.0 for c in confs] if res.confidences else [], tokens)
+                     [float(np.mean(c)) if c else 0.0 for c in confs] if scored else [], tokens,
+                     mins if scored else [], agree if scored else [])
 
 
-def confidence(bound, new_tokens: list[list[int]]) -> list[float]:
-    """Mean probability the causal model gives each read token (one teacher-forced forward
-    through the adapter, on a fresh cache)."""
+def ctc_readings(bound) -> list[list[int]] | None:
+    """Each line as the model's CTC head reads it greedily (token ids), None for a reader without
+    one: a second reading, from the encoder alone, to check the decoder's against."""
+    if not hasattr(bound, "ctc_drafts"):
+        return None
+    return [list(d.tokens) for d in bound.ctc_drafts()]
+
+
+def confidence(bound, new_tokens: list[list[int]]) -> tuple[list[float], list[float]]:
+    """(mean, least) probability the causal model gives each line's read tokens (one
+    teacher-forced forward through the adapter, on a fresh cache)."""
     n = max(len(t) for t in new_tokens) + 1
     cache = bound.new_cache(len(new_tokens))
     dev = cache.valid.device
@@ -205,14 +229,16 @@ def confidence(bound, new_tokens: list[list[int]]) -> list[float]:
                        dtype=torch.long, device=dev)
     with torch.no_grad():
         logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).log_softmax(-1)
-    out = []
+    means, lows = [], []
     for b, t in enumerate(new_tokens):
         if not t:
-            out.append(0.0)
+            means.append(0.0)
+            lows.append(0.0)
             continue
         lp = logp[b, torch.arange(len(t), device=dev), torch.tensor(t, device=dev)]
-        out.append(float(lp.mean().exp()))
-    return out
+        means.append(float(lp.mean().exp()))
+        lows.append(float(lp.min().exp()))
+    return means, lows
 
 
 def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None, dtype=None) -> OCR:
@@ -234,8 +260,11 @@ def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int 
         cast(reader.model, dtype)
         return OCR(reader, batch_size=batch_size)
     model = OCRModel.load(folder)
+    calibration = load_calibration(folder)
     model.encoder.fold_batch_norms()          # reading only: no BatchNorm pass at run time
     cast(model, dtype)
     # no linear forms: GPT-2's Conv1D projections are x @ W already, only the LM head would swap;
     # ar 1.02x, ctc_speculative 1.04x (BENCHMARKS.md, forms on the OCR, TTS and ASR models)
-    return OCR(model, batch_size=batch_size)
+    ocr = OCR(model, batch_size=batch_size)
+    ocr.calibration = calibration          # document/confidence.py: what a line's confidence means
+    return ocr

@@ -1,7 +1,8 @@
 """Page reading: `pages = document.read(path)` for PNG/JPEG/TIFF/PDF (or a PIL image).
 
-Pages are loaded (PDF pages rendered with pypdfium2), text lines found (rapidocr's ONNX detector
-when installed, else our projection-profile segmenter), long lines cut at word gaps into pieces
+Pages are loaded (PDF pages rendered with pypdfium2), text lines found (on a clean page by the
+XY cut of document.page_lines, in milliseconds; on any other page by rapidocr's ONNX detector when
+installed, else our projection-profile segmenter), long lines cut at word gaps into pieces
 the line model reads (at most `data.WIDTH / data.HEIGHT` wide per unit of height), every piece
 read in batches by the OCR model, and the pieces joined back into lines with boxes, text and
 confidence. Export with `to_text`, `to_json` or `overlay` (the page with the recognised text
@@ -17,8 +18,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageSequence
 
-from . import data
+from . import confidence, data
 from .lines import pad_box, projection_lines
+from .page_lines import clean_lines
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 PDF_SUFFIXES = {".pdf"}
@@ -37,7 +39,8 @@ REGIONS_NEED_MODEL = ("region-parallel reading (regions=True, --regions) needs a
 class Line:
     box: tuple[int, int, int, int]      # x0, y0, x1, y1 in page pixels
     text: str
-    confidence: float
+    confidence: float                   # P(read exactly), calibrated (document/confidence.py)
+    check: bool = False                 # confidence below the weights' flag threshold: check this line
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Page:
     lines: list[Line] = field(default_factory=list)
     image: Image.Image | None = field(default=None, repr=False, compare=False)
     stats: object = field(default=None, repr=False, compare=False)   # the OCR stats of its lines
+    signals: list = field(default_factory=list, repr=False, compare=False)   # per line: (mean, min prob, CTC agrees)
 
     @property
     def text(self) -> str:
@@ -128,8 +132,8 @@ def _rapidocr():
 
 
 def detect_lines(image: Image.Image, detector: str = "auto") -> list[tuple[int, int, int, int]]:
-    """Line boxes (x0, y0, x1, y1) top to bottom. detector: "rapidocr", "projection" or "auto"
-    (rapidocr when installed)."""
+    """Line boxes (x0, y0, x1, y1) in reading order. detector: "rapidocr", "projection" or "auto"
+    (document.page_lines' XY cut on a clean page, else rapidocr when installed)."""
     return [box for box, _ in line_crops(image, detector)]
 
 
@@ -139,6 +143,10 @@ def line_crops(image: Image.Image, detector: str = "auto") -> list[tuple[tuple[i
     own recogniser does); projection boxes are plain crops."""
     if detector not in ("auto", "rapidocr", "projection"):
         raise ValueError(f"unknown detector {detector!r}; use 'auto', 'rapidocr' or 'projection'")
+    if detector == "auto":
+        boxes = clean_lines(image)
+        if boxes is not None:
+            return [(box, image.crop(box)) for box in boxes]
     if detector in ("auto", "rapidocr"):
         try:
             engine = _rapidocr()
@@ -223,9 +231,12 @@ def read_page(img: Image.Image, index: int, ocr, decoder: str, detector: str, **
     if not lines:
         return page
     res = ocr([crop for _, crop in lines], decoder=decoder, score=True, **options)   # long lines: read in pieces
-    for (box, _), text, conf in zip(lines, res.texts, res.confidences):
+    cal = getattr(ocr, "calibration", None)
+    for (box, _), text, mean, low, agree in zip(lines, res.texts, res.confidences, res.min_probs, res.ctc_agree):
         if text:
-            page.lines.append(Line(box, text, round(conf, 4)))
+            conf = confidence.probability(cal, mean, low, agree)
+            page.lines.append(Line(box, text, round(conf, 4), conf < confidence.check_below(cal)))
+            page.signals.append((mean, low, agree))
     page.stats = res.stats
     return page
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +23,13 @@ import torch.nn.functional as F
 from suite.runtime.storage import atomic_path, cache_dir
 from suite.runtime.training import Budget, ClockBar, log, optimizer_step, set_learning_rate, warmup_cosine
 
-from . import data
+from . import data, typeset
 from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config
 
 DEFAULT_OUT = Path(__file__).parent / "weights" / "ocr-small"
 DEFAULT_STATE = cache_dir("document-train-state.pt")
 BLOCK_SIZES = (2, 4, 8, 16)
+TYPESET_SHARE = 0.6      # --data typeset: this share of each batch from document.typeset, the rest as classic
 CTC_WEIGHT = 0.5
 
 
@@ -98,6 +100,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--resume", default=None, metavar="FOLDER",
                     help="start from the weights in FOLDER (and its optimizer state in --state, if saved)")
+    ap.add_argument("--data", choices=("typeset", "classic"), default="classic",
+                    help="typeset: document.typeset lines (60%%, extended charset) mixed with document.data's; "
+                         "classic: document.data's lines alone, ASCII charset (the ocr-small recipe)")
     ap.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
     ap.add_argument("--state", default=str(DEFAULT_STATE),
                     help="optimizer state file, written with each checkpoint (kept out of the weights folder)")
@@ -111,8 +116,12 @@ def main(argv=None) -> int:
     if args.resume:
         model = OCRModel.load(args.resume).train()
         start_step = int(model.cfg.get("train_steps", 0))
+        if args.data == "typeset" and model.cfg["charset"] != typeset.CHARSET:
+            model = grow_charset(model, typeset.CHARSET).train()
+            log(f"charset grown to {len(typeset.CHARSET)} characters (new rows start untrained)")
     else:
-        model = OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
+        charset = typeset.CHARSET if args.data == "typeset" else data.CHARSET
+        model = OCRModel(default_config(charset, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
         start_step = 0
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     if args.resume and Path(args.state).is_file():
@@ -128,7 +137,7 @@ def main(argv=None) -> int:
     bar, status = ClockBar(args.minutes * 60, "train"), ""
     while not budget.spent():
         lr = set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), args.warmup))
-        batch = data.make_samples(args.batch, seed=rng.randrange(2 ** 31), fonts=data.training_font_paths())
+        batch = training_batch(args.batch, args.data, rng)
         model.train()
         causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
         optimizer_step(opt, causal + block + CTC_WEIGHT * ctc)
@@ -151,9 +160,36 @@ def main(argv=None) -> int:
     return 0
 
 
+def grow_charset(model: OCRModel, charset: str) -> OCRModel:
+    """The model with its charset extended to `charset`, which must start with the old one (old
+    characters keep their ids and rows; the new characters' embedding and output rows are fresh)."""
+    old = model.cfg["charset"]
+    if not charset.startswith(old):
+        raise ValueError("the new charset must extend the old one (old characters first, in order); "
+                         "train from scratch (no --resume) to change it otherwise")
+    grown = OCRModel({**model.cfg, "charset": charset})
+    state = grown.state_dict()
+    for name, value in model.state_dict().items():
+        if state[name].shape == value.shape:
+            state[name] = value
+        else:                                   # the vocabulary axis (embeddings, output and CTC heads)
+            state[name] = state[name].clone()
+            state[name][:value.shape[0]] = value
+    grown.load_state_dict(state)
+    return grown
+
+
+def training_batch(n: int, kind: str, rng: random.Random) -> list[data.LineSample]:
+    """n rendered training lines: classic (document.data) or typeset mixed with classic."""
+    n_typeset = sum(rng.random() < TYPESET_SHARE for _ in range(n)) if kind == "typeset" else 0
+    batch = data.make_samples(n - n_typeset, seed=rng.randrange(2 ** 31), fonts=data.training_font_paths())
+    return batch + typeset.make_samples(n_typeset, seed=rng.randrange(2 ** 31))
+
+
 def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float) -> None:
     """Weights (+ training counters in config.json) to --out, optimizer state to --state."""
-    model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch})
+    model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch,
+                          "train_cpu_minutes_last_run": round(time.process_time() / 60, 1)})
     state = Path(args.state)
     state.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(state) as tmp:
