@@ -322,7 +322,7 @@ def cost_curve_table(rounds: int = 4, context: int = 700, widths=(1, 2, 4, 8, 16
     for label, found in runs.items():
         mid = [statistics.median(r[i] for r in found) for i in range(len(widths))]
         rows.append(f"| {label} | {1e3 * mid[0]:.1f} | " + " | ".join(f"{b / mid[0]:.2f}x" for b in mid[1:]) + " |")
-    return [f"| linear layers | cost(1) ms | " + " | ".join(f"cost({w})" for w in widths[1:]) + " |",
+    return ["| linear layers | cost(1) ms | " + " | ".join(f"cost({w})" for w in widths[1:]) + " |",
             "|---|---|" + "---|" * (len(widths) - 1), *rows]
 
 

@@ -235,7 +235,7 @@ class Job:
             item = None
         except RequestCancelled:
             item = None
-        except Exception as e:              # noqa: BLE001: reported to the client as an error object
+        except Exception as e:              # noqa: BLE001 - reported to the client as an error object
             item = e
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         if self.on_end is not None:

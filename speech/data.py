@@ -308,7 +308,6 @@ def build(num_train: int = 6000, num_tts: int = NUM_TTS, seed: int = 0, shard: i
     small splits are made by shard 0) in `workers` processes (the same arrays as one process);
     returns the cache folder."""
     import torch
-    from tqdm import tqdm
     torch.set_num_threads(1)
     folder = cache_dir(piper)
     jobs = split_jobs(num_train, num_tts, seed, piper=piper)

@@ -91,8 +91,6 @@ class BoxScript(ScriptedModel):
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
         self.calls += 1
-        cached = cache.backend.layers[0].keys[:, 0, :, 0]
-        slot_tokens, slot_pos = torch.cat([cached, tokens], 1), torch.cat([cache.positions, positions], 1)
         b, n = tokens.shape
         logits = torch.full((b, n, self.config.vocab_size), -10.0)
         for r in range(b):

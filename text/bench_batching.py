@@ -199,7 +199,7 @@ def long_prompt(args) -> None:
             time.sleep(0.005)
         submitted = time.perf_counter()
         late = sched.submit([long], max_new_tokens=8, stream=True)
-        first = next(s for s in late.steps() if s.committed[0])
+        next(s for s in late.steps() if s.committed[0])     # its first token
         first_token = time.perf_counter() - submitted
         out = [r.result().new_tokens[0] for r in running] + [late.result().new_tokens[0]]
         done = time.perf_counter() - t0

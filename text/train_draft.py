@@ -21,8 +21,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import random
 import sys
 import time

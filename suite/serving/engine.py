@@ -84,7 +84,7 @@ class Engine:
                 admitted = self.planner.admit(self._waiting, self.live_rows)
             try:
                 self._tick(admitted)
-            except Exception as e:          # noqa: BLE001: a bug here must not leave callers waiting
+            except Exception as e:          # noqa: BLE001 - a bug here must not leave callers waiting
                 for request in [r for b in self._batches + self._prefilling for r, _ in b.owners] + admitted:
                     request.finish(e)
                 self._batches.clear()
@@ -119,7 +119,7 @@ class Engine:
             try:
                 self.planner.reuse_prefix(request)
                 first = begin(request.decoder, request.state)
-            except Exception as e:          # noqa: BLE001: the request fails alone
+            except Exception as e:          # noqa: BLE001 - the request fails alone
                 request.finish(e)
                 continue
             request.status = RequestStatus.RUNNING
@@ -181,7 +181,7 @@ class Engine:
             return
         try:
             request.decoder, request.state = request.replay(request.new_tokens, request.row_done)
-        except Exception as e:              # noqa: BLE001: its replay cannot even start (e.g. at its context's end)
+        except Exception as e:              # noqa: BLE001 - its replay cannot even start (e.g. at its context's end)
             request.finish(e)
             return
         request.isolated = True

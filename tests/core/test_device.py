@@ -13,7 +13,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 import torch
 
 import suite

@@ -1,6 +1,5 @@
 """Sampling decoders match the target distribution: chi-square over the joint law of the first
 three new tokens, computed exactly by enumeration on a tiny vocabulary."""
-import itertools
 
 import pytest
 import torch

@@ -9,7 +9,6 @@ from tinymodels import tiny_model, tiny_eagle_head
 import suite
 from suite import SamplingParams, logits_to_probs
 from suite.decoders.chain.eagle import Eagle
-from suite.decoders.chain.eagle_head import EagleHead
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

@@ -1,6 +1,5 @@
 """The trained OCR model, the line pipeline, page reading and the batch CLI (bad inputs included)."""
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path

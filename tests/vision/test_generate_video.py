@@ -15,7 +15,7 @@ WEIGHTS = os.path.join(os.path.dirname(__file__), "..", "..", "vision", "weights
 def weights(tmp_path_factory):
     """A weights folder: the shipped tokenizer and a tiny random 2-frame video prior."""
     from vision.video.prior import VideoLayout, build_video_prior
-    from vision.video.train import _meta, write_prior
+    from vision.video.train import write_prior
     root = tmp_path_factory.mktemp("weights")
     os.symlink(os.path.abspath(os.path.join(WEIGHTS, "tokenizer")), root / "tokenizer")
     layout = VideoLayout(256, 10, 6, 2, 16, 16, 1)

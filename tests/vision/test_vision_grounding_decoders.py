@@ -6,7 +6,7 @@ import torch
 from scripted import PROMPT, TWO_BOXES, BoxScript
 
 import suite
-from suite import AdapterConfig, DecodeState, SamplingParams
+from suite import DecodeState, SamplingParams
 from suite.decoders.boxes.hybrid_box import HybridBox, fallback_reasons
 from suite.decoders.boxes.parallel_box import BoxLayout, ParallelBox, block_problem
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ

@@ -13,7 +13,7 @@ from suite.decoders.boxes.locus import Locus
 from vision.grounding.model import COORD0, END, EOS, GRID, MASK, NONE, OBJ
 
 sys.path.insert(0, str(Path(__file__).parent))      # the grounding decoder tests' runner and tiny model
-from test_vision_grounding_decoders import run, tiny_pipeline  # noqa: E402,F401 (tiny_pipeline: a fixture)
+from test_vision_grounding_decoders import run, tiny_pipeline  # noqa: E402,F401,F811 (tiny_pipeline: a fixture)
 
 
 def test_right_drafts_cost_one_forward_per_box():
@@ -51,7 +51,7 @@ def test_locus_refuses_a_model_without_a_box_layout():
 
 
 @pytest.mark.parametrize("task", ["aabb", "obb"])
-def test_locus_is_ar_on_a_real_model(tiny_pipeline, task):
+def test_locus_is_ar_on_a_real_model(tiny_pipeline, task):  # noqa: F811 (the fixture)
     from vision.grounding import data
     scenes = [data.scene("test", i, task) for i in range(3)]
     queries = ["the red circle", "the word cat", "the bar left of the blue star"]

@@ -235,7 +235,7 @@ def _matches(objs, **attrs):
 
 
 def _related(o: Obj, anchor: Obj, rel: str) -> bool:
-    (ox, oy), (ax, ay) = o.centre, anchor.centre
+    ox, oy = o.centre
     return {"left of": ox < anchor.box[0], "right of": ox > anchor.box[2],
             "above": oy < anchor.box[1], "below": oy > anchor.box[3]}[rel]
 

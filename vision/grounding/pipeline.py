@@ -6,7 +6,6 @@ the answer is decoded through suite's one decode loop with any box decoder (`ar`
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from suite.runtime.storage import read_json
 
 from .data import MAX_BOXES
 from .grammar import BoxGrammar
-from .model import (BOS, EOS, NONE, TASKS, GroundingAdapter, GroundingModel, decode_rbox, feature_encoder,
+from .model import (EOS, NONE, TASKS, GroundingAdapter, GroundingModel, decode_rbox, feature_encoder,
                     parse_blocks, prompt_tokens)
 
 DEFAULT_WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "grounding"

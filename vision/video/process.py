@@ -12,7 +12,7 @@ themselves are the document, grounding and speech pipelines, composed by apps/pr
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

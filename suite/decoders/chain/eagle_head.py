@@ -15,7 +15,6 @@ Shapes: B batch, N new slots, S cached slots, D hidden, H heads, Hk KV heads, d 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 
 from ...cost import bind_cost, chain_sizes, record
 from ...loop import Acceptance, DecodeState, Draft
