@@ -134,10 +134,11 @@ def closed(schema: dict) -> dict:
 
 
 def asserted_formats(schema: dict) -> frozenset:
-    """The formats the result check asserts (jsonschema's format checker for the schema's draft, with the
-    packages of requirements/text.txt); any other `format` is an annotation that no validator checks."""
-    from jsonschema.validators import Draft202012Validator, validator_for
-    return frozenset(validator_for(schema, default=Draft202012Validator).FORMAT_CHECKER.checkers)
+    """The formats the result check asserts (jsonschema's Draft 2020-12 format checker, with the packages of
+    requirements/text.txt, suite/constraints/validate.py); any other `format` is an annotation no validator
+    checks."""
+    from jsonschema.validators import Draft202012Validator
+    return frozenset(Draft202012Validator.FORMAT_CHECKER.checkers)
 
 
 def without_annotations(schema: dict) -> dict:

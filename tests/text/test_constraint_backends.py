@@ -121,3 +121,32 @@ def test_jsonschemabench_slice_accepts_no_invalid_instance(compiler):
     assert total["compiled"] >= 0.8 * total["schemas"] and total["invalid"] > 0
     assert total["weakened"] == 0
     assert total["valid"] - total["valid_accepted"] <= 0.05 * total["valid"] + 1
+
+
+UNIQUE = {"type": "array", "items": {"enum": [1, 2, 3]}, "uniqueItems": True, "maxItems": 3}
+
+
+def test_generate_reports_validity_and_what_was_relaxed(tiny):
+    with pytest.raises(ValueError, match="uniqueItems"):
+        tiny.generate("Hi", decoder="ngram", max_new_tokens=4, json_schema=UNIQUE)
+    with pytest.raises(ValueError, match="admits no"):
+        tiny.generate("Hi", decoder="ngram", max_new_tokens=4, regex="[^\\s\\S]")
+    res = tiny.generate(["Numbers:", "Hi"], decoder="ngram", max_new_tokens=24, json_schema=UNIQUE,
+                        constraint={"approximate": True})
+    assert res.relaxed == ("uniqueItems",)
+    for obj, valid, errors in zip(res.json, res.valid, res.validation_errors):
+        assert obj is not None and valid == (len(set(obj)) == len(obj)) and bool(errors) != valid
+
+
+def test_cli_refuses_before_decoding_with_exit_2(tiny_dir, tmp_path, capsys):
+    from text.__main__ import main
+    assert main(["Hi", "--model", str(tiny_dir), "--regex", "[^\\s\\S]"]) == 2
+    assert "admits no text" in capsys.readouterr().err
+    (tmp_path / "u.json").write_text(json.dumps(UNIQUE))
+    assert main(["Hi", "--model", str(tiny_dir), "--json-schema", str(tmp_path / "u.json")]) == 2
+    err = capsys.readouterr().err
+    assert "uniqueItems" in err and "--approximate" in err
+    assert main(["Numbers:", "--model", str(tiny_dir), "--json-schema", str(tmp_path / "u.json"), "--approximate",
+                 "--decoder", "ngram", "--max-new-tokens", "24"]) == 0
+    err = capsys.readouterr().err
+    assert "not enforced while generating: uniqueItems" in err and "valid under the schema" in err
