@@ -20,7 +20,7 @@ def errors(schema: dict, instance, checker=None) -> list[str]:
     out = []
     for e in sorted(checker.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
         where = "/" + "/".join(str(p) for p in e.absolute_path)
-        out.append(f"at {where}: {e.message}" if len(out) < MAX_ERRORS else f"... and more")
+        out.append(f"at {where}: {e.message}" if len(out) < MAX_ERRORS else "... and more")
         if len(out) > MAX_ERRORS:
             break
     return out
