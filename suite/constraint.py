@@ -243,6 +243,8 @@ def _schema_plan(source: str, schema: dict, used: set, backend: str, approximate
                 raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
             relaxed = {k for w in warnings for k in llg.unimplemented(w)} | (
                 set(llg.unimplemented(refused["llguidance"])))
+            if not relaxed:         # never weakened unsaid: what llguidance refused, in its words
+                relaxed = {refused["llguidance"]}
             return Plan("json_schema", source, "llguidance", grammar, tuple(sorted(relaxed)))
     named = sorted({k for why in refused.values() for k in llg.unimplemented(why)})
     raise ConstraintError(

@@ -51,6 +51,9 @@ def unimplemented(message: str) -> list[str]:
     found = re.findall(r'"([^"]+)"', message.split("Unimplemented keys:", 1)[1]) if "Unimplemented keys" in message else []
     if "oneOf constraints are not supported" in message:
         found.append("oneOf")
+    found += [f"format:{f}" for f in re.findall(r"Unknown format: ([\w-]+)", message)]
+    if "min/maxProperties only supported" in message:
+        found.append("minProperties/maxProperties beside additional properties")
     return found
 
 

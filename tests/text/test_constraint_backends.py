@@ -69,6 +69,14 @@ def test_unenforced_keywords_are_refused_by_name_or_relaxed_and_listed(compiler)
     assert compiler.compile(json_schema={"type": "integer", "format": "int64"}).relaxed == ()   # an annotation
 
 
+def test_an_asserted_format_no_backend_knows_is_named_too():
+    from suite.constraint import check
+    regex = {"type": "string", "format": "regex"}          # jsonschema asserts it; neither grammar enforces it
+    with pytest.raises(ConstraintError, match="uses format:regex"):
+        check(regex)
+    assert check(regex, approximate=True).relaxed == ("format:regex",)
+
+
 @pytest.mark.parametrize("kwargs", [dict(json_schema={"type": "string", "pattern": "[^\\s\\S]"}),
                                     dict(json_schema={"type": "object", "properties": {"a": {
                                         "type": "string", "pattern": "[^\\s\\S]"}}, "required": ["a"]}),
