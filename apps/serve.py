@@ -89,6 +89,13 @@ def _stops(body: dict) -> list[str]:
     return stops
 
 
+def _strict(body: dict) -> bool:
+    """response_format json_schema's `strict`: objects closed to undeclared properties (suite.constraint)."""
+    spec = (body.get("response_format") or {}).get("json_schema") if isinstance(body.get("response_format"), dict) \
+        else None
+    return isinstance(spec, dict) and spec.get("strict") is True
+
+
 def _schema(body: dict):
     fmt = body.get("response_format")
     if fmt is None:
@@ -129,6 +136,7 @@ def _options(body: dict) -> dict:
         "n": _number(body, "n", 1, 16, 1, integer=True),
         "stops": _stops(body),
         "schema": _schema(body),
+        "strict": _strict(body),
         "decoder": decoder,
         "decoder_options": options,
         "stream": bool(body.get("stream", False)),
@@ -214,6 +222,16 @@ class RowText:
         """Length of the longest tail of `text` that begins some stop string."""
         return max((k for s in self.stops for k in range(min(len(s) - 1, len(text)), 0, -1)
                     if s.startswith(text[-k:])), default=0)
+
+
+def _checked(text: str, opts: dict) -> dict:
+    """A structured answer's check against its schema (extension fields of a choice): valid,
+    validation_errors, and what the grammar relaxed; {} for free text."""
+    grammar = opts.get("grammar")
+    if grammar is None:
+        return {}
+    _, _, valid, errors = grammar.validate(text)
+    return {"valid": valid, "validation_errors": errors, "relaxed": list(grammar.relaxed)}
 
 
 class Job:
@@ -306,7 +324,9 @@ class Server:
 
     def _submit(self, rows: list[list[int]], opts: dict):
         """The checked, queued request (off the event loop: a grammar compiles, a decoder binds)."""
-        grammar = self.gen.grammar(json_schema=opts["schema"]) if opts["schema"] is not None else None
+        grammar = None
+        if opts["schema"] is not None:
+            grammar = opts["grammar"] = self.gen.grammar(json_schema=opts["schema"], strict=opts["strict"])
         return self.gen.submit_rows(rows, decoder=opts["decoder"], max_new_tokens=opts["max_new_tokens"],
                                     temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"],
                                     stream=True, grammar=grammar, **opts["decoder_options"])
@@ -434,10 +454,11 @@ class Server:
         task.result()
         if chat:
             choices = [{"index": r, "message": {"role": "assistant", "content": t.sent}, "logprobs": None,
-                        "finish_reason": finish.get(r, t.finish)} for r, t in enumerate(job.texts)]
-        else:
-            choices = [{"index": r, "text": t.sent, "logprobs": None, "finish_reason": finish.get(r, t.finish)}
+                        "finish_reason": finish.get(r, t.finish), **_checked(t.sent, opts)}
                        for r, t in enumerate(job.texts)]
+        else:
+            choices = [{"index": r, "text": t.sent, "logprobs": None, "finish_reason": finish.get(r, t.finish),
+                        **_checked(t.sent, opts)} for r, t in enumerate(job.texts)]
         return JSONResponse({**head, "choices": choices, "usage": job.usage()})
 
     async def _events(self, job: Job, head: dict, chat: bool, include_usage: bool):

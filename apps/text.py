@@ -282,11 +282,24 @@ def build_demo(pipeline=None) -> gr.Blocks:
         require_text("JSON schema", json_schema, "paste a JSON schema, e.g. the example")
         runs, view = start(prompt, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed, compare,
                            model_folder, None, json_schema)
-        yield (*view(), None)
+        yield (*view(), "", None)
         for _ in throttled(race(runs), UPDATE_EVERY_S):
-            yield (*view(), None)
+            yield (*view(), "", None)
         stream = runs[-1].stream
-        yield (*view(), stream.json if stream.parse_error is None else {"parse_error": stream.parse_error})
+        yield (*view(), validity_markdown(stream),
+               stream.json if stream.parse_error is None else {"parse_error": stream.parse_error})
+
+    def validity_markdown(stream) -> str:
+        """The answer's check against the schema (suite.constraint.Grammar.validate), in one line or two."""
+        if stream.parse_error is not None:
+            line = f"**Not complete JSON**: {stream.parse_error}"
+        elif stream.valid:
+            line = "**Valid** under the schema (checked with jsonschema, formats asserted)"
+        else:
+            line = "**Not valid** under the schema: " + "; ".join(stream.validation_errors)
+        if stream.relaxed:
+            line += f"  \nNot enforced while generating: {', '.join(stream.relaxed)}"
+        return line
 
     with gr.Blocks(title="parasuite: text") as demo:
         gr.Markdown("Parallel decoding of **SmolLM2-135M-Instruct**: each forward can accept several tokens. "
@@ -332,6 +345,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
             with gr.Row():
                 schema_example = gr.Button("Schema example", elem_id="text-json-example")
                 run_json = gr.Button("Run with schema", variant="primary", elem_id="text-json-run")
+            validity = gr.Markdown(elem_id="text-json-valid")
             parsed = gr.JSON(label="Parsed JSON", elem_id="text-json")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
@@ -345,7 +359,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                   api_name="generate")
         schema_example.click(lambda: (SCHEMA_PROMPT, SCHEMA_EXAMPLE), None, [prompt, json_schema], queue=False,
                              api_visibility="private")
-        run_json.click(guarded("structured generation", generate_json, blank=("", "", "", "", "", None)),
+        run_json.click(guarded("structured generation", generate_json, blank=("", "", "", "", "", "", None)),
                        [prompt, json_schema, chat, decoder, options, max_new_tokens, temperature, top_k, top_p, seed,
-                        compare, model_folder], outputs + [parsed], api_name="generate_json")
+                        compare, model_folder], outputs + [validity, parsed], api_name="generate_json")
     return demo

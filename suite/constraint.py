@@ -1,11 +1,19 @@
-"""Structured output: a request's rows constrained by a JSON schema or a regex (issue 37).
+"""Structured output: a request's rows constrained by a JSON schema or a regex (issues 37, 50).
 
-`Compiler(tokenizer, vocab_size, eos_token_ids)` compiles a schema or a regex once into a `Grammar`
-(xgrammar 0.2.9: a token-level automaton over the model's vocabulary; chosen over llguidance and
-outlines-core by compile time and per-step mask time on this CPU, see BENCHMARKS.md). A Grammar
-makes one `RowConstraint` per row: the row's matcher, advanced by every committed token. Requests
-carry them in `RequestInputs.constraints` (one per row, None for a free row), so they move with
-their rows (`DecodeState.select` / `extend`, the scheduler).
+`check(json_schema | regex, backend=, strict=, approximate=)` reads a constraint without a tokenizer and
+plans it: the schema's draft (draft-04 to 2020-12), its size against the compile `Budget`, and the
+backend, chosen per schema by its keywords (suite/constraints/keywords.py): xgrammar 0.2.9 (the fastest
+masks here) when it enforces every keyword the schema uses, else llguidance 1.9.1, which refuses what it
+does not implement. A keyword neither enforces is refused by name, unless approximate=True: then it is
+left out and listed (`Grammar.relaxed`, `TextResult.relaxed`). JSON Schema as written: undeclared
+properties allowed unless `additionalProperties` (or strict=True, the closed form) says otherwise,
+`pattern` searched, `required` enforced; properties are written in the schema's order (a narrowing:
+never an invalid document). `Compiler(tokenizer, vocab_size, eos_token_ids)` compiles a plan into a
+`Grammar` (kept in an LRU cache; one admitting no text is refused), which checks every output
+(`Grammar.validate`: jsonschema, formats asserted) and makes one `RowConstraint` per row: the row's
+matcher, advanced by every committed token. Requests carry them in `RequestInputs.constraints` (one
+per row, None for a free row), so they move with their rows (`DecodeState.select` / `extend`, the
+scheduler).
 
 The decode loop (suite/loop.py) applies them in one place (suite/structured.py), for every decoder:
   * masking (`structured.mask_logits`): after the forward, every scored slot whose tokens are a continuation of the
@@ -32,6 +40,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,19 +50,49 @@ class ConstraintError(ValueError):
     """A schema or regex that cannot constrain generation (what is wrong and how to fix it)."""
 
 
+BACKENDS = ("auto", "xgrammar", "llguidance")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one compile may cost; a schema over it is refused before compiling."""
+    max_schema_nodes: int = 20_000       # subschemas in the schema (its size as written)
+    max_grammar_size: int = 500_000      # llguidance: symbols in the grammar it builds
+    lexer_fuel: int = 1_000_000          # llguidance: work building the lexer (~50k a ms)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a request's constraint compiles to, decided without a tokenizer (suite.constraint.check)."""
+    kind: str                    # "json_schema" or "regex"
+    source: str                  # the schema as JSON text (its closed form in strict mode), or the regex
+    backend: str                 # "xgrammar" or "llguidance"
+    grammar: str                 # the backend's grammar text
+    relaxed: tuple = ()          # keywords not enforced (approximate=True only), e.g. "uniqueItems"
+
+
 @dataclass(frozen=True)
 class Grammar:
     """A compiled JSON schema or regex over one tokenizer's vocabulary, shared by the rows of
     every request that uses it (immutable)."""
     kind: str                   # "json_schema" or "regex"
     source: str                 # the schema as JSON text, or the regex
-    compiled: Any               # xgrammar.CompiledGrammar
+    compiled: Any               # the backend's compiled grammar
     vocab_size: int             # the model's logits width
     encode: Any = None          # text -> token ids (the tokenizer's own encoding), for forced spans
+    backend: str = "xgrammar"   # which backend compiled it (suite/constraints/)
+    relaxed: tuple = ()         # keywords it does not enforce (an approximation the caller asked for)
+    new_matcher: Any = None     # compiled -> a matcher (xgrammar's GrammarMatcher by default)
 
     @property
     def schema(self) -> dict | None:
         return json.loads(self.source) if self.kind == "json_schema" else None
+
+    def matcher(self):
+        if self.new_matcher is not None:
+            return self.new_matcher(self.compiled)
+        from .constraints.xgrammar_backend import Backend
+        return Backend.matcher(self.compiled)
 
     def row(self, forced: bool = True) -> "RowConstraint":
         """A fresh matcher for one row. forced: commit single allowed tokens without a forward and
@@ -77,68 +116,171 @@ class Grammar:
         except json.JSONDecodeError as e:
             return None, f"not complete JSON ({e.msg} at char {e.pos}): raise max_new_tokens"
 
+    def validate(self, text: str) -> tuple[Any, str | None, bool, list[str]]:
+        """(parsed, parse_error, valid, validation_errors) of an output: for a schema, the parsed object
+        checked against the schema (suite.constraints.validate: its draft, formats asserted); for a regex,
+        valid when the whole text matches."""
+        parsed, error = self.parse(text)
+        if error is not None:
+            return parsed, error, False, [error]
+        if self.kind == "regex":
+            return parsed, None, True, []
+        from .constraints.validate import errors
+        found = errors(self.schema, parsed)
+        return parsed, None, not found, found
+
 
 class Compiler:
-    """Compiles schemas and regexes against one tokenizer (its vocabulary read once), caching them."""
+    """Compiles schemas and regexes against one tokenizer (its vocabulary read once), keeping the last
+    `cache_size` grammars (LRU): a repeated schema costs nothing."""
 
-    def __init__(self, tokenizer, vocab_size: int | None = None, eos_token_ids=()):
-        import xgrammar as xgr
+    def __init__(self, tokenizer, vocab_size: int | None = None, eos_token_ids=(), budget: Budget = Budget(),
+                 cache_size: int = 64):
         self.vocab_size = int(vocab_size or len(tokenizer))
-        stop = sorted(set(eos_token_ids) or {tokenizer.eos_token_id})
-        self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop)
-        self._compiler = xgr.GrammarCompiler(self.info, max_threads=1)
+        self.stop = sorted(set(eos_token_ids) or {tokenizer.eos_token_id})
+        self.tokenizer, self.budget, self.cache_size = tokenizer, budget, cache_size
         self._encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+        self._backends: dict = {}
+        self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def compile(self, json_schema: dict | str | None = None, regex: str | None = None) -> Grammar:
+    def backend(self, name: str):
+        if name not in self._backends:
+            from .constraints import llguidance_backend, xgrammar_backend
+            module = xgrammar_backend if name == "xgrammar" else llguidance_backend
+            self._backends[name] = module.Backend(self.tokenizer, self.vocab_size, self.stop)
+        return self._backends[name]
+
+    def compile(self, json_schema: dict | str | None = None, regex: str | None = None, *, backend: str = "auto",
+                strict: bool = False, approximate: bool = False) -> Grammar:
         """A Grammar from exactly one of a JSON schema (a dict, or its JSON text) or a regex;
-        ConstraintError naming the fix otherwise."""
-        kind, source, ebnf = check(json_schema, regex)
+        ConstraintError naming the fix otherwise (see `check`: the backend choice, strict, approximate)."""
         with self._lock:
-            try:
-                compiled = self._compiler.compile_grammar(ebnf)
-            except RuntimeError as e:
-                raise ConstraintError(f"cannot compile this {kind.replace('_', ' ')}: {_reason(e)}") from e
-        return Grammar(kind, source, compiled, self.vocab_size, self._encode)
+            key = (json.dumps(json_schema) if json_schema is not None else None, regex, backend, strict, approximate)
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            plan = check(json_schema, regex, backend=backend, strict=strict, approximate=approximate, budget=self.budget)
+            grammar = self._build(plan)
+            self._cache[key] = grammar
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+            return grammar
+
+    def _build(self, plan: Plan) -> Grammar:
+        what = plan.kind.replace("_", " ")
+        engine = self.backend(plan.backend)
+        try:
+            compiled = engine.compile(plan.grammar, self.budget) if plan.backend == "llguidance" else \
+                engine.compile(plan.grammar)
+        except (RuntimeError, ValueError) as e:
+            raise ConstraintError(_refusal(what, _reason(e))) from e
+        grammar = Grammar(plan.kind, plan.source, compiled, self.vocab_size, self._encode, plan.backend,
+                          plan.relaxed, engine.matcher)
+        row = grammar.row()
+        if not row.finished and not bool(row.allowed_bits().any()):
+            raise ConstraintError(f"this {what} admits no text (e.g. a pattern that matches nothing, such as "
+                                  "[^\\s\\S]): fix it so that some output can satisfy it")
+        return grammar
 
 
-def check(json_schema: dict | str | None = None, regex: str | None = None) -> tuple[str, str, str]:
-    """Check a request's constraint without a tokenizer (a CLI does it before loading the model):
-    (kind, source, its EBNF grammar); ConstraintError naming the fix for a bad schema or regex,
-    neither or both."""
-    import xgrammar as xgr
+def check(json_schema: dict | str | None = None, regex: str | None = None, *, backend: str = "auto",
+          strict: bool = False, approximate: bool = False, budget: Budget = Budget()) -> Plan:
+    """Check a request's constraint without a tokenizer (a CLI does it before loading the model) and
+    choose its backend: ConstraintError naming the fix for a bad schema or regex, neither or both, an
+    unsupported draft, a schema over the budget, or keywords no backend enforces.
+
+    backend "auto" takes xgrammar (the fastest masks) when it enforces every keyword the schema uses,
+    else llguidance (which refuses what it does not implement). strict: objects that list properties
+    take no others (the closed form, as OpenAI's strict: true). approximate: a schema using a keyword
+    no backend enforces is compiled without it, and the Plan (then the Grammar, the result) lists it."""
+    if backend not in BACKENDS:
+        raise ConstraintError(f"unknown constraint backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if (json_schema is None) == (regex is None):
         raise ConstraintError("give exactly one of json_schema= (a JSON schema: dict or JSON text) and "
                               "regex= (a pattern)" + ("; drop one of them" if json_schema is not None else ""))
     if regex is not None:
-        if not isinstance(regex, str) or not regex:
-            raise ConstraintError(f"regex must be a non-empty str, got {regex!r}")
+        return _regex_plan(regex, backend)
+    from .constraints import keywords
+    schema = _schema_dict(json_schema)
+    if strict:
+        schema = keywords.closed(schema)
+    nodes = keywords.size(schema)
+    if nodes > budget.max_schema_nodes:
+        raise ConstraintError(f"the schema has {nodes} subschemas, over the compile budget of "
+                              f"{budget.max_schema_nodes}: split it, or raise Budget(max_schema_nodes=...)")
+    enforced = keywords.without_annotations(schema)
+    return _schema_plan(json.dumps(schema), enforced, keywords.keywords(enforced), backend, approximate, budget)
+
+
+def _schema_plan(source: str, schema: dict, used: set, backend: str, approximate: bool, budget: Budget) -> Plan:
+    """The plan of `schema` (the one to enforce: `source` less its annotation formats)."""
+    from .constraints import llguidance_backend as llg, xgrammar_backend as xgr
+    refused = {}
+    if backend in ("auto", "xgrammar"):
+        missing = xgr.unenforced(used)
+        if not missing or (approximate and backend == "xgrammar"):
+            try:
+                return Plan("json_schema", source, "xgrammar", xgr.schema_ebnf(schema), tuple(sorted(missing)))
+            except RuntimeError as e:
+                refused["xgrammar"] = _reason(e)
+        else:
+            refused["xgrammar"] = "it does not enforce " + ", ".join(sorted(missing))
+    if backend in ("auto", "llguidance"):
         try:
-            return "regex", regex, str(xgr.Grammar.from_regex(regex))
-        except RuntimeError as e:
-            raise ConstraintError(f"invalid regex {regex!r}: {_reason(e)}; fix the pattern") from e
-    source = _schema_text(json_schema)
-    try:
-        return "json_schema", source, json_grammar(source)
-    except RuntimeError as e:
-        raise ConstraintError(f"cannot use this JSON schema: {_reason(e)}; fix the schema (supported: object, array, "
-                              "string, integer, number, boolean, null, enum, const, anyOf, $ref)") from e
+            grammar = llg.schema_grammar(schema)
+            llg.check(grammar, budget)
+            return Plan("json_schema", source, "llguidance", grammar)
+        except ValueError as e:
+            if "Unsatisfiable" in str(e) or "too big" in str(e) or "limit" in str(e):
+                raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
+            refused["llguidance"] = _reason(e)
+        if approximate:
+            grammar = llg.schema_grammar(schema, approximate=True)
+            try:
+                warnings = llg.check(grammar, budget)
+            except ValueError as e:
+                raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
+            relaxed = {k for w in warnings for k in llg.unimplemented(w)} | (
+                set(llg.unimplemented(refused["llguidance"])))
+            if not relaxed:         # never weakened unsaid: what llguidance refused, in its words
+                relaxed = {refused["llguidance"]}
+            return Plan("json_schema", source, "llguidance", grammar, tuple(sorted(relaxed)))
+    named = sorted({k for why in refused.values() for k in llg.unimplemented(why)})
+    raise ConstraintError(
+        "no constraint backend enforces this JSON schema as written"
+        + (f" (it uses {', '.join(named)})" if named else "") + ": "
+        + "; ".join(f"{name}: {why}" for name, why in refused.items())
+        + ". Drop those keywords, or pass approximate=True (--approximate) to generate without them "
+          "(the result lists what was relaxed)")
 
 
-# xgrammar 0.2.9 writes the characters of a length-bounded string as [^"\\\r\n]: raw control characters
-# (a tab) pass, which JSON forbids (json.loads rejects them). Its unbounded strings exclude them already.
-_LOOSE_CHARS = '[^\\"\\\\\\r\\n]'
-_JSON_CHARS = '[^\\0-\\x1f\\"\\\\]'
+def _regex_plan(regex, backend: str) -> Plan:
+    from .constraints import llguidance_backend as llg, xgrammar_backend as xgr
+    if not isinstance(regex, str) or not regex:
+        raise ConstraintError(f"regex must be a non-empty str, got {regex!r}")
+    errors = {}
+    for name in (("xgrammar", "llguidance") if backend == "auto" else (backend,)):
+        try:
+            if name == "xgrammar":
+                return Plan("regex", regex, name, xgr.regex_ebnf(regex))
+            grammar = llg.regex_grammar(regex)
+            llg.check(grammar, Budget())
+            return Plan("regex", regex, name, grammar)
+        except (RuntimeError, ValueError) as e:
+            errors[name] = _reason(e)
+    raise ConstraintError(f"invalid regex {regex!r}: " + "; ".join(errors.values()) + "; fix the pattern")
 
 
-def json_grammar(schema_text: str) -> str:
-    """The EBNF grammar of a JSON schema (compact separators ", " and ": ", no free whitespace), its
-    strings free of raw control characters."""
-    import xgrammar as xgr
-    return str(xgr.Grammar.from_json_schema(schema_text, any_whitespace=False)).replace(_LOOSE_CHARS, _JSON_CHARS)
+def _refusal(what: str, why: str) -> str:
+    if "Unsatisfiable" in why:
+        return f"this {what} admits no document ({why}): fix it so that some output can satisfy it"
+    if "too big" in why or "limit" in why:
+        return f"this {what} is over the compile budget ({why}): simplify it, or raise suite.constraint.Budget"
+    return f"cannot compile this {what}: {why}; fix it"
 
 
-def _schema_text(schema) -> str:
+def _schema_dict(schema) -> dict:
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -150,20 +292,23 @@ def _schema_text(schema) -> str:
     if not isinstance(schema, dict):
         raise ConstraintError(f"a JSON schema is a JSON object (dict), got {type(schema).__name__}: pass e.g. "
                               "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}}")
+    from .constraints.keywords import draft
     try:
-        from jsonschema.exceptions import SchemaError
-        from jsonschema.validators import validator_for
-        validator_for(schema).check_schema(schema)
-    except ImportError:         # jsonschema absent: the grammar compiler checks what it reads
-        pass
+        draft(schema)
+    except ValueError as e:
+        raise ConstraintError(str(e)) from None
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import Draft202012Validator, validator_for
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
     except SchemaError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "the top level"
         raise ConstraintError(f"invalid JSON schema at {where}: {e.message}; fix the schema") from e
-    return json.dumps(schema)
+    return schema
 
 
 def _reason(e: BaseException) -> str:
-    """xgrammar's message without its source location prefix."""
+    """A backend's message on one line, without xgrammar's source location prefix."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", text)
 
@@ -173,10 +318,9 @@ class RowConstraint:
     tentatively and rolled back."""
 
     def __init__(self, grammar: Grammar, forced: bool = True):
-        import xgrammar as xgr
         self.grammar, self.forced = grammar, forced
-        self.matcher = xgr.GrammarMatcher(grammar.compiled)
-        self._bitmask = xgr.allocate_token_bitmask(1, grammar.vocab_size)
+        self.matcher = grammar.matcher()
+        self._bitmask = torch.full((1, (grammar.vocab_size + 31) // 32), -1, dtype=torch.int32)
         self.failed: str | None = None
 
     @property

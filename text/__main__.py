@@ -70,6 +70,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="decoder option, e.g. num_draft=6 (see suite.decoder_options); repeatable")
     p.add_argument("--json-schema", metavar="FILE", help="constrain the output to JSON valid under this JSON schema file")
     p.add_argument("--regex", metavar="PATTERN", help="constrain the output to match this regular expression")
+    p.add_argument("--constraint-backend", default="auto", choices=["auto", "xgrammar", "llguidance"],
+                   help="the grammar backend of --json-schema / --regex (default auto: the one that enforces every "
+                        "keyword of the schema)")
+    p.add_argument("--strict", action="store_true", help="--json-schema: objects take only the properties they "
+                   "list (the closed form, as OpenAI's strict: true)")
+    p.add_argument("--approximate", action="store_true", help="--json-schema: generate even where no backend "
+                   "enforces some keywords (uniqueItems, not, ...); the output names them as relaxed")
     p.add_argument("--stream", action="store_true", help="print text as it is committed (single prompt)")
     p.add_argument("--compare", action="store_true",
                    help="also decode with ar: print the speedup over ar and whether the text equals ar's")
@@ -180,12 +187,14 @@ class TextWorker:
                   "finish_reason": finish_reason(self.gen, prompt, res, self.kwargs), "stats": res.stats.as_dict()}
         if self.kwargs["json_schema"] is not None or self.kwargs["regex"] is not None:
             record["json"], record["parse_error"] = res.json, res.parse_error
+            record["valid"], record["validation_errors"], record["relaxed"] = (res.valid, res.validation_errors,
+                                                                               list(res.relaxed))
         if self.compare:
             record["compare"] = compared(res, self.gen.generate(prompt, decoder="ar", **common(self.kwargs)))
         return record
 
 
-COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "json_schema", "regex")
+COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "json_schema", "regex", "constraint")
 
 
 def read_schema(path: str | None):
@@ -217,7 +226,12 @@ def check_constraint(args, schema) -> None:
         raise ValueError("--json-schema / --regex constrain causal LMs (text.load); drop them for a vision-language --model")
     if schema is not None or args.regex is not None:
         from suite.constraint import check
-        check(schema, args.regex)            # a bad schema or regex: exit 2 before the model loads
+        check(schema, args.regex, **constraint_options(args))     # a bad schema or regex: exit 2 before the model loads
+
+
+def constraint_options(args) -> dict:
+    """--constraint-backend, --strict, --approximate as suite.constraint.check's options."""
+    return {"backend": args.constraint_backend, "strict": args.strict, "approximate": args.approximate}
 
 
 def finish_reason(gen, prompt: str, res, kwargs: dict) -> str:
@@ -269,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
     if schema is not None or args.regex is not None:
-        kwargs.update(json_schema=schema, regex=args.regex)
+        kwargs.update(json_schema=schema, regex=args.regex, constraint=constraint_options(args))
     if args.input is None and args.output is None and args.engine == "local":
         return run_one(args, kwargs, read_image(args.image) if args.image else None)
     return run_many(args, prompts, kwargs)
@@ -284,7 +298,7 @@ def run_one(args, kwargs, image=None) -> int:
     if image is not None:
         return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
-    gen.grammar(kwargs.get("json_schema"), kwargs.get("regex"))     # a bad schema or regex: before decoding
+    gen.grammar(kwargs.get("json_schema"), kwargs.get("regex"), **kwargs.get("constraint", {}))  # bad: before decoding
     if args.stream:
         s = gen.stream(args.prompt, decoder=args.decoder, **kwargs)
         for chunk in s:
@@ -297,6 +311,13 @@ def run_one(args, kwargs, image=None) -> int:
     ar = gen.generate(args.prompt, decoder="ar", **common(kwargs)) if args.compare else None
     if res.parse_error:
         print(f"note: the output does not parse: {res.parse_error}", file=sys.stderr)
+    elif res.valid is False:
+        print(f"note: the output is NOT valid under the schema: {'; '.join(res.validation_errors)}", file=sys.stderr)
+    elif res.valid:
+        print("note: the output is valid under the " + ("schema" if kwargs.get("json_schema") else "regex"),
+              file=sys.stderr)
+    if getattr(res, "relaxed", ()):
+        print(f"note: --approximate: not enforced while generating: {', '.join(res.relaxed)}", file=sys.stderr)
     return summarise(args, res, finish_reason(gen, args.prompt, res, kwargs), ar)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,6 +29,10 @@ class TextResult:
     json: Any = None             # json_schema=: the parsed object (per prompt for a list; None where the text
                                  # does not parse: the budget ended inside the structure); regex=: the text
     parse_error: str | list[str | None] | None = None   # why `json` is None (per prompt for a list)
+    valid: bool | list[bool] | None = None       # the output checked against the schema (Draft 2020-12 unless it
+                                                 # declares another, formats asserted) or the regex; None if free
+    validation_errors: list[str] | list[list[str]] = field(default_factory=list)   # why it is not valid
+    relaxed: tuple = ()          # keywords the grammar did not enforce (approximate=True only)
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
@@ -170,29 +174,35 @@ class TextGenerator:
     def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, json_schema: dict | str | None = None,
-                 regex: str | None = None, forced_spans: bool | None = None, **decoder_options) -> TextResult:
+                 regex: str | None = None, forced_spans: bool | None = None, constraint: dict | None = None,
+                 **decoder_options) -> TextResult:
         """Decode one prompt (text is a str) or a batch (text is a list; ragged rows, each advancing
         by its own accepted length and leaving the batch when it finishes). Concurrent calls share
         forwards (`scheduler`).
 
         Structured output: json_schema (a dict, or its JSON text) or regex constrains every row
         (suite.constraint; every decoder, lossless ones stay lossless w.r.t. the constrained
-        distribution); the result's `json` holds the parsed object. forced_spans: commit the tokens
-        the grammar forces in parallel (default: on, except for decoder="ar", the one-token-per-forward
-        baseline). A bad schema or regex raises ValueError before any decoding."""
-        grammar = self.grammar(json_schema, regex)
+        distribution); the result's `json` holds the parsed object, `valid` / `validation_errors` its check
+        against the schema. constraint: options of suite.constraint.check (backend="auto"|"xgrammar"|
+        "llguidance", strict=True for closed objects, approximate=True to drop keywords no backend
+        enforces, listed in `relaxed`). forced_spans: commit the tokens the grammar forces in parallel
+        (default: on, except for decoder="ar", the one-token-per-forward baseline). A bad schema or regex
+        raises ValueError (suite.constraint.ConstraintError) before any decoding."""
+        grammar = self.grammar(json_schema, regex, **(constraint or {}))
         out = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
                            decoder_options, grammar=grammar, forced_spans=forced_spans).result()
         texts = [self.decode(ids) for ids in out.new_tokens]
         reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
-        parsed = [grammar.parse(t) if grammar is not None else (None, None) for t in texts]
+        checked = [grammar.validate(t) if grammar is not None else (None, None, None, []) for t in texts]
+        relaxed = grammar.relaxed if grammar is not None else ()
         if isinstance(prompt, str):
-            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0], parsed[0][0], parsed[0][1])
-        return TextResult(texts, out.new_tokens, out.stats, reasons, [p[0] for p in parsed], [p[1] for p in parsed])
+            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0], *checked[0], relaxed)
+        return TextResult(texts, out.new_tokens, out.stats, reasons, *map(list, zip(*checked)), relaxed)
 
-    def grammar(self, json_schema: dict | str | None = None, regex: str | None = None):
+    def grammar(self, json_schema: dict | str | None = None, regex: str | None = None, **options):
         """The compiled constraint (suite.constraint.Grammar) of a JSON schema or a regex over this model's
-        vocabulary, or None when neither is given; ValueError naming the fix for a bad one or both."""
+        vocabulary (cached), or None when neither is given; ValueError naming the fix for a bad one or
+        both. options: suite.constraint.check's (backend, strict, approximate)."""
         if json_schema is None and regex is None:
             return None
         from suite.constraint import Compiler
@@ -200,19 +210,19 @@ class TextGenerator:
             if self._compiler is None:
                 vocab = suite.as_adapter(self.model).config.vocab_size
                 self._compiler = Compiler(self.tokenizer, vocab, self.eos_token_ids)
-        return self._compiler.compile(json_schema=json_schema, regex=regex)
+        return self._compiler.compile(json_schema=json_schema, regex=regex, **options)
 
     def stream(self, prompt: str, decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128, temperature: float = 0.0,
                top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                chat: bool = False, json_schema: dict | str | None = None, regex: str | None = None,
-               forced_spans: bool | None = None, **decoder_options) -> "TextStream":
+               forced_spans: bool | None = None, constraint: dict | None = None, **decoder_options) -> "TextStream":
         """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
         `generate`; bad input raises here, before iterating. After iteration the returned
         object's `.text`, `.token_ids` and `.stats` hold the whole result; leaving the iteration
         early cancels the request (its rows leave the batch)."""
         if not isinstance(prompt, str):
             raise ValueError("stream takes one prompt (a str); use generate for a list")
-        grammar = self.grammar(json_schema, regex)
+        grammar = self.grammar(json_schema, regex, **(constraint or {}))
         request = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
                                decoder_options, stream=True, grammar=grammar, forced_spans=forced_spans)
         return TextStream(self, request, grammar)
@@ -312,6 +322,9 @@ class TextStream:
         self.finish_reason: str | None = None
         self.json: Any = None            # json_schema= / regex=: as TextResult.json, once iteration ends
         self.parse_error: str | None = None
+        self.valid: bool | None = None          # as TextResult's, once iteration ends
+        self.validation_errors: list[str] = []
+        self.relaxed = grammar.relaxed if grammar is not None else ()
 
     def __iter__(self) -> Iterator[str]:
         try:
@@ -329,7 +342,8 @@ class TextStream:
         ids = self.token_ids
         self.finish_reason = "eos" if ids and ids[-1] in self._gen.eos_token_ids else "length"
         if self._grammar is not None:
-            self.json, self.parse_error = self._grammar.parse(self._gen.decode(ids))
+            self.json, self.parse_error, self.valid, self.validation_errors = self._grammar.validate(
+                self._gen.decode(ids))
 
     def _advance(self, final: bool) -> str:
         full = self._gen.decode(self.token_ids)

@@ -8,7 +8,7 @@ import pytest
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
                                            "role": {"enum": ["engineer", "manager"]}},
-          "required": ["name", "role"]}
+          "required": ["name", "role"], "additionalProperties": False}
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,9 @@ def handler(tiny_dir):
 def test_schema_box_streams_json_and_the_parsed_object(handler):
     frames = list(handler("Extract: Bob, engineer.", json.dumps(SCHEMA), False, "ngram", "", 40, 0.0, 0, 1.0, 0,
                           True, ""))
-    output, parsed = frames[-1][0], frames[-1][-1]
+    output, validity, parsed = frames[-1][0], frames[-1][-2], frames[-1][-1]
     assert json.loads(output) == parsed and parsed["role"] in ("engineer", "manager")
+    assert validity.startswith("**Valid**")
     assert frames[-1][2] == output          # compare: constrained ar gives the same answer
 
 

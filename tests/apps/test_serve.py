@@ -93,9 +93,11 @@ def test_json_schema_output_parses(client):
               "required": ["name", "age"], "additionalProperties": False}
     out = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "A person as JSON."}], temperature=0, max_tokens=40,
-        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}})
     obj = json.loads(out.choices[0].message.content)
     assert set(obj) == {"name", "age"} and isinstance(obj["age"], int)
+    checked = out.choices[0].model_dump()        # the extension fields: the answer checked against its schema
+    assert checked["valid"] is True and checked["validation_errors"] == [] and checked["relaxed"] == []
 
 
 def test_errors_are_openai_errors_and_the_server_goes_on(client, base_url):

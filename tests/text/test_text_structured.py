@@ -16,7 +16,7 @@ SCHEMA = {"type": "object", "properties": {
     "role": {"enum": ["engineer", "manager"]},
     "age": {"type": "integer", "minimum": 0, "maximum": 99},
     "tags": {"type": "array", "items": {"enum": ["red", "green"]}, "maxItems": 2}},
-    "required": ["name", "role", "age", "tags"]}
+    "required": ["name", "role", "age", "tags"], "additionalProperties": False}
 PROMPTS = ["Extract: Bob is an engineer aged 30.", "Hello there"]
 BUDGET = 60
 LOSSLESS = [("jacobi", {}), ("sjd", {}), ("mc_sjd", {}), ("ngram", {}), ("lookahead", {}),
@@ -163,7 +163,7 @@ def test_cli_json_schema_prints_the_json(tiny_dir, tmp_path, capsys):
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                                            "role": {"enum": ["engineer", "manager", "designer"]}},
-          "required": ["name", "age", "role"]}
+          "required": ["name", "age", "role"], "additionalProperties": False}
 
 
 def test_smollm2_eagle_and_auto_equal_constrained_ar(smol):

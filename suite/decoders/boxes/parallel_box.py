@@ -29,6 +29,7 @@ import torch
 
 from ..base import DecoderBase
 from ...loop import Acceptance, DecodeState, Draft
+from ...models.adapters import as_adapter
 from ...sampling import draw
 from ..blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
 
@@ -49,7 +50,7 @@ class BoxLayout:
 
     @staticmethod
     def of(adapter) -> "BoxLayout":
-        extra = getattr(getattr(adapter, "config", None), "extra", None) or {}
+        extra = as_adapter(adapter).config.extra or {}
         need = ("block_size", "mask_token_id", "block_head_id", "block_end_id", "coord_lo", "coord_hi")
         missing = [k for k in need if k not in extra]
         if missing:

@@ -136,7 +136,7 @@ class Auto(DecoderBase):
     def batch_independent(self) -> bool:
         """A sampled request runs one fixed candidate: seeded ones share batches when it is `ar`-like."""
         fixed = self._fixed()
-        return fixed is not None and bool(getattr(fixed, "batch_independent", False))
+        return fixed is not None and fixed.batch_independent
 
     def bind(self, target) -> "Auto":
         from ...models.adapters import as_adapter
@@ -185,7 +185,7 @@ class Auto(DecoderBase):
     def _fixed(self):
         """A sampled request's candidate: the first batch-independent drafting one (fixed draft sizes: no cost
         curve), else `ar`, else the first."""
-        independent = [d for d in self.decoders if getattr(d, "batch_independent", False)]
+        independent = [d for d in self.decoders if d.batch_independent]
         return next((d for d in independent if d.name != "ar"), None) or next(
             (d for d in self.decoders if d.name == "ar"), self.decoders[0] if self.decoders else None)
 
