@@ -224,10 +224,9 @@ class RowText:
                     if s.startswith(text[-k:])), default=0)
 
 
-def _checked(text: str, opts: dict) -> dict:
+def _checked(text: str, grammar) -> dict:
     """A structured answer's check against its schema (extension fields of a choice): valid,
     validation_errors, and what the grammar relaxed; {} for free text."""
-    grammar = opts.get("grammar")
     if grammar is None:
         return {}
     _, _, valid, errors = grammar.validate(text)
@@ -239,6 +238,7 @@ class Job:
 
     def __init__(self, gen, rows: list[list[int]], opts: dict, request, on_end=None):
         self.rows, self.request = rows, request    # request: submit(...)'s suite.scheduler.Request
+        self.grammar = opts.get("grammar")         # its constraint (suite.constraint.Grammar), or None
         self.on_end = on_end                       # called on the event loop once the request ended
         self.texts = [RowText(gen, opts["stops"]) for _ in rows]
         self.loop = asyncio.get_running_loop()
@@ -454,11 +454,11 @@ class Server:
         task.result()
         if chat:
             choices = [{"index": r, "message": {"role": "assistant", "content": t.sent}, "logprobs": None,
-                        "finish_reason": finish.get(r, t.finish), **_checked(t.sent, opts)}
+                        "finish_reason": finish.get(r, t.finish), **_checked(t.sent, job.grammar)}
                        for r, t in enumerate(job.texts)]
         else:
             choices = [{"index": r, "text": t.sent, "logprobs": None, "finish_reason": finish.get(r, t.finish),
-                        **_checked(t.sent, opts)} for r, t in enumerate(job.texts)]
+                        **_checked(t.sent, job.grammar)} for r, t in enumerate(job.texts)]
         return JSONResponse({**head, "choices": choices, "usage": job.usage()})
 
     async def _events(self, job: Job, head: dict, chat: bool, include_usage: bool):
