@@ -279,15 +279,23 @@ def _join_layers(mine, theirs, fanout: int, rows_a: int, rows_b: int, length: in
             make = getattr(mine, "layer_class_to_replicate", None)
             mine.layers.append(make() if make is not None else copy.copy(theirs.layers[i]))
         layer = mine.layers[i]
-        grows = hasattr(layer, "seat")
-        capacity = layer.capacity(length) if grows else length
-        k, v = (join_rows(a and a[j], b and b[j], fanout, rows_a, rows_b, capacity) for j in (0, 1))
-        if grows:
-            layer.seat(k, v, length)
-        else:
-            layer.keys, layer.values = k, v
-            if hasattr(layer, "is_initialized"):
-                layer.is_initialized, layer.device = True, k.device
+        k, v = (join_rows(a and a[j], b and b[j], fanout, rows_a, rows_b, slots_for(layer, length)) for j in (0, 1))
+        seat_layer(layer, k, v, length)
+
+
+def slots_for(layer, length: int) -> int:
+    """The slot axis a backend layer takes for `length` live slots (a GrowingLayer keeps spare room)."""
+    return layer.capacity(length) if hasattr(layer, "seat") else length
+
+
+def seat_layer(layer, k: torch.Tensor, v: torch.Tensor, length: int) -> None:
+    """Put K/V (rows, H, slots_for(layer, length), D) holding `length` live slots into a backend layer."""
+    if hasattr(layer, "seat"):                  # GrowingLayer
+        layer.seat(k, v, length)
+    else:
+        layer.keys, layer.values = k, v
+        if hasattr(layer, "is_initialized"):
+            layer.is_initialized, layer.device = True, k.device
 
 
 def _extend_cross(cache: KVCache, other: KVCache) -> None:

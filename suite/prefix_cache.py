@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import KVCache
+from .cache import KVCache, seat_layer, slots_for
 
 HIT_EVENT = "prefix_cache_hit_tokens"
 
@@ -224,16 +224,9 @@ def _seat(cache: KVCache, found: list[tuple[int, _Entry | None]]) -> None:
                 raise ValueError("the cache backend cannot create layers: prefix caching needs suite's growing cache")
             cache.backend.layers.append(make())
         layer = cache.backend.layers[i]
-        grows = hasattr(layer, "seat")
-        capacity = layer.capacity(longest) if grows else longest
-        k = k0.new_zeros(len(found), k0.shape[0], capacity, k0.shape[2])
+        k = k0.new_zeros(len(found), k0.shape[0], slots_for(layer, longest), k0.shape[2])
         v = torch.zeros_like(k)
         for b, (n, entry) in enumerate(found):
             if n:
                 k[b, :, :n], v[b, :, :n] = entry.kv[i][0][:, :n], entry.kv[i][1][:, :n]
-        if grows:
-            layer.seat(k, v, longest)
-        else:
-            layer.keys, layer.values = k, v
-            if hasattr(layer, "is_initialized"):
-                layer.is_initialized, layer.device = True, k.device
+        seat_layer(layer, k, v, longest)
