@@ -38,7 +38,7 @@ def main() -> int:
     try:
         for _ in range(600):
             try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+                Client(f"http://127.0.0.1:{port}/", verbose=False)
                 break
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(1)

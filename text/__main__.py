@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"{VLM_DECODER} for a vision-language folder)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
     p.add_argument("--model", metavar="PATH", help="a local transformers causal LM, vision-language or DiffusionGemma "
-                                                   "model folder (default: embedded SmolLM2)")
+                                                   "model folder, or a causal LM's .gguf file (default: embedded SmolLM2)")
     p.add_argument("--image", metavar="PATH", help="with a vision-language --model: the image to ask about")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")

@@ -10,8 +10,14 @@ The same chat prompts, greedy, a fixed number of new tokens, prefill included, o
   * the machine's memory-bound limit for one token: weight bytes / measured read bandwidth.
 Reports tokens/s, its ratio to our fp32 `ar`, and whether each run's text equals our fp32 `ar`'s.
 Llama.cpp's greedy tokens may part from ours after a tie (another kernel order, another precision).
+Then, per dtype: the cost curve (cost(8) and cost(16) over cost(1), suite.cost), the model's
+forwards' share of a generated token's time on the path users run (`text.load().generate`, default
+decoder), and each named lossless decoder's agreement with that dtype's own `ar` (prompts whose
+tokens equal it). `--numerics` adds "bf16 operands" (suite.models.numerics: bf16 GEMM operands,
+float32 accumulation, outputs and residual stream, emulated at float32 speed): agreement only.
 
     python -m text.bench --peers --threads 2
+    python -m text.bench --peers --decoders ar ngram lookahead jacobi token_recycling sam_decoding eagle --numerics
     python -m text.bench --peers --converter ~/src/llama.cpp/convert_hf_to_gguf.py --decoders ar ngram
 """
 from __future__ import annotations
@@ -91,14 +97,68 @@ def llama_cpp_runner(path: Path, threads: int, lookup: bool):
     return run
 
 
+class ForwardClock:
+    """Seconds spent inside target forwards (every HFCausalLM call, any thread), per label: a run's
+    forwards' share of its time."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.label = None
+
+    def __enter__(self):
+        from suite.models.adapters import HFCausalLM
+        self._orig = call = HFCausalLM.__call__
+        clock = self
+
+        def timed(adapter, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return call(adapter, *args, **kwargs)
+            finally:
+                if clock.label is not None:
+                    clock.seconds[clock.label] = clock.seconds.get(clock.label, 0.0) + time.perf_counter() - t0
+        HFCausalLM.__call__ = timed
+        return self
+
+    def __exit__(self, *exc):
+        from suite.models.adapters import HFCausalLM
+        HFCausalLM.__call__ = self._orig
+
+
+def default_path(gen):
+    """What `gen.generate(prompt)` runs (its scheduler, the default decoder), on token ids, without a stop token."""
+    from text.generator import DEFAULT_DECODER
+
+    def run(ids: list[int], max_new: int) -> list[int]:
+        out = gen.scheduler.generate([ids], decoder=gen.decoder(DEFAULT_DECODER), max_new_tokens=max_new,
+                                     eos_token_id=[])
+        return out.new_tokens[0]
+    return run
+
+
+def load_mode(mode: str):
+    """text.load() in `mode`: a dtype, or "bf16-operands" (float32 with suite.models.numerics.bf16_operands)."""
+    import text
+    if mode == "bf16-operands":
+        from suite.models.numerics import bf16_operands
+        gen = text.load(dtype="float32")
+        bf16_operands(gen.model)
+        return gen
+    return text.load(dtype=mode)
+
+
 def runners(args) -> list[tuple[str, object]]:
     """(label, run) for every peer this machine has; the first is our fp32 `ar`."""
-    import text
+    from suite.models.dtypes import default_dtype
+
     from text.model import ensure_converted, gguf_path, quiet_transformers
     out = []
-    for dtype in args.dtypes:
-        gen = text.load(dtype=dtype)
-        out += [(f"ours {d} ({dtype})", ours(gen, d)) for d in args.decoders]
+    args.gens = {}
+    for mode in args.dtypes + (["bf16-operands"] if args.numerics else []):
+        gen = args.gens[mode] = load_mode(mode)
+        out += [(f"ours {d} ({mode})", ours(gen, d)) for d in args.decoders]
+        if mode == default_dtype():
+            out.append((f"ours default path ({mode}, text.load().generate)", default_path(gen)))
     folder = ensure_converted()
     from transformers import AutoModelForCausalLM
     for dtype in args.dtypes:
@@ -111,13 +171,23 @@ def runners(args) -> list[tuple[str, object]]:
     except ImportError:
         print("llama.cpp: not installed (see requirements/optional/peers.txt); its rows are left out", file=sys.stderr)
         return out
-    ggufs = [("Q4_1, shipped", gguf_path())]
+    ggufs = [] if args.no_q4 else [("Q4_1, shipped", gguf_path())]
     if args.converter is not None:
-        ggufs += [(f"{t.upper()}, converted", converted_gguf(args.converter, folder, t)) for t in ("f32", "bf16")]
+        ggufs += [(f"{t.upper()}, converted", converted_gguf(args.converter, folder, t)) for t in args.gguf_types]
     for label, path in ggufs:
         out.append((f"llama.cpp {label}", llama_cpp_runner(path, args.threads, lookup=False)))
         out.append((f"llama.cpp {label}, prompt lookup", llama_cpp_runner(path, args.threads, lookup=True)))
     return out
+
+
+def curve_lines(gens: dict) -> list[str]:
+    """cost(8)/cost(1) and cost(16)/cost(1) of each mode's one-token forward after 256 cached tokens."""
+    from suite.cost import measure_curve
+    lines = ["", "| mode | cost(1) ms | cost(8)/cost(1) | cost(16)/cost(1) |", "|---|---|---|---|"]
+    for mode, gen in gens.items():
+        curve = measure_curve(suite.as_adapter(gen.model), widths=(1, 8, 16), repeats=5)
+        lines.append(f"| {mode} | {1000 * curve.seconds[0]:.1f} | {curve.relative(8):.2f} | {curve.relative(16):.2f} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -126,11 +196,17 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=6, help="chat prompts (the EAGLE head's held-out ones)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--decoders", nargs="+", default=["ar"], choices=suite.TEXT_DECODERS)
+    p.add_argument("--decoders", nargs="+", default=["ar"], choices=sorted(set(suite.TEXT_DECODERS) | {"eagle"}))
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     p.add_argument("--converter", type=Path, default=None, metavar="PY",
                    help="llama.cpp's convert_hf_to_gguf.py: also bench F32 and BF16 GGUFs of our weights")
+    p.add_argument("--gguf-types", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"],
+                   help="with --converter: the GGUFs of our weights to bench on llama.cpp")
     p.add_argument("--repeats", type=int, default=2, help="runs per prompt; the fastest counts")
+    p.add_argument("--numerics", action="store_true",
+                   help="also bf16 operands with float32 accumulation and activations (emulated: agreement only)")
+    p.add_argument("--no-q4", action="store_true", help="leave out the shipped Q4_1 GGUF on llama.cpp "
+                                                        "(its native build crashed on some machines)")
     args = p.parse_args(argv)
     if "ar" not in args.decoders:
         args.decoders.insert(0, "ar")
@@ -148,15 +224,21 @@ def main(argv=None) -> int:
     texts: dict[str, list] = {label: [] for label, _ in table}
     for run in (r for _, r in table):          # warm-up: first calls pay one-off costs
         run(prompts[0][:8], 4)
-    for ids in prompts:
-        for label, run in table:
-            best = float("inf")
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                new = run(ids, args.max_new_tokens)
-                best = min(best, time.perf_counter() - t0)
-            seconds[label] += best
-            texts[label].append(new)
+    with ForwardClock() as clock:
+        for ids in prompts:
+            for label, run in table:
+                best, forwards = float("inf"), 0.0
+                for _ in range(args.repeats):
+                    clock.label, clock.seconds[label] = label, 0.0
+                    t0 = time.perf_counter()
+                    new = run(ids, args.max_new_tokens)
+                    wall = time.perf_counter() - t0
+                    if wall < best:
+                        best, forwards = wall, clock.seconds[label]
+                clock.label = None
+                seconds[label] += best
+                clock.seconds[label + " total"] = clock.seconds.get(label + " total", 0.0) + forwards
+                texts[label].append(new)
     tokens = args.max_new_tokens * len(prompts)
     base_label = table[0][0]
     from text.model import ensure_converted
@@ -165,15 +247,30 @@ def main(argv=None) -> int:
     lines = [f"Command: `python -m text.bench --peers {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{len(prompts)} chat prompts x {args.max_new_tokens} greedy tokens (prefill included), "
              f"{args.threads} threads, best of {args.repeats}.", "",
-             "| run | tokens/s | vs ours ar fp32 | same tokens as ours ar fp32 |", "|---|---|---|---|"]
+             "| run | tokens/s | vs ours ar fp32 | same tokens as ours ar fp32 | same tokens as ar of its dtype "
+             "| forwards' share of the time |", "|---|---|---|---|---|---|"]
     for label, _ in table:
         rate = tokens / seconds[label]
         same = sum(a == b for a, b in zip(texts[label], texts[base_label]))
-        lines.append(f"| {label} | {rate:.1f} | {seconds[base_label] / seconds[label]:.2f}x | {same}/{len(prompts)} |")
+        own = own_ar(label, texts)
+        own_same = "" if own is None else f"{sum(a == b for a, b in zip(texts[label], own))}/{len(prompts)}"
+        fw = clock.seconds.get(label + " total")
+        share = f"{100 * fw / seconds[label]:.1f}%" if fw else ""
+        lines.append(f"| {label} | {rate:.1f} | {seconds[base_label] / seconds[label]:.2f}x | {same}/{len(prompts)} "
+                     f"| {own_same} | {share} |")
     lines.append(f"| memory-bound limit (fp32 weights {weights / 1e6:.0f} MB at {bandwidth:.1f} GB/s) | "
-                 f"{limit:.1f} | | |")
+                 f"{limit:.1f} | | | | |")
+    lines += curve_lines(args.gens)
     print("\n".join(lines))
     return 0
+
+
+def own_ar(label: str, texts: dict) -> list | None:
+    """The tokens of `ar` in the mode of one of our rows ("ours <decoder> (<mode>)"), None for a peer's row."""
+    if not label.startswith("ours ") or "(" not in label:
+        return None
+    mode = label[label.index("(") + 1:].split(",")[0].rstrip(")")
+    return texts.get(f"ours ar ({mode})")
 
 
 if __name__ == "__main__":

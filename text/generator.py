@@ -13,7 +13,7 @@ import torch
 import suite
 
 from .folders import check_folder, load_model, load_tokenizer
-from .model import load_embedded, quiet_transformers
+from .model import is_gguf, load_embedded, load_gguf, quiet_transformers
 
 EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
 SAM_CORPUS = Path(__file__).parent / "weights" / "sam_corpus" / "corpus.txt"   # sam_decoding's default corpus
@@ -37,8 +37,9 @@ class TextResult:
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
          dtype: str | torch.dtype | None = None, progress: bool = True) -> "TextGenerator":
-    """The embedded SmolLM2-135M-Instruct (no path), or any local transformers causal LM folder
-    (config, weights and tokenizer). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
+    """The embedded SmolLM2-135M-Instruct (no path), any local transformers causal LM folder
+    (config, weights and tokenizer), or a GGUF file (dequantised once into the cache, then run on the
+    torch engine: text.model.load_gguf). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
     CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
     or float32). See suite.models.dtypes, also for what "exact" means in bf16."""
     from suite.models.dtypes import default_dtype, resolve_dtype
@@ -56,6 +57,9 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     if path is None:
         model, tokenizer = load_embedded(progress=progress, dtype=dtype)
         name = "SmolLM2-135M-Instruct (embedded)" + ("" if dtype == torch.float32 else f", {str(dtype)[6:]}")
+    elif is_gguf(path):
+        model, tokenizer = load_gguf(path, progress=progress, dtype=dtype)
+        name = str(path)
     else:
         model, tokenizer = _load_folder(path, dtype)
         name = str(path)

