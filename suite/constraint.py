@@ -320,7 +320,7 @@ class RowConstraint:
     def __init__(self, grammar: Grammar, forced: bool = True):
         self.grammar, self.forced = grammar, forced
         self.matcher = grammar.matcher()
-        self._bitmask = torch.full((1, (grammar.vocab_size + 31) // 32), -1, dtype=torch.int32)
+        self._bitmask = torch.full((1, (grammar.vocab_size + 31) // 32), -1, dtype=torch.int32)  # host: the grammar backends fill bitmasks on the CPU
         self.failed: str | None = None
 
     @property

@@ -37,7 +37,11 @@ class RequestParams:
     @classmethod
     def of(cls, params: "RequestParams | None" = None, **kwargs) -> "RequestParams":
         """`params` itself, or the parameters from keywords: this class's fields, and any other
-        keyword is a decoder option (`generate(model, ids, decoder="ngram", max_new_tokens=32, n=3)`)."""
+        keyword is a decoder option (`generate(model, ids, decoder="ngram", max_new_tokens=32, n=3)`).
+        A decoder (a name or an object) in params' place is the decoder, as `generate(model, ids, mask,
+        "ngram", max_new_tokens=32)` has always read."""
+        if params is not None and not isinstance(params, RequestParams):
+            return cls.of(decoder=params, **kwargs)
         if params is not None:
             if kwargs:
                 raise ValueError("give the request's parameters once: params= or keywords, not both "
