@@ -50,7 +50,7 @@ def check_values(model, prompt, decoder, max_new_tokens: int, **options) -> None
     types): the decoder is started on a throwaway request of `prompt` (its row state made, no forward),
     so a value its `start` refuses (window=-1) is one ValueError up front, not a failure per input."""
     from suite.api import prepare
-    _, dec, state = prepare(model, prompt, None, decoder, max_new_tokens, **options)
+    _, dec, state = prepare(model, prompt, None, decoder=decoder, max_new_tokens=max_new_tokens, **options)
     dec.start(state)
 
 

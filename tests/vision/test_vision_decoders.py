@@ -1,6 +1,7 @@
 """Image decoders on tiny random priors: zipar's masks and positions, sjd/mc_sjd lossless in
 distribution over image codes (chi-square against the exact law), zipar_sjd's speculative rule
 in law (full window; and window 1 on a prior of Markov rows), CFG composition."""
+from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
 import pytest
 import torch
@@ -89,7 +90,7 @@ def test_zipar_adaptive_without_room_to_wait_is_plain_zipar(prior):
     assert adaptive.stats.num_forwards == plain.stats.num_forwards
 
 
-class ScriptedPrior:
+class ScriptedPrior(AdapterBase):
     """A greedy prior whose code for each predicted cell is `code(cell, width)` (the tiny prior runs
     alongside only to keep the cache in step); `calls` counts the forwards."""
 
