@@ -35,6 +35,7 @@ from suite.runtime.metrics import cer as suite_cer
 from suite.runtime.options import settings_text
 
 from . import data
+from .text_layer import page_chars, text_in_box
 
 DECODERS = [("ar", "ar", {}),
             ("block_diffusion B=4 t=0.9 prefix", "block_diffusion", {"block_size": 4, "threshold": 0.9, "prefix_only": True}),
@@ -167,17 +168,6 @@ def pdf_lines(max_pages: int, dpi: int = 200, first_page: int = 0):
     return crops, refs, skipped, used
 
 
-def page_chars(page, scale: float) -> list[tuple[str, float, float]]:
-    """The PDF text layer of a page: (char, x, y) per character, the centre of its glyph box in
-    rendered pixels (y down)."""
-    tp = page.get_textpage()
-    h_pt, out = page.get_height(), []
-    for i in range(tp.count_chars()):
-        left, bottom, right, top = tp.get_charbox(i)
-        out.append((tp.get_text_range(i, 1), (left + right) / 2 * scale, (h_pt - (bottom + top) / 2) * scale))
-    return out
-
-
 # typographic characters of the text layer written as the ASCII a reader of our charset outputs
 # (curly quotes, dashes, the hyphen pdfium marks at a line break, ligatures)
 ASCII_TRUTH = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "--",
@@ -187,20 +177,6 @@ ASCII_TRUTH = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u20
 
 def ascii_truth(text: str) -> str:
     return "".join(ASCII_TRUTH.get(c, c) for c in text)
-
-
-def text_in_box(chars, box) -> str:
-    """The characters whose glyph centre lies in the box, in text order; a space where the text
-    jumps (a glyph box merely touching the line, e.g. a descender of the line above, is not in)."""
-    x0, y0, x1, y1 = box
-    parts, last = [], None
-    for i, (c, x, y) in enumerate(chars):
-        if x0 <= x <= x1 and y0 <= y <= y1:
-            if last is not None and i != last + 1:
-                parts.append(" ")
-            parts.append(c)
-            last = i
-    return " ".join("".join(parts).split())
 
 
 def table(title: str, rows: list[dict], cols=None) -> str:

@@ -73,7 +73,7 @@ class Score:
 
     def add(self, page: RealPage, lines: list[tuple], cpu_s: float) -> None:
         """lines: (box, text, confidence, flagged or None)."""
-        from .bench import text_in_box
+        from .text_layer import text_in_box
         self.pages += 1
         self.cpu_s += cpu_s
         out_words = []
@@ -126,7 +126,7 @@ def man_pdfs(names, folder: str) -> list[str]:
 
 def real_pages(paths, pages_per_pdf: int, dpi: int) -> list[RealPage]:
     import pypdfium2 as pdfium
-    from .bench import page_chars
+    from .text_layer import page_chars
     out = []
     for path in paths:
         doc = pdfium.PdfDocument(path)

@@ -24,7 +24,7 @@ VALIDATION_MAN_PAGES = ("ls",)
 
 def labelled_lines(ocr, pages) -> tuple[np.ndarray, np.ndarray]:
     """(features (n, 3), wrong (n,)) of every line our reader finds on the pages."""
-    from .bench import text_in_box
+    from .text_layer import text_in_box
     from .reader import DEFAULT_DECODER, read_page
     x, wrong = [], []
     for page in pages:

@@ -13,7 +13,8 @@ import sys
 import pypdfium2 as pdfium
 import torch
 
-from document.bench import ascii_truth, cer, page_chars, text_in_box
+from document.bench import ascii_truth, cer
+from document.text_layer import page_chars, text_in_box
 from document.ocr import load_ocr
 from document.reader import line_crops
 

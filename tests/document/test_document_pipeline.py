@@ -224,7 +224,7 @@ def test_shaded_and_slanted_scans_are_flattened_and_straightened(ocr):
 
 
 def test_pdf_ground_truth_takes_characters_centred_in_the_box():
-    from document.bench import text_in_box
+    from document.text_layer import text_in_box
     chars = [("g", 5, 8), ("y", 12, 9), ("\n", 0, 0), ("H", 5, 25), ("i", 12, 25), (" ", 16, 26), ("!", 20, 25)]
     assert text_in_box(chars, (0, 10, 30, 40)) == "Hi !"      # the descenders of the line above (centres 8, 9) are out
 
