@@ -93,15 +93,21 @@ def _number(rng: random.Random) -> str:
 
 
 def _prose(rng: random.Random, words: tuple[str, ...]) -> str:
+    return words_up_to(rng, words, 4, MAX_CHARS)
+
+
+def words_up_to(rng: random.Random, words, lo: int, hi: int) -> str:
+    """Consecutive words from a random start, as many as fit a random length in [lo, hi] characters
+    (the first word cut to `hi` when none fits)."""
     start = rng.randrange(len(words))
-    target = rng.randrange(4, MAX_CHARS + 1)
+    target = rng.randrange(lo, hi + 1)
     out = ""
     for w in words[start:start + 40]:
         nxt = (out + " " + w).strip()
         if len(nxt) > target:
             break
         out = nxt
-    return out or words[start][:MAX_CHARS]
+    return out or words[start][:hi]
 
 
 def _mixed(rng: random.Random, words: tuple[str, ...]) -> str:

@@ -85,14 +85,7 @@ def _curly(text: str, rng: random.Random) -> str:
 
 
 def _words(rng: random.Random, lo: int, hi: int) -> str:
-    words = data.docstring_words()
-    start, target, out = rng.randrange(len(words)), rng.randrange(lo, hi + 1), ""
-    for w in words[start:start + 40]:
-        nxt = (out + " " + w).strip()
-        if len(nxt) > target:
-            break
-        out = nxt
-    return out or words[start][:hi]
+    return data.words_up_to(rng, data.docstring_words(), lo, hi)
 
 
 def _title(rng: random.Random) -> str:
