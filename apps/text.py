@@ -345,7 +345,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
             with gr.Row():
                 schema_example = gr.Button("Schema example", elem_id="text-json-example")
                 run_json = gr.Button("Run with schema", variant="primary", elem_id="text-json-run")
-            validity = gr.Markdown(label="Validity", elem_id="text-json-valid")
+            validity = gr.Markdown(label="Validity", show_label=False, elem_id="text-json-valid")
             parsed = gr.JSON(label="Parsed JSON", elem_id="text-json")
         gr.Examples(EXAMPLES, inputs=[prompt, decoder])
 
