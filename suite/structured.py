@@ -1,12 +1,12 @@
 """Structured output in the loop: the rows' grammar constraints (suite.constraint), applied for every
 decoder: the scored slots' logits masked to what each row's grammar allows, the committed tokens
 followed (and the tokens a grammar forces committed without a forward), and forced spans verified
-in one forward when every live row has some."""
+in one forward when every live row has some. `state` is the request's suite.loop.DecodeState (not
+imported: the loop imports this module)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,16 +15,13 @@ from .acceptance import accept_greedy_prefix, accept_speculative
 from .draft import Acceptance, Draft
 from .sampling import logits_to_probs
 
-if TYPE_CHECKING:
-    from .loop import DecodeState
-
 
 FORCED_SPAN_MIN = 2      # a step verifies forced spans (instead of the decoder's draft) when every live row has
                          # at least this many forced tokens
 FORCED_SPAN_MAX = 16     # forced tokens verified per row in one forward at most
 
 
-def mask_logits(state: DecodeState, draft: Draft, logits: torch.Tensor) -> None:
+def mask_logits(state, draft: Draft, logits: torch.Tensor) -> None:
     """Mask, in place, the logits of every scored slot of a constrained row whose draft path continues
     the row's committed text: only the tokens its grammar allows after that path stay finite (EOS
     only where the grammar accepts). Slots whose path leaves the grammar keep their logits: the
@@ -60,7 +57,7 @@ def mask_logits(state: DecodeState, draft: Draft, logits: torch.Tensor) -> None:
     state.stats.mask_time_s += time.perf_counter() - t0
 
 
-def follow(state: DecodeState, committed: list[list[int]], spans: list[int] | None = None) -> list[int]:
+def follow(state, committed: list[list[int]], spans: list[int] | None = None) -> list[int]:
     """Advance each constrained row's matcher by its committed tokens; then, while its grammar allows
     a single token, commit it at once (no forward: its constrained probability is 1), appending it
     to the row's `committed`. Returns the forced tokens per row (`spans`: those of a forced-span step)."""
@@ -93,7 +90,7 @@ class ForcedSpans:
     spans: list[list[int]]
 
 
-def forced_spans(state: DecodeState) -> Draft | None:
+def forced_spans(state) -> Draft | None:
     """The draft of a forced-span step: when every live row is constrained (with forced spans on)
     and its grammar forces at least FORCED_SPAN_MIN tokens, each row's pending tokens then its
     forced tokens, a chain verified in one forward; else None (the decoder drafts this step)."""
@@ -122,7 +119,7 @@ def forced_spans(state: DecodeState) -> Draft | None:
     return Draft.from_rows(rows, positions, meta=ForcedSpans(pending, spans), logits_from=first, device=state.device)
 
 
-def accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acceptance:
+def accept_spans(state, draft: Draft, logits: torch.Tensor) -> Acceptance:
     """Verify each row's forced span as point-mass drafts against its (masked) logits: greedy keeps the
     prefix equal to the argmax, sampling applies the speculative rule (lossless); then the next token."""
     meta: ForcedSpans = draft.meta
@@ -150,7 +147,7 @@ def accept_spans(state: DecodeState, draft: Draft, logits: torch.Tensor) -> Acce
 class Free:
     """An unconstrained request's step: the decoder's own draft and acceptance, nothing masked."""
 
-    def __init__(self, state: DecodeState):
+    def __init__(self, state):
         self.state = state
 
     def propose(self, decoder) -> Draft:
@@ -199,6 +196,6 @@ class Constrained(Free):
         return follow(self.state, committed, spans)
 
 
-def hook(state: DecodeState) -> Free:
+def hook(state) -> Free:
     """Structured output's part of the next step of `state` (suite.loop.advance)."""
     return Free(state) if state.inputs.constraints is None else Constrained(state)

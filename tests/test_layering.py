@@ -64,10 +64,9 @@ def import_targets(module: str, path: Path, node: ast.ImportFrom) -> tuple[str, 
 def imported_modules(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The project modules `module` imports, at the top or inside functions. `from p import m`
     counts the submodule p.m (and p itself only when some name is not a submodule); a package
-    that contains `module` is already loading when it runs, so it does not count; imports for type
-    checkers only (`if TYPE_CHECKING:`) never run."""
+    that contains `module` is already loading when it runs, so it does not count."""
     out = set()
-    for node in runtime_nodes(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -75,16 +74,6 @@ def imported_modules(module: str, path: Path, modules: dict[str, Path]) -> set[s
             subs = {f"{base}.{n}" for n in names if f"{base}.{n}" in modules}
             out |= subs if len(subs) == len(names) else subs | {base}
     return {m for m in out if m in modules and m != module and not module.startswith(m + ".")}
-
-
-def runtime_nodes(tree: ast.AST):
-    """Every node of `tree` but those under `if TYPE_CHECKING:`."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-            yield from (n for child in node.orelse for n in ast.walk(child))
-            continue
-        yield node
-        yield from runtime_nodes(node)
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
