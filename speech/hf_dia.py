@@ -221,5 +221,5 @@ def load_codec(folder: Path):
     for path in candidates:
         if (path / "config.json").is_file():
             return transformers.DacModel.from_pretrained(str(path), local_files_only=True)
-    raise ValueError(f"{folder} has no DAC codec: save it beside the model "
-                     f"(DacModel.from_pretrained('descript/dac_44khz').save_pretrained('{folder / CODEC_FOLDER}'))")
+    raise ValueError(f"{folder.name} has no DAC codec: copy a saved transformers DacModel folder (Dia uses the "
+                     f"44 kHz DAC) into its '{CODEC_FOLDER}' subfolder, on a machine that has one")
