@@ -23,7 +23,8 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import (FrameDecoder, by_row, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden,
+                   live_rows, only_head0_ends)
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,14 @@ class LocalMaskGIT(FrameDecoder):
                              f"got {self.steps}")
 
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
-        rows = [b for b in range(state.batch) if not state.done[b]]
+        rows = live_rows(state)
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
         codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         for s in range(1, self.steps + 1):
             u = code_uniforms(state, rows, (self.codebooks,), (s - 1) * self.codebooks)   # (M, Q) this pass's
             codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks), u)
-        committed = [[] for _ in range(state.batch)]
-        for frame, b in zip(codes.tolist(), rows):
-            committed[b] = frames_until_end([frame], self.eos)
-        return frame_acceptance(draft, committed)
+        frames = [frames_until_end([frame], self.eos) for frame in codes.tolist()]   # the step's one host sync
+        return frame_acceptance(draft, by_row(state, rows, frames))
 
     def _pass(self, state, out, h, codes, target: int, u: torch.Tensor) -> torch.Tensor:
         """Sample every masked codebook, keep the most confident until `target` are fixed per row."""

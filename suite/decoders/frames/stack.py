@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...loop import Acceptance, DecodeState, Draft
-from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+from .base import FrameDecoder, by_row, frame_acceptance, frames_until_end, live_rows, sample_frames
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,6 @@ class Stack(FrameDecoder):
     output: ClassVar[str] = "stack"
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        def frames(b: int) -> list[tuple]:
-            frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
-            u = code_uniforms(state, [b], tuple(frames_logits.shape[:-1]))[0]
-            drawn = sample(logits_to_probs(frames_logits, state.params), u).tolist()   # (S, Q)
-            return frames_until_end(drawn, self.eos)
-        return frame_acceptance(draft, state.per_live_row(frames))
+        rows = live_rows(state)
+        drawn = sample_frames(state, draft, logits, rows, self.eos)                  # (M, S, Q)
+        return frame_acceptance(draft, by_row(state, rows, [frames_until_end(d, self.eos) for d in drawn]))
