@@ -24,6 +24,7 @@ class FrameDecoder(DecoderBase):
 
     name: ClassVar[str] = "frames"
     requires: ClassVar[frozenset] = frozenset()
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "frame"     # what the adapter's forward must return (config.extra['output'])
 
     def bind(self, model):
@@ -35,6 +36,15 @@ class FrameDecoder(DecoderBase):
 
     def propose(self, state: DecodeState) -> Draft:
         return frame_draft(state, self.codebooks, self.pad)
+
+    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
+        rows = live_rows(state)
+        return frame_acceptance(draft, rows, self.next_frames(state, draft, out, rows))
+
+    def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
+        """What each live row `rows[i]` commits from the forward's output `out`: its next frame(s),
+        all rows sampled at once (one host sync)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -87,12 +97,6 @@ def sample_frames(state: DecodeState, draft: Draft, logits: torch.Tensor, rows: 
     return sample(logits_to_probs(frame_logits, state.params), u).tolist()
 
 
-def by_row(state: DecodeState, rows: list[int], values: list) -> list:
-    """values[i] for row rows[i], [] for the other rows (done ones)."""
-    out = [[] for _ in range(state.batch)]
-    for b, value in zip(rows, values):
-        out[b] = value
-    return out
 
 
 def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], first_draw: int = 0) -> torch.Tensor:
@@ -106,8 +110,12 @@ def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], f
     return state.streams.uniform(positions, SAMPLE, draws, rows=rows)
 
 
-def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:
-    """Keep every pending frame's K/V (nothing is speculative here)."""
+def frame_acceptance(draft: Draft, rows: list[int], frames: list[list[tuple]]) -> Acceptance:
+    """Rows `rows` commit `frames` (one list each; the other rows, done, nothing); every pending
+    frame's K/V stays (nothing is speculative here)."""
+    committed = [[] for _ in draft.meta.num_pending]
+    for b, row_frames in zip(rows, frames):
+        committed[b] = row_frames
     pending = torch.tensor(draft.meta.num_pending, device=draft.valid.device)
     keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < pending[:, None]
     return Acceptance(committed, keep, kept=list(draft.meta.num_pending))
@@ -117,7 +125,8 @@ def require_frames(decoder, model, output: str = "frame") -> dict:
     """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
     adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
     "local" a LocalHeadOutput."""
-    extra = getattr(getattr(model, "config", None), "extra", {}) or {}   # any object: a clear error below
+    from ...models.adapters import ModelAdapter
+    extra = (model.config.extra or {}) if isinstance(model, ModelAdapter) else {}   # else: a clear error below
     missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "

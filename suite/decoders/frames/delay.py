@@ -24,8 +24,8 @@ from typing import ClassVar
 
 import torch
 
-from ...loop import Acceptance, DecodeState, Draft
-from .base import FrameDecoder, by_row, frame_acceptance, live_rows, sample_frames
+from ...loop import DecodeState, Draft
+from .base import FrameDecoder, sample_frames
 
 
 @dataclass
@@ -41,7 +41,6 @@ class Delay(FrameDecoder):
     max_frames: int | None = None     # codebook 0 forced to EOS at this frame if it has not ended (Dia)
 
     name: ClassVar[str] = "delay"
-    batch_independent: ClassVar[bool] = True    # one column per row per step, drawn from the row's own stream
 
     def start(self, state: DecodeState) -> None:
         super().start(state)
@@ -58,10 +57,9 @@ class Delay(FrameDecoder):
         """Row b's frame count T once its codebook 0 has ended (None before)."""
         return state.rows[b].num_frames
 
-    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        rows = live_rows(state)
+    def next_frames(self, state: DecodeState, draft: Draft, logits, rows: list[int]) -> list[list[tuple]]:
         drawn = sample_frames(state, draft, logits, rows, self.eos)      # (M, K): one draw per codebook
-        return frame_acceptance(draft, by_row(state, rows, [self._step(state, b, d) for b, d in zip(rows, drawn)]))
+        return [self._step(state, b, d) for b, d in zip(rows, drawn)]
 
     def _step(self, state: DecodeState, b: int, drawn: list[int]) -> list[tuple]:
         """The delayed column of step s = columns committed so far (the drawn codes where the layout

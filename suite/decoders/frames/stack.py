@@ -16,18 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...loop import Acceptance, DecodeState, Draft
-from .base import FrameDecoder, by_row, frame_acceptance, frames_until_end, live_rows, sample_frames
+from ...loop import DecodeState, Draft
+from .base import FrameDecoder, frames_until_end, sample_frames
 
 
 @dataclass(frozen=True)
 class Stack(FrameDecoder):
 
     name: ClassVar[str] = "stack"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "stack"
 
-    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        rows = live_rows(state)
+    def next_frames(self, state: DecodeState, draft: Draft, logits, rows: list[int]) -> list[list[tuple]]:
         drawn = sample_frames(state, draft, logits, rows, self.eos)                  # (M, S, Q)
-        return frame_acceptance(draft, by_row(state, rows, [frames_until_end(d, self.eos) for d in drawn]))
+        return [frames_until_end(d, self.eos) for d in drawn]
