@@ -107,23 +107,28 @@ class KVCache:
         if not self._dirty:
             return
         self._dirty = False
-        self._compact(max_dead_fraction)
-        self.holes = not bool(self.valid.all())
+        self.holes = self._compact(max_dead_fraction)
 
-    def _compact(self, max_dead_fraction: float) -> None:
-        used = self.valid.any(0).nonzero()
-        end = int(used[-1]) + 1 if used.numel() else 0
+    def _compact(self, max_dead_fraction: float) -> bool:
+        """Crop, and gather when worth it; whether holes are left. One host read: the used width,
+        the live slots' total and the longest and shortest row's."""
+        live = self.lengths()
+        slot = torch.arange(1, self.num_slots + 1, device=self.valid.device)
+        none = live.new_zeros(1)
+        end, total, longest, shortest = torch.cat([
+            (self.valid.any(0) * slot).max().reshape(1) if self.num_slots else none, live.sum().reshape(1),
+            torch.cat([live, none]).max().reshape(1), live.min().reshape(1) if len(live) else none]).tolist()
         if end < self.num_slots:
             self.backend.crop(end - self.num_slots)  # transformers 5: negative = drop that many
             self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
-        live = self.lengths()
-        if self.num_slots == 0 or 1 - float(live.sum()) / live.numel() / self.num_slots <= max_dead_fraction:
-            return
-        keep = int(live.max())
+        if end == 0 or 1 - total / len(live) / end <= max_dead_fraction:
+            return total != len(live) * end
+        keep = longest
         order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :keep]  # (B, keep)
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
         self._gather_backend(order)
+        return shortest != longest
 
     def _gather_backend(self, order: torch.Tensor) -> None:
         idx = order.repeat(self.fanout, 1)  # (fanout*B, keep): copies are stacked, not interleaved

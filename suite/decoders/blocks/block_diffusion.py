@@ -116,13 +116,14 @@ def slot_uniforms(state: DecodeState, b: int, first: int, count: int, purpose: i
     return state.streams.uniform(positions, purpose, draw, rows=[b])[0]
 
 
-def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
-    """(B, N) keep the K/V of pending slots and of the first accepted chain slots."""
+def clean_acceptance(draft: Draft, committed: list[list[int]], accepted_chain: list[int]) -> Acceptance:
+    """Commit `committed`, keeping the K/V of each row's pending slots and of its first accepted
+    chain slots (known on the host: no read of the mask)."""
     m: BlockMeta = draft.meta
-    keep = torch.zeros_like(draft.valid)
-    for b, n in enumerate(m.num_pending):
-        keep[b, :n + accepted_chain[b]] = n > 0
-    return keep
+    kept = [n + a if n > 0 else 0 for n, a in zip(m.num_pending, accepted_chain)]
+    dev = draft.valid.device
+    keep = torch.arange(draft.valid.shape[1], device=dev)[None] < torch.tensor(kept, device=dev)[:, None]
+    return Acceptance(committed, keep, kept)
 
 
 def mask_token_of(adapter) -> int | None:
@@ -238,7 +239,7 @@ class BlockCommit(DecoderBase):
             n = len(slots.positions)
             committed[b] = self._fill(state, b, slots.positions, read[0][at:at + n], read[1][at:at + n])
             at += n
-        return Acceptance(committed, keep_clean(draft, [0] * state.batch))
+        return clean_acceptance(draft, committed, [0] * state.batch)
 
     def _pick(self, state: DecodeState, b: int, logits: torch.Tensor) -> tuple[OpenSlots, torch.Tensor]:
         """Row b's open slots and the rule's (K,) choice among them, on the device."""

@@ -270,4 +270,5 @@ class LPD(DecoderBase):
                 canvas.put(c, next(tokens))
             plan.to_feed = list(meta.queries[b])
             plan.done_groups += 1
-        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep)
+        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep,
+                          kept=list(meta.num_real))

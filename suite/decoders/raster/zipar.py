@@ -278,8 +278,10 @@ class ZipAR(DecoderBase):
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: ZipMeta = draft.meta
-        real = torch.tensor([n + len(k) for n, k in zip(meta.num_prompt, meta.kept)], device=draft.valid.device)
+        reals = [n + len(k) for n, k in zip(meta.num_prompt, meta.kept)]
+        real = torch.tensor(reals, device=draft.valid.device)
         keep = torch.arange(draft.valid.shape[1], device=real.device)[None] < real[:, None]   # real inputs stay
+        guessed = False                                 # accepted guesses keep slots past the real ones
         live = [b for b in range(state.batch) if not state.done[b]]
         for b in live:
             for cell in meta.kept[b]:
@@ -299,4 +301,6 @@ class ZipAR(DecoderBase):
                 for i in range(accepted):              # accepted guesses keep their K/V
                     keep[b, chain.guess_slots[i]] = True
                     canvas.cached[chain.cell + i] = True
-        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep)
+                guessed = guessed or accepted > 0
+        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep,
+                          kept=None if guessed else reals)
