@@ -233,11 +233,12 @@ class BlockCommit(DecoderBase):
         one host sync, then filled and the runs that join the committed prefixes committed."""
         live = [b for b in range(state.batch) if not state.done[b]]
         picks = [self._pick(state, b, row_logits(draft, logits, b)) for b in live]
-        read = torch.cat([torch.stack([slots.tokens, keep.long()]) for slots, keep in picks], 1).tolist()
-        committed, at = [[] for _ in range(state.batch)], 0
+        parts = [slots.tokens for slots, _ in picks] + [keep.long() for _, keep in picks]
+        read = torch.cat(parts).tolist() if parts else []        # every row's tokens, then every row's choices
+        committed, at, total = [[] for _ in range(state.batch)], 0, len(read) // 2
         for b, (slots, _) in zip(live, picks):
             n = len(slots.positions)
-            committed[b] = self._fill(state, b, slots.positions, read[0][at:at + n], read[1][at:at + n])
+            committed[b] = self._fill(state, b, slots.positions, read[at:at + n], read[total + at:total + at + n])
             at += n
         return clean_acceptance(draft, committed, [0] * state.batch)
 

@@ -91,7 +91,8 @@ class S2D2(DecoderBase):
         noisy = [self._next_drafts(state, draft, logits, b) for b in live if meta.num_noisy[b]]
         read = iter(torch.cat([accepted.double(), following.double()]
                               + [x.double() for pair in noisy for x in pair]).tolist())   # the step's one host sync
-        accepted_, following_ = [int(next(read)) for _ in range(state.batch)], [int(next(read)) for _ in range(state.batch)]
+        accepted_ = [int(next(read)) for _ in range(state.batch)]
+        following_ = [int(next(read)) for _ in range(state.batch)]
         committed, kept = [[] for _ in range(state.batch)], [0] * state.batch
         for b in live:
             k, a = meta.num_chain[b], accepted_[b]

@@ -39,7 +39,7 @@ class FrameDecoder(DecoderBase):
 
     def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
         rows = live_rows(state)
-        return frame_acceptance(draft, rows, self.next_frames(state, draft, out, rows))
+        return frame_acceptance(draft, rows, self.next_frames(state, draft, out, rows) if rows else [])
 
     def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
         """What each live row `rows[i]` commits from the forward's output `out`: its next frame(s),

@@ -261,7 +261,8 @@ class LPD(DecoderBase):
             positions += [canvas.position(c) for c in cells]
         index = torch.tensor(rows, dtype=torch.long, device=dev), torch.tensor(slots, dtype=torch.long, device=dev)
         p = logits_to_probs(logits[index], state.params)                                 # (M, V)
-        tokens = iter(sample(p, state.streams.uniform(positions, SAMPLE, rows=rows)).tolist())   # the one host sync
+        u = state.streams.uniform(positions, SAMPLE, rows=rows)
+        tokens = iter(sample(p, u).tolist() if rows else [])                         # the step's one host sync
         for b in live:
             plan, canvas = state.rows[b].plan, state.rows[b].canvas
             for c in plan.to_feed:
