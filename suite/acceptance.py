@@ -84,5 +84,5 @@ def accept_by_confidence(probs: torch.Tensor, tokens: torch.Tensor, threshold: f
     else:
         keep = torch.zeros_like(conf, dtype=torch.bool)
         keep[conf.topk(min(top_k, conf.shape[0])).indices] = True
-    keep[conf.argmax()] = True
+    keep[conf.argmax().reshape(1)] = True      # an index tensor: no host sync
     return keep

@@ -107,33 +107,37 @@ class KVCache:
         if not self._dirty:
             return
         self._dirty = False
-        self._compact(max_dead_fraction)
-        self.holes = not bool(self.valid.all())
+        self.holes = self._compact(max_dead_fraction)
 
-    def _compact(self, max_dead_fraction: float) -> None:
-        used = self.valid.any(0).nonzero()
-        end = int(used[-1]) + 1 if used.numel() else 0
+    def _compact(self, max_dead_fraction: float) -> bool:
+        """Crop, and gather when worth it; whether holes are left. One host read: the used width,
+        the live slots' total and the longest and shortest row's."""
+        live = self.lengths()
+        slot = torch.arange(1, self.num_slots + 1, device=self.valid.device)
+        none = live.new_zeros(1)
+        end, total, longest, shortest = torch.cat([
+            (self.valid.any(0) * slot).max().reshape(1) if self.num_slots else none, live.sum().reshape(1),
+            torch.cat([live, none]).max().reshape(1), live.min().reshape(1) if len(live) else none]).tolist()
         if end < self.num_slots:
             self.backend.crop(end - self.num_slots)  # transformers 5: negative = drop that many
             self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
-        live = self.lengths()
-        if self.num_slots == 0 or 1 - float(live.sum()) / live.numel() / self.num_slots <= max_dead_fraction:
-            return
-        keep = int(live.max())
+        if end == 0 or 1 - total / len(live) / end <= max_dead_fraction:
+            return total != len(live) * end
+        keep = longest
         order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :keep]  # (B, keep)
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
         self._gather_backend(order)
+        return shortest != longest
 
     def _gather_backend(self, order: torch.Tensor) -> None:
         idx = order.repeat(self.fanout, 1)  # (fanout*B, keep): copies are stacked, not interleaved
         for layer in self.backend.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                if t is None or t.numel() == 0:
-                    continue
-                g = idx[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
-                setattr(layer, name, t.gather(2, g))
+            kv = layer_tensors(layer)
+            if kv is None or kv[0].numel() == 0:
+                continue
+            g = idx[:, None, :, None].expand(-1, kv[0].shape[1], -1, kv[0].shape[3])
+            layer.keys, layer.values = kv[0].gather(2, g), kv[1].gather(2, g)
 
     def select(self, index) -> None:
         """Keep only the logical rows `index` (a list of ints, in that order), in place: validity,
@@ -235,13 +239,32 @@ def _pad_slots(t: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, length - t.shape[1]))
 
 
-def _kv(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A layer's (keys, values), (B, H, S, D) each, or None when it holds none yet."""
+# -- transformers' cache layers: the one place that reads what their classes may lack ---------------
+
+def layer_tensors(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A backend layer's (keys, values) as it holds them, or None (empty, or a layer without K/V)."""
+    keys = getattr(layer, "keys", None)
+    return None if keys is None else (keys, layer.values)
+
+
+def refuse_sliding(layer, fix: str) -> None:
+    """A layer that keeps a sliding window holds no slot per token: rows cannot move in it."""
     if getattr(layer, "is_sliding", False):
         raise ValueError(f"{type(layer).__name__} keeps a sliding window, not one slot per token: rows cannot "
-                         "be selected or joined in it; use suite's growing cache (the default backend)")
-    k = getattr(layer, "keys", None)
-    return (k, layer.values) if k is not None and k.dim() == 4 else None
+                         f"be selected or joined in it; {fix}")
+
+
+def new_layer(backend):
+    """A fresh layer for `backend` (its `layer_class_to_replicate`), or None when it cannot make one."""
+    make = getattr(backend, "layer_class_to_replicate", None)
+    return make() if make is not None else None
+
+
+def _kv(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A layer's (keys, values), (B, H, S, D) each, or None when it holds none yet."""
+    refuse_sliding(layer, "use suite's growing cache (the default backend)")
+    kv = layer_tensors(layer)
+    return kv if kv is not None and kv[0].dim() == 4 else None
 
 
 def _select_layer(layer, copies: torch.Tensor) -> None:
@@ -276,8 +299,8 @@ def _join_layers(mine, theirs, fanout: int, rows_a: int, rows_b: int, length: in
         if a is None and b is None:
             continue
         if i == len(mine.layers):
-            make = getattr(mine, "layer_class_to_replicate", None)
-            mine.layers.append(make() if make is not None else copy.copy(theirs.layers[i]))
+            made = new_layer(mine)
+            mine.layers.append(made if made is not None else copy.copy(theirs.layers[i]))
         layer = mine.layers[i]
         k, v = (join_rows(a and a[j], b and b[j], fanout, rows_a, rows_b, slots_for(layer, length)) for j in (0, 1))
         seat_layer(layer, k, v, length)

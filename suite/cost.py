@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 
 from .loop import Draft, forward_mask
-from .models.linear_forms import describe as describe_forms
 
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _MEMORY: dict[str, "CostCurve"] = {}
@@ -67,21 +66,14 @@ def _cpu_name() -> str:
 
 
 def _key(adapter, masked: bool) -> str:
-    model = getattr(adapter, "model", adapter)
-    cfg = getattr(model, "config", None)
-    cfg_text = cfg.to_json_string(use_diff=False) if hasattr(cfg, "to_json_string") else repr(cfg)
-    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-    device = getattr(adapter, "device", None) or (param.device if param is not None else "cpu")
-    if torch.device(device).type == "cuda":
-        machine = torch.cuda.get_device_name(torch.device(device))
+    """The cache key of an adapter's curve: what the adapter says its forwards' cost depends on
+    (`cost_identity`, declared with `capabilities.cost_model`), the machine and torch."""
+    device = torch.device(adapter.device)
+    if device.type == "cuda":
+        machine = torch.cuda.get_device_name(device)
     else:
         machine = f"{_cpu_name()} x{torch.get_num_threads()}"
-    forms = describe_forms(model) if isinstance(model, torch.nn.Module) else {}
-    forms = getattr(getattr(adapter, "config", None), "extra", {}).get("linear_forms")   # matmul forms in use
-    parts = [type(model).__name__, cfg_text, repr(forms), str(param.dtype if param is not None else ""), str(device),
-             machine, torch.__version__, "masked" if masked else "causal", repr(sorted(forms.items()))]
-    if getattr(adapter, "max_cache_len", None):       # a static cache: every forward attends over all its slots
-        parts.append(f"{type(adapter).__name__} {adapter.max_cache_len}")
+    parts = [*adapter.cost_identity(), machine, torch.__version__, "masked" if masked else "causal"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -169,9 +161,8 @@ def _measure(adapter, masked: bool, context: int, widths, repeats: int, clock=ti
 
 
 def _sync(adapter) -> None:
-    device = getattr(adapter, "device", None)
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+    if torch.device(adapter.device).type == "cuda":
+        torch.cuda.synchronize(adapter.device)
 
 
 class AcceptanceRates:

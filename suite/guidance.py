@@ -20,8 +20,7 @@ class ClassifierFreeGuidance(AdapterBase):
         if scale < 0:
             raise ValueError(f"guidance scale must be >= 0 (1 = no guidance), got {scale}")
         self.model, self.scale = model, float(scale)
-        # (B, P) unconditional prompt tokens, moved once to the model's device (when it has one)
-        self.uncond_ids = torch.as_tensor(uncond_ids, device=getattr(model, "device", None))
+        self.uncond_ids = torch.as_tensor(uncond_ids)   # (B, P) unconditional prompt tokens
         self.config = model.config
         inner = model.capabilities         # what the inner model can do, but no cost model: a step is two rows
         self.capabilities = Capabilities(custom_mask=inner.custom_mask, row_moves=inner.row_moves,
@@ -35,6 +34,7 @@ class ClassifierFreeGuidance(AdapterBase):
             raise ValueError(f"classifier-free guidance has {len(self.uncond_ids)} unconditional prompts for "
                              f"{batch} rows: give one per row")
         cache = self.model.new_cache(2 * batch, max_len).grouped(2)
+        uncond = uncond.to(cache.valid.device)     # the request's device: its cache's
         cache.row_inputs = {**cache.row_inputs, "uncond_ids": uncond,
                             "uncond_lengths": torch.full((batch, 1), uncond.shape[1], device=uncond.device),
                             "guidance": torch.full((batch, 1), self.scale, device=uncond.device)}

@@ -22,9 +22,14 @@ class RequestInputs:
     constraints: tuple | None = None     # per row, a suite.constraint.RowConstraint (None: a free row); the loop
                                          # masks every decoder's logits with it (structured output)
 
+    def given(self) -> dict[str, tuple]:
+        """{input name: its per-row values} of the inputs this request has (the others are None)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: v for name, v in values.items() if v is not None}
+
     def rows(self, field: str, batch: int, decoder: str, how: str):
         """The per-row values of one input, checked against the batch; a clear error naming `how`."""
-        values = getattr(self, field)
+        values = self.given().get(field)
         if values is None:
             raise ValueError(f"{decoder} needs inputs.{field} (one per row): {how}")
         if len(values) != batch:
@@ -33,16 +38,12 @@ class RequestInputs:
 
     def select(self, index: list[int]) -> "RequestInputs":
         """These inputs for rows `index` only (a running batch's rows leaving)."""
-        return replace(self, **{f.name: tuple(getattr(self, f.name)[b] for b in index)
-                                for f in fields(self) if getattr(self, f.name) is not None})
+        return replace(self, **{name: tuple(values[b] for b in index) for name, values in self.given().items()})
 
     def extend(self, other: "RequestInputs", mine: int, theirs: int) -> "RequestInputs":
         """These inputs (`mine` rows) followed by `other`'s (`theirs` rows); a side without an input
         contributes None for each of its rows."""
-        joined = {}
-        for f in fields(self):
-            a, b = getattr(self, f.name), getattr(other, f.name)
-            if a is not None or b is not None:
-                joined[f.name] = tuple(a or (None,) * mine) + tuple(b or (None,) * theirs)
-        return replace(self, **joined)
+        a, b = self.given(), other.given()
+        return replace(self, **{name: tuple(a.get(name) or (None,) * mine) + tuple(b.get(name) or (None,) * theirs)
+                                for name in {**a, **b}})
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import KVCache, seat_layer, slots_for
+from .cache import KVCache, layer_tensors, new_layer, seat_layer, slots_for
 
 HIT_EVENT = "prefix_cache_hit_tokens"
 
@@ -204,7 +204,7 @@ def _plain(cache) -> bool:
     """A cache whose rows are one token id a slot, one backend row each, no per-row inputs besides."""
     return (type(cache) is KVCache and cache.fanout == 1 and not cache.row_inputs
             and cache.encdec is None and all(
-                getattr(layer, "keys", None) is None or layer.keys.dim() == 4 for layer in cache.backend.layers))
+                layer_tensors(layer) is None or layer.keys.dim() == 4 for layer in cache.backend.layers))
 
 
 def _seat(cache: KVCache, found: list[tuple[int, _Entry | None]]) -> None:
@@ -217,12 +217,12 @@ def _seat(cache: KVCache, found: list[tuple[int, _Entry | None]]) -> None:
     cache.valid = torch.arange(longest, device=dev)[None] < lengths[:, None]
     cache.positions = torch.arange(longest, device=dev)[None].expand(len(found), -1).clone()
     cache.holes = cache._dirty = bool(min(n for n, _ in found) < longest)
-    make = getattr(cache.backend, "layer_class_to_replicate", None)
     for i, (k0, _) in enumerate(template):
         if i == len(cache.backend.layers):
-            if make is None:
+            made = new_layer(cache.backend)
+            if made is None:
                 raise ValueError("the cache backend cannot create layers: prefix caching needs suite's growing cache")
-            cache.backend.layers.append(make())
+            cache.backend.layers.append(made)
         layer = cache.backend.layers[i]
         k = k0.new_zeros(len(found), k0.shape[0], slots_for(layer, longest), k0.shape[2])
         v = torch.zeros_like(k)

@@ -21,12 +21,12 @@ class VLMChat:
     def __init__(self, vlm: VLM, name: str = ""):
         self.vlm, self.name = vlm, name or vlm.folder
         self.decoders = tuple(n for n in ("ar", "jacobi", "sjd", "mc_sjd", "lookahead", "ngram", "speculative")
-                              if vlm.family != "kosmos-2" or n != "lookahead")
+                              if vlm.spec.custom_mask or n != "lookahead")   # lookahead's tree drafts need it
 
     def prompt(self, text: str) -> str:
-        """Qwen2-VL (a chat model): its chat template over one image turn; the other families take
-        the text as their prompt (PaliGemma, Florence-2 tasks, Kosmos-2, GOT-OCR2)."""
-        if self.vlm.family == "qwen2_vl":
+        """A chat family (the VLM family's `chat_template`, Qwen2-VL): its chat template over one image
+        turn; the other families take the text as their prompt (PaliGemma, Florence-2 tasks, Kosmos-2, GOT-OCR2)."""
+        if self.vlm.spec.chat_template:
             turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
             return self.vlm.processor.apply_chat_template(turn, add_generation_prompt=True)
         return text

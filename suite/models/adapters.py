@@ -17,6 +17,7 @@ import torch
 
 from ..cache import KVCache
 from .capabilities import Capabilities
+from .hf_fields import ConfigFields, GenerationFields
 
 
 @dataclass(frozen=True)
@@ -76,22 +77,22 @@ class HFCausalLM(AdapterBase):
         self.model = model.eval()
         self._param = next(model.parameters())   # .device follows the model when it is moved in place
         forms = swap_linears(model) if linear_forms else describe(model)
-        cfg = model.config
-        gen = getattr(model, "generation_config", None)
-        eos = _as_set(eos_token_id if eos_token_id is not None else
-                      (getattr(gen, "eos_token_id", None) if gen is not None else None) or cfg.eos_token_id)
-        pad = pad_token_id if pad_token_id is not None else (
-            getattr(gen, "pad_token_id", None) if gen is not None else None)
-        if pad is None:
-            pad = cfg.pad_token_id if getattr(cfg, "pad_token_id", None) is not None else min(eos, default=0)
-        max_len = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        cfg, gen = ConfigFields.read(model.config), GenerationFields.of(model)
+        eos = _as_set(eos_token_id if eos_token_id is not None else gen.eos_token_id or cfg.eos_token_id)
+        pad = next((p for p in (pad_token_id, gen.pad_token_id, cfg.pad_token_id) if p is not None), min(eos, default=0))
         self.config = AdapterConfig(vocab_size=model.get_output_embeddings().weight.shape[0],
-                                    eos_token_ids=eos, pad_token_id=int(pad), max_length=max_len,
+                                    eos_token_ids=eos, pad_token_id=int(pad), max_length=cfg.max_length,
                                     extra={"linear_forms": forms})
 
     @property
     def device(self) -> torch.device:
         return self._param.device
+
+    def cost_identity(self) -> list[str]:
+        """What its measured cost curve depends on besides the machine (suite.cost's cache key):
+        the model class, its config, its matmul forms, dtype and device."""
+        return [type(self.model).__name__, self.model.config.to_json_string(use_diff=False),
+                repr(sorted(self.config.extra["linear_forms"].items())), str(self._param.dtype), str(self.device)]
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         return KVCache(batch, device=self.device)
@@ -109,7 +110,7 @@ def as_adapter(model) -> ModelAdapter:
     """Wrap a transformers model; pass adapters through unchanged."""
     if isinstance(model, ModelAdapter):
         return model
-    if getattr(getattr(model, "config", None), "model_type", None) == "diffusion_gemma":
+    if ConfigFields.of(model).model_type == "diffusion_gemma":
         raise ValueError("DiffusionGemma is a block-diffusion model, not a causal LM: wrap it with "
                          "text.diffusion_gemma.DiffusionGemmaAdapter(model), or load its folder with text.load(folder)")
     if hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
@@ -122,15 +123,15 @@ def layer_truncated_draft(model, num_layers: int):
     """A self-speculative draft: the first `num_layers` decoder layers of `model`, sharing its
     embeddings, final norm and LM head (no new weights). Works for models laid out as
     `model.model.layers` (Llama, Qwen2, Mistral, SmolLM2, ...)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__} has no model.layers; pass draft_model= instead of draft='self:N'")
+    try:
+        inner, layers = model.get_submodule("model"), model.get_submodule("model.layers")
+    except AttributeError:
+        raise ValueError(f"{type(model).__name__} has no model.layers; pass draft_model= instead of draft='self:N'") from None
     if not 1 <= num_layers < len(layers):
         raise ValueError(f"draft='self:{num_layers}' needs 1 <= N < {len(layers)} (the model's layer count)")
     cfg = copy.deepcopy(model.config)
     cfg.num_hidden_layers = num_layers
-    if getattr(cfg, "layer_types", None) is not None:
+    if ConfigFields.read(cfg).layer_types is not None:
         cfg.layer_types = cfg.layer_types[:num_layers]
     draft_inner = copy.copy(inner)
     draft_inner._modules = dict(inner._modules)

@@ -12,7 +12,8 @@ class Capabilities:
     hidden_states: bool = False    # output_hidden=True also returns the last hidden states (B, N, D) (eagle)
     row_moves: bool = False        # holds nothing per row: rows may leave and join a batch (the scheduler)
     plain_mask: bool = False       # attention_mask=None means the model's own causal mask (suite.loop.plain_causal)
-    cost_model: bool = False       # drafting decoders size their drafts by its measured cost(N) (suite.cost)
+    cost_model: bool = False       # drafting decoders size their drafts by its measured cost(N) (suite.cost): it has
+                                   # `device` and `cost_identity()` (what the curve depends on: its cache key)
     whole_prompt: bool = False     # a prompt is prefilled in one forward (a VLM reads its images with it)
     fills_cross: bool = False      # `fill_cross(cache)` computes a newcomer's cross-attention K/V (encoder-decoders)
     canvas: bool = False           # denoises a canvas (drafts carry suite.draft.Canvas): only `only_decoders` drive it

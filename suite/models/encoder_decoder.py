@@ -56,7 +56,10 @@ class CrossAttentionAdapter(AdapterBase):
         """What a row reads travels in its cache (row moves); attention_mask=None is the decoder's own
         causal mask; `fill_cross` knows GPT-2's `crossattention.c_attn` layout (our OCR and grounding
         models)."""
-        blocks = getattr(getattr(getattr(self.model, "decoder", None), "transformer", None), "h", None)
+        try:
+            blocks = self.model.get_submodule("decoder.transformer.h")
+        except AttributeError:                 # another decoder layout: no fill_cross
+            blocks = None
         fills = bool(blocks) and hasattr(blocks[0], "crossattention")
         return Capabilities(custom_mask=True, row_moves=True, plain_mask=True, fills_cross=fills)
 

@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .hf_fields import ConfigFields
+
 WIDTHS = (1, 2, 4, 8, 16, 32)      # the token widths the decoders' forwards use
 FORMS = ("linear", "wxt", "xwt", "onednn")
 _LAYOUT = {"xwt": "transposed", "onednn": "packed"}   # forms that need an extra copy of W
@@ -224,7 +226,8 @@ class FusedLinear(nn.Linear):
 
 
 def _fusable(parent: nn.Module, names: tuple[str, ...]) -> list[nn.Linear] | None:
-    linears = [getattr(parent, n, None) for n in names]
+    children = dict(parent.named_children())
+    linears = [children.get(n) for n in names]
     if not all(type(m) in (nn.Linear, FormLinear) for m in linears):
         return None
     first = linears[0]
@@ -370,8 +373,7 @@ def _register_attention() -> None:
 def use_gqa_attention(model: nn.Module) -> bool:
     """Switch a transformers model that uses "sdpa" to "parasuite_sdpa" (see the module doc);
     True when the model now uses it."""
-    config = getattr(model, "config", None)
-    current = getattr(config, "_attn_implementation", None)
+    current = ConfigFields.of(model).attn_implementation
     if current == ATTENTION:
         return True
     if current != "sdpa" or not hasattr(model, "set_attn_implementation"):
@@ -419,7 +421,7 @@ def swap_linears(model: nn.Module, refresh: bool = False, forms: dict[int, str] 
 
 def unswap_linears(model: nn.Module) -> None:
     """Undo `swap_linears`: plain nn.Linear modules over the same parameters, "sdpa" attention."""
-    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION:
+    if ConfigFields.of(model).attn_implementation == ATTENTION:
         model.set_attn_implementation("sdpa")
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -436,7 +438,7 @@ def describe(model: nn.Module) -> dict[str, int]:
     {"attention:parasuite_sdpa": 1} when that attention is on; {} when nothing is swapped (what
     the adapter records in config.extra["linear_forms"])."""
     out: dict[str, int] = {}
-    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION:
+    if ConfigFields.of(model).attn_implementation == ATTENTION:
         out["attention:" + ATTENTION] = 1
     for m in model.modules():
         if isinstance(m, FormLinear):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .adapters import HFCausalLM
-from ..cache import KVCache, join_rows
+from ..cache import KVCache, join_rows, refuse_sliding
 
 
 class StaticKVCache(KVCache):
@@ -86,9 +86,7 @@ class StaticKVCache(KVCache):
 
 def _static_layers(backend):
     for layer in backend.layers:
-        if getattr(layer, "is_sliding", False):
-            raise ValueError(f"{type(layer).__name__} keeps a sliding window: rows cannot be selected or joined "
-                             "in it; decode this model with HFCausalLM (the growing cache)")
+        refuse_sliding(layer, "decode this model with HFCausalLM (the growing cache)")
     return backend.layers
 
 
@@ -155,6 +153,10 @@ class StaticHFCausalLM(HFCausalLM):
         self.mode = cuda_graph_mode(mode, next(model.parameters()).device)
         self._compiled = (torch.compile(self.model.forward, mode=self.mode, dynamic=False)
                           if self.compiled_widths else None)
+
+    def cost_identity(self) -> list[str]:
+        """A static cache: every forward attends over all its slots, so its size is part of the cost."""
+        return [*super().cost_identity(), f"{type(self).__name__} {self.max_cache_len}"]
 
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
         """A request whose longest prompt + max_new_tokens exceeds the cache: refused (suite.prepare

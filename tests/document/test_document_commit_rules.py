@@ -10,7 +10,7 @@ from scripted import ScriptedModel
 from tinymodels import tiny_model
 
 import suite
-from suite.decoders.blocks.block_diffusion import BlockDiffusion, OpenSlots, repeats
+from suite.decoders.blocks.block_diffusion import BlockDiffusion, repeats
 from suite.decoders.blocks.credit import CreditDecoding
 from suite.decoders.blocks.entropy_bounded import EntropyBounded, entropy_bounded_commit
 from suite.decoders.blocks.fast_dllm_factor import FastDLLMFactor, factor_commit
@@ -145,11 +145,10 @@ def test_hold_repeats_keeps_a_slot_copying_the_token_before_it_for_a_later_forwa
 
 
 def test_repeats_compares_with_committed_filled_and_kept_neighbours():
-    slots = OpenSlots(torch.zeros(4, 2), torch.tensor([7, 7, 9, 9]), torch.ones(4), [5, 6, 8, 9])
-    keep = torch.tensor([True, True, False, True])
+    positions, tokens, keep = [5, 6, 8, 9], [7, 7, 9, 9], [True, True, False, True]
     # head 7 at 5 (never held); 7 at 6 repeats it; 8 is not kept; 9 at 9 repeats the 9 filled at 8
-    assert repeats(4, 4, {8: 9}, slots, keep).tolist() == [False, True, False, True]
-    assert repeats(7, 4, {}, slots, keep).tolist() == [False, True, False, False]
+    assert repeats(4, 4, {8: 9}, positions, tokens, keep) == [False, True, False, True]
+    assert repeats(7, 4, {}, positions, tokens, keep) == [False, True, False, False]
 
 
 PROMPTS = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 10, 11], [0, 0, 0, 20, 21, 22, 20, 21, 23, 24]])

@@ -116,13 +116,14 @@ def slot_uniforms(state: DecodeState, b: int, first: int, count: int, purpose: i
     return state.streams.uniform(positions, purpose, draw, rows=[b])[0]
 
 
-def keep_clean(draft: Draft, accepted_chain: list[int]) -> torch.Tensor:
-    """(B, N) keep the K/V of pending slots and of the first accepted chain slots."""
+def clean_acceptance(draft: Draft, committed: list[list[int]], accepted_chain: list[int]) -> Acceptance:
+    """Commit `committed`, keeping the K/V of each row's pending slots and of its first accepted
+    chain slots (known on the host: no read of the mask)."""
     m: BlockMeta = draft.meta
-    keep = torch.zeros_like(draft.valid)
-    for b, n in enumerate(m.num_pending):
-        keep[b, :n + accepted_chain[b]] = n > 0
-    return keep
+    kept = [n + a if n > 0 else 0 for n, a in zip(m.num_pending, accepted_chain)]
+    dev = draft.valid.device
+    keep = torch.arange(draft.valid.shape[1], device=dev)[None] < torch.tensor(kept, device=dev)[:, None]
+    return Acceptance(committed, keep, kept)
 
 
 def mask_token_of(adapter) -> int | None:
@@ -160,12 +161,13 @@ class OpenSlots:
     positions: list[int]       # the target position each slot predicts
 
 
-def repeats(last: int, s: int, filled: dict[int, int], slots: OpenSlots, keep: torch.Tensor) -> torch.Tensor:
-    """(K,) bool: the kept noisy slots (never the head) whose token equals the one at the position
+def repeats(last: int, s: int, filled: dict[int, int], positions: list[int], tokens: list[int],
+            keep: list[bool]) -> list[bool]:
+    """On the host: the kept noisy slots (never the head) whose token equals the one at the position
     before theirs: `last` at s, a value filled earlier, or a kept slot of this forward not itself
     held. Slots in position order."""
-    known, held = {**filled, s: last}, torch.zeros_like(keep)
-    for k, (q, t) in enumerate(zip(slots.positions, slots.tokens.tolist())):
+    known, held = {**filled, s: last}, [False] * len(keep)
+    for k, (q, t) in enumerate(zip(positions, tokens)):
         if not keep[k]:
             continue
         if k > 0 and known.get(q - 1) == t:
@@ -210,7 +212,8 @@ class BlockCommit(DecoderBase):
         """Validate the rule's options (a rule's own per-row state goes in its `row_type`)."""
 
     def commit(self, state: DecodeState, b: int, slots: OpenSlots) -> torch.Tensor:
-        """(K,) bool: which open slots to fill. Slot 0 (the head) is filled whatever this says."""
+        """(K,) bool: which open slots to fill. Slot 0 (the head) is filled whatever this says.
+        Tensor ops only: the loop reads every row's choice in the step's one host sync."""
         raise NotImplementedError
 
     def propose(self, state: DecodeState) -> Draft:
@@ -226,15 +229,21 @@ class BlockCommit(DecoderBase):
         return block_draft(state, [[] for _ in range(state.batch)], noisy, self.canvas)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = []
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([])
-                continue
-            committed.append(self._accept_row(state, b, row_logits(draft, logits, b)))
-        return Acceptance(committed, keep_clean(draft, [0] * state.batch))
+        """Each live row's rule picks its open slots (tensor ops); the picks of every row are read in
+        one host sync, then filled and the runs that join the committed prefixes committed."""
+        live = [b for b in range(state.batch) if not state.done[b]]
+        picks = [self._pick(state, b, row_logits(draft, logits, b)) for b in live]
+        parts = [slots.tokens for slots, _ in picks] + [keep.long() for _, keep in picks]
+        read = torch.cat(parts).tolist() if parts else []        # every row's tokens, then every row's choices
+        committed, at, total = [[] for _ in range(state.batch)], 0, len(read) // 2
+        for b, (slots, _) in zip(live, picks):
+            n = len(slots.positions)
+            committed[b] = self._fill(state, b, slots.positions, read[at:at + n], read[total + at:total + at + n])
+            at += n
+        return clean_acceptance(draft, committed, [0] * state.batch)
 
-    def _accept_row(self, state: DecodeState, b: int, logits: torch.Tensor) -> list[int]:
+    def _pick(self, state: DecodeState, b: int, logits: torch.Tensor) -> tuple[OpenSlots, torch.Tensor]:
+        """Row b's open slots and the rule's (K,) choice among them, on the device."""
         s = len(state.tokens[b]) - 1
         filled = state.rows[b].filled
         # slot i predicts position s + 1 + i; a slot left open is sampled again next step: the committed
@@ -244,15 +253,22 @@ class BlockCommit(DecoderBase):
         tokens, conf = choose(logits, state, u)          # slot i predicts position s + 1 + i
         open_ = [i for i in range(tokens.shape[0]) if i == 0 or s + 1 + i not in filled]
         slots = OpenSlots(logits[open_], tokens[open_], conf[open_], [s + 1 + i for i in open_])
-        keep = self.commit(state, b, slots).clone()
-        keep[0] = True                                # the head: exact AR prediction
+        return slots, self.commit(state, b, slots)
+
+    def _fill(self, state: DecodeState, b: int, positions: list[int], tokens: list[int], keep: list[int]) -> list[int]:
+        """On the host: fill row b's kept slots (the head always), holding repeats and keeping only
+        the first run when asked; the filled run that joins the committed prefix."""
+        s = len(state.tokens[b]) - 1
+        filled = state.rows[b].filled
+        keep = [True] + [bool(k) for k in keep[1:]]   # the head: exact AR prediction
         if self.hold_repeats:
-            keep &= ~repeats(state.tokens[b][-1], s, filled, slots, keep)
+            held = repeats(state.tokens[b][-1], s, filled, positions, tokens, keep)
+            keep = [k and not h for k, h in zip(keep, held)]
         if self.prefix_only:
-            keep &= torch.cumprod(keep.long(), 0).bool()
-        for k, q in enumerate(slots.positions):
+            keep = [all(keep[:k + 1]) for k in range(len(keep))]
+        for k, q in enumerate(positions):
             if keep[k]:
-                filled[q] = int(slots.tokens[k])
+                filled[q] = tokens[k]
         out, q = [], s + 1
         while q in filled:
             out.append(filled.pop(q))

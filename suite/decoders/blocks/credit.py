@@ -25,26 +25,24 @@ from ...loop import DecodeState
 from .block_diffusion import BlockCommit, BlockRow, OpenSlots
 
 
-def add_credit(credits: dict[int, float], probs: torch.Tensor, decay: float, power: float) -> None:
-    """One forward's update of one position's credits (value -> credit): decay all, credit the top."""
-    for v in credits:
-        credits[v] *= decay
-    top = int(probs.argmax())
-    credits[top] = credits.get(top, 0.0) + float(probs[top]) ** power
+def add_credit(credits: torch.Tensor, probs: torch.Tensor, decay: float, power: float) -> torch.Tensor:
+    """One forward's update of positions' credits (K, V) (float64, one row per position): decay
+    all, credit each position's top value with p ** power (probs (K, V) raw softmax)."""
+    top = probs.argmax(-1, keepdim=True)                                       # (K, 1)
+    earned = probs.gather(-1, top).double() ** power
+    return (credits * decay).scatter_add(-1, top, earned)
 
 
-def fused_confidence(logits: torch.Tensor, credits: dict[int, float], token: int, alpha: float) -> float:
-    """The probability of `token` after adding alpha * log(1 + credit) to the log-probabilities."""
-    fused = torch.log_softmax(logits.float(), -1)
-    if credits:
-        values = torch.tensor(list(credits), device=fused.device)
-        fused[values] += alpha * torch.log1p(torch.tensor(list(credits.values()), device=fused.device))
-    return float(torch.softmax(fused, -1)[token])
+def fused_confidence(logits: torch.Tensor, credits: torch.Tensor, tokens: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(K,) probabilities of `tokens` after adding alpha * log(1 + credit) to the log-probabilities
+    (logits and credits (K, V); a value without credit gains nothing)."""
+    fused = torch.log_softmax(logits.float(), -1) + alpha * torch.log1p(credits.float())
+    return torch.softmax(fused, -1).gather(-1, tokens[:, None])[:, 0]
 
 
 @dataclass
 class CreditRow(BlockRow):
-    credit: dict[int, dict[int, float]] = field(default_factory=dict)   # position -> {value: credit}
+    credit: dict[int, torch.Tensor] = field(default_factory=dict)   # position -> (V,) credit per value (float64)
 
 
 @dataclass(frozen=True)
@@ -70,11 +68,12 @@ class CreditDecoding(BlockCommit):
         trace = state.rows[b].credit
         for q in [q for q in trace if q <= slots.positions[0]]:        # committed (the head's and before)
             del trace[q]
-        probs = torch.softmax(slots.logits.float(), -1)
-        keep = torch.zeros(len(slots.positions), dtype=torch.bool, device=probs.device)
-        keep[0] = True
-        for k in range(1, len(slots.positions)):
-            credits = trace.setdefault(slots.positions[k], {})
-            add_credit(credits, probs[k], self.decay, self.power)
-            keep[k] = fused_confidence(slots.logits[k], credits, int(slots.tokens[k]), self.alpha) >= self.threshold
-        return keep
+        probs = torch.softmax(slots.logits[1:].float(), -1)              # the noisy slots (K-1, V)
+        fresh = probs.new_zeros(probs.shape[-1], dtype=torch.float64)
+        credits = add_credit(torch.stack([trace.get(q, fresh) for q in slots.positions[1:]])
+                             if len(slots.positions) > 1 else probs.new_zeros(probs.shape, dtype=torch.float64),
+                             probs, self.decay, self.power)
+        for q, row in zip(slots.positions[1:], credits):
+            trace[q] = row
+        conf = fused_confidence(slots.logits[1:], credits, slots.tokens[1:], self.alpha)
+        return torch.cat([conf.new_ones(1, dtype=torch.bool), conf.double() >= self.threshold])

@@ -31,14 +31,12 @@ def entropies(logits: torch.Tensor, state: DecodeState) -> torch.Tensor:
 def entropy_bounded_commit(h: torch.Tensor, gamma: float) -> torch.Tensor:
     """(K,) entropies, slot 0 committed first -> (K,) bool: the other slots join in order of
     increasing entropy while sum(H) - max(H) over the committed set stays <= gamma."""
+    order = h[1:].argsort() + 1
+    joined = torch.cat([h[:1], h[order]]).double()            # the head, then by increasing entropy
+    within = joined.cumsum(0) - joined.cummax(0).values <= gamma
     keep = torch.zeros(h.shape[0], dtype=torch.bool, device=h.device)
     keep[0] = True
-    total, top = float(h[0]), float(h[0])
-    for i in (h[1:].argsort() + 1).tolist():
-        total, top = total + float(h[i]), max(top, float(h[i]))
-        if total - top > gamma:
-            break
-        keep[i] = True
+    keep[order] = within[1:].long().cumprod(0).bool()         # until the first slot over the budget
     return keep
 
 

@@ -30,13 +30,12 @@ def factor_commit(conf: torch.Tensor, factor: float) -> torch.Tensor:
     """(K,) confidences, slot 0 committed first -> (K,) bool: the slots Fast-dLLM's factor rule
     commits. The other slots, most confident first, join while the n-th committed token (the head
     being the first) has confidence >= 1 - factor / (n + 1)."""
+    order = conf[1:].argsort(descending=True) + 1
+    n = torch.arange(2, conf.shape[0] + 1, device=conf.device)             # the n-th committed token
+    joins = ((n + 1) * (1 - conf[order].double()) <= factor).long().cumprod(0).bool()   # until the first miss
     keep = torch.zeros(conf.shape[0], dtype=torch.bool, device=conf.device)
     keep[0] = True
-    order = conf[1:].argsort(descending=True) + 1
-    for n, i in enumerate(order.tolist(), start=2):
-        if (n + 1) * (1 - float(conf[i])) > factor:
-            break
-        keep[i] = True
+    keep[order] = joins
     return keep
 
 

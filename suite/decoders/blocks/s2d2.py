@@ -21,12 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
 
-from ...acceptance import accept_speculative
+import kernels
+
 from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import DRAFT
 from ...sampling import logits_to_probs
-from .block_diffusion import block_draft, check_blocks, choose, keep_clean, row_logits, slot_uniforms, with_mask_token
+from .block_diffusion import (BlockMeta, block_draft, check_blocks, choose, clean_acceptance, row_logits, slot_uniforms,
+                              with_mask_token)
 from ..base import DecoderBase
 
 
@@ -70,25 +73,44 @@ class S2D2(DecoderBase):
         return block_draft(state, chains, noisy)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed, accepted = [], []
-        meta = draft.meta
-        for b in range(state.batch):
-            if state.done[b]:
-                committed.append([]), accepted.append(0)
-                continue
-            rows = row_logits(draft, logits, b)              # (1 + k + m, V)
-            k = meta.num_chain[b]
-            chain = draft.tokens[b, meta.num_pending[b]:meta.num_pending[b] + k]
-            p = logits_to_probs(rows[:k + 1], state.params)
-            head = len(state.tokens[b])                          # the chain decides positions head..
-            v = accept_speculative(chain, None, p, state.streams.row_chain(b, head, k))
-            committed.append(chain[:v.num_accepted].tolist() + [v.next_token])
-            accepted.append(v.num_accepted)
+        """Every live row's chain verified in one batched speculative rule, its next drafts chosen
+        from the noisy block (kept where the whole chain passed): one host read for both."""
+        meta: BlockMeta = draft.meta
+        live = [b for b in range(state.batch) if not state.done[b]]
+        dev = logits.device
+        width = max((meta.num_chain[b] for b in live), default=0)
+        lengths = torch.tensor([0 if state.done[b] else meta.num_chain[b] for b in range(state.batch)], device=dev)
+        pending = torch.tensor(meta.num_pending, device=dev)
+        span = torch.arange(width + 1, device=dev)
+        # row b's chain: the logits of its last pending slot and its k chain slots, the chain's tokens
+        slots = ((pending - 1 - draft.logits_from).clamp(min=0)[:, None] + span).clamp(max=logits.shape[1] - 1)
+        p = logits_to_probs(logits.gather(1, slots[..., None].expand(-1, -1, logits.shape[-1])), state.params)
+        guesses = draft.tokens.gather(1, (pending[:, None] + span[:width]).clamp(max=draft.tokens.shape[1] - 1))
+        u, u_next = state.streams.chain(state.positions(), width)        # the chain decides positions head..
+        accepted, following = kernels.op("speculative_accept", dev.type)(guesses, None, p, u, u_next, lengths)
+        noisy = [self._next_drafts(state, draft, logits, b) for b in live if meta.num_noisy[b]]
+        read = iter(torch.cat([accepted.double(), following.double()]
+                              + [x.double() for pair in noisy for x in pair]).tolist())   # the step's one host sync
+        accepted_ = [int(next(read)) for _ in range(state.batch)]
+        following_ = [int(next(read)) for _ in range(state.batch)]
+        committed, kept = [[] for _ in range(state.batch)], [0] * state.batch
+        for b in live:
+            k, a = meta.num_chain[b], accepted_[b]
+            chain = [tok for tok, _ in state.rows[b].drafts[:k]]
+            committed[b], kept[b] = chain[:a] + [following_[b]], a
             drafts = []
-            if v.num_accepted == k and meta.num_noisy[b]:
-                # noisy slot j (position head+j) predicts position head+j+1; the bonus fills head
-                u = slot_uniforms(state, b, head + k + 1, meta.num_noisy[b], DRAFT)
-                tokens, conf = choose(rows[k + 1:], state, u)
-                drafts = list(zip(tokens.tolist(), conf.tolist()))
+            if meta.num_noisy[b]:
+                m = meta.num_noisy[b]
+                tokens, conf = [int(next(read)) for _ in range(m)], [next(read) for _ in range(m)]
+                if a == k:            # the noisy slots saw the whole chain: their drafts stand
+                    drafts = list(zip(tokens, conf))
             state.rows[b].drafts = drafts
-        return Acceptance(committed, keep_clean(draft, accepted))
+        return clean_acceptance(draft, committed, kept)
+
+    def _next_drafts(self, state: DecodeState, draft: Draft, logits, b: int) -> tuple:
+        """Row b's next drafts from its noisy block: tokens and confidences (m,), on the device. Noisy
+        slot j (position head+k+j) predicts position head+k+j+1; the bonus fills head+k."""
+        meta: BlockMeta = draft.meta
+        k, head = meta.num_chain[b], len(state.tokens[b])
+        u = slot_uniforms(state, b, head + k + 1, meta.num_noisy[b], DRAFT)
+        return choose(row_logits(draft, logits, b)[k + 1:], state, u)

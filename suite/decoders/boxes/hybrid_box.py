@@ -35,7 +35,7 @@ from ..base import DecoderBase
 from ...acceptance import Verdict, accept_speculative
 from ...loop import Acceptance, DecodeState, Draft
 from ...sampling import draw, logits_to_probs
-from ..blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
+from ..blocks.block_diffusion import block_draft, clean_acceptance, row_logits, slot_uniforms
 from .parallel_box import BoxLayout, block_problem, slot_confidence
 
 
@@ -111,7 +111,7 @@ class HybridBox(DecoderBase):
                 committed.append([int(draw(row[0], state.params, slot_uniforms(state, b, len(state.tokens[b]), 1)[0]))])
                 continue
             committed.append(self._parallel(state, b, row, len(state.tokens[b])))
-        return Acceptance(committed, keep_clean(draft, kept))
+        return clean_acceptance(draft, committed, kept)
 
     def _parallel(self, state: DecodeState, b: int, row: torch.Tensor, first: int) -> list[int]:
         """A parallel step from (1 + noisy, V) logits, slot i deciding position first + i: the end

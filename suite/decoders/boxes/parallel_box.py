@@ -31,7 +31,7 @@ from ..base import DecoderBase
 from ...loop import Acceptance, DecodeState, Draft
 from ...models.adapters import as_adapter
 from ...sampling import draw
-from ..blocks.block_diffusion import block_draft, keep_clean, row_logits, slot_uniforms
+from ..blocks.block_diffusion import block_draft, clean_acceptance, row_logits, slot_uniforms
 
 
 @dataclass(frozen=True)
@@ -153,4 +153,4 @@ class ParallelBox(DecoderBase):
             if self.ordered and self.layout.box_format == "xyxy" and tokens.shape[0] == self.layout.block_size:
                 tokens = ordered_corners(row, tokens, self.layout, state, b)
             return tokens.tolist()
-        return Acceptance(state.per_live_row(block), keep_clean(draft, [0] * state.batch))
+        return clean_acceptance(draft, state.per_live_row(block), [0] * state.batch)

@@ -145,7 +145,7 @@ def speculative_chain_verdicts(state: DecodeState, draft: Draft, p: torch.Tensor
     u, u_next = state.streams.chain(state.positions(), guesses.shape[1])     # keyed by row and position
     accepted, following = kernels.op("speculative_accept", device.type)(
         guesses.clamp(min=0).to(device), q, p, u, u_next, lengths.to(device))
-    accepted, following = accepted.tolist(), following.tolist()
+    accepted, following = torch.stack([accepted, following.to(accepted.dtype)]).tolist()   # the step's one host sync
     return [None if state.done[b] else Verdict(accepted[b], following[b]) for b in range(state.batch)]
 
 

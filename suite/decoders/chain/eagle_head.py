@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ...models.hf_fields import ConfigFields
+
 CONFIG_KEYS = ("hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                "intermediate_size", "rope_theta", "rms_norm_eps", "draft_vocab_size")
 
@@ -76,13 +78,10 @@ class EagleHead(nn.Module):
     @classmethod
     def for_target(cls, target_config, draft_vocab_size: int) -> "EagleHead":
         """A fresh head shaped like one decoder layer of a Llama-style target config."""
-        c = target_config
-        heads = c.num_attention_heads
-        rope = getattr(c, "rope_parameters", None) or {}
-        theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
-        return cls(c.hidden_size, c.vocab_size, heads, getattr(c, "num_key_value_heads", None) or heads,
-                   getattr(c, "head_dim", None) or c.hidden_size // heads, c.intermediate_size, float(theta),
-                   float(getattr(c, "rms_norm_eps", 1e-6)), draft_vocab_size)
+        c = ConfigFields.read(target_config)
+        eps = 1e-6 if c.rms_norm_eps is None else c.rms_norm_eps
+        return cls(c.hidden_size, c.vocab_size, c.num_heads, c.kv_heads, c.head_size, c.intermediate_size, c.rope_base,
+                   float(eps), draft_vocab_size)
 
     def check_target(self, target) -> None:
         """A head trained for another model is refused, naming both sizes."""

@@ -92,8 +92,6 @@ class Speculative(DecoderBase):
 
     def propose(self, state: DecodeState) -> Draft:
         shared = state.shared
-        drafter, cache = shared.drafter, shared.cache
-        cached = [row.draft_cached for row in state.rows]
         want = [0 if state.done[b] else room_for_guesses(state, b, self.num_draft) for b in range(state.batch)]
         if self.cost is not None:   # each draft token costs one draft forward (measured as we go)
             if shared.draft_s is None or state.params.repeatable:   # a seeded sampled request: no clock
@@ -101,28 +99,7 @@ class Speculative(DecoderBase):
             per_token = shared.draft_s
             want = chain_sizes(state, self.cost, want, draft_seconds=lambda n: n * per_token)
         t0 = time.perf_counter()
-        feed = [state.tokens[b][cached[b]:] if want[b] else [] for b in range(state.batch)]
-        drafts, qs = [[] for _ in range(state.batch)], [[] for _ in range(state.batch)]
-        for step in range(max(want, default=0)):
-            rows = [f if step < want[b] else [] for b, f in enumerate(feed)]
-            starts = [len(state.tokens[b]) + step - 1 if step else cached[b] for b in range(state.batch)]
-            first = min((len(r) - 1 for r in rows if r), default=0)
-            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first,
-                                device=cache.valid.device)
-            with torch.no_grad():
-                logits = drafter(d.tokens, d.positions, cache, forward_mask(drafter, cache, d), logits_from=first)
-            cache.append(d.positions, d.valid, dense=d.causal)
-            state.stats.num_draft_forwards += 1
-            constraints = state.inputs.constraints or [None] * state.batch
-            for b, r in enumerate(rows):
-                if r:
-                    row = logits[b, len(r) - 1 - first]
-                    if constraints[b] is not None:   # q masked as the loop masks p (suite.constraint)
-                        row = constraints[b].masked(row, drafts[b])
-                    q = logits_to_probs(row, state.params)
-                    drafts[b].append(int(sample(q, state.streams.row(b, len(state.tokens[b]) + step, DRAFT, 1))))
-                    qs[b].append(q)
-            feed = [[x[-1]] if x else [] for x in drafts]
+        drafts, qs = self._draft(state, want)
         if max(want, default=0):
             spent = time.perf_counter() - t0
             state.stats.draft_time_s += spent
@@ -130,6 +107,55 @@ class Speculative(DecoderBase):
         draft = chain_draft(state, drafts)
         draft.meta = SpeculativeMeta(draft.meta.num_pending, draft.meta.guesses, qs)
         return draft
+
+    @staticmethod
+    def _draft(state: DecodeState, want: list[int]) -> tuple[list[list[int]], list[list[torch.Tensor]]]:
+        """want[b] draft tokens of each row, one draft forward per token for all rows at once: each
+        token sampled from its q on the device and fed back from there; the tokens are read in one
+        host sync at the end (per token only under a grammar, whose masks walk the drafts on the host)."""
+        drafter, cache = state.shared.drafter, state.shared.cache
+        dev = cache.valid.device
+        constraints = state.inputs.constraints
+        feed = [state.tokens[b][state.rows[b].draft_cached:] if want[b] else [] for b in range(state.batch)]
+        drafts, qs = [[] for _ in range(state.batch)], [[] for _ in range(state.batch)]
+        drawn, last = [], None        # (rows, (R,) tokens) per draft step; each row's latest token (B,)
+        for step in range(max(want, default=0)):
+            rows = [f if step < want[b] else [] for b, f in enumerate(feed)]
+            starts = [len(state.tokens[b]) + step - 1 if step else state.rows[b].draft_cached
+                      for b in range(state.batch)]
+            first = min((len(r) - 1 for r in rows if r), default=0)
+            d = Draft.from_rows(rows, [list(range(s, s + len(r))) for s, r in zip(starts, rows)], logits_from=first,
+                                device=dev)
+            if step:                  # the previous draft tokens, fed from the device
+                d.tokens = torch.where(d.valid, last[:, None], d.tokens)
+            with torch.no_grad():
+                logits = drafter(d.tokens, d.positions, cache, forward_mask(drafter, cache, d), logits_from=first)
+            cache.append(d.positions, d.valid, dense=d.causal)
+            state.stats.num_draft_forwards += 1
+            active = [b for b, r in enumerate(rows) if r]
+            index = torch.tensor(active, dtype=torch.long, device=dev)
+            row = logits[index, torch.tensor([len(rows[b]) - 1 - first for b in active], dtype=torch.long, device=dev)]
+            if constraints is not None:   # q masked as the loop masks p (suite.constraint)
+                row = torch.stack([r if constraints[b] is None else constraints[b].masked(r, drafts[b])
+                                   for b, r in zip(active, row)])
+            q = logits_to_probs(row, state.params)                                    # (R, V)
+            tokens = sample(q, state.streams.uniform([len(state.tokens[b]) + step for b in active], DRAFT,
+                                                     rows=active))
+            last = torch.zeros(state.batch, dtype=torch.long, device=dev).index_put((index,), tokens)
+            for i, b in enumerate(active):
+                qs[b].append(q[i])
+            if constraints is not None:   # the grammar walks the drafts on the host
+                for b, t in zip(active, tokens.tolist()):
+                    drafts[b].append(t)
+            else:
+                drawn.append((active, tokens))
+            feed = [[0] if r else [] for r in rows]     # a placeholder: `last` is fed
+        if drawn:                     # the drafts' one host sync
+            values = iter(torch.cat([t for _, t in drawn]).tolist())
+            for active, _ in drawn:
+                for b in active:
+                    drafts[b].append(next(values))
+        return drafts, qs
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         guesses = draft.meta.guesses

@@ -9,6 +9,7 @@ import torch
 
 from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import SAMPLE
+from ...sampling import logits_to_probs, sample
 from ..base import DecoderBase
 
 
@@ -23,6 +24,7 @@ class FrameDecoder(DecoderBase):
 
     name: ClassVar[str] = "frames"
     requires: ClassVar[frozenset] = frozenset()
+    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "frame"     # what the adapter's forward must return (config.extra['output'])
 
     def bind(self, model):
@@ -34,6 +36,15 @@ class FrameDecoder(DecoderBase):
 
     def propose(self, state: DecodeState) -> Draft:
         return frame_draft(state, self.codebooks, self.pad)
+
+    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
+        rows = live_rows(state)
+        return frame_acceptance(draft, rows, self.next_frames(state, draft, out, rows) if rows else [])
+
+    def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
+        """What each live row `rows[i]` commits from the forward's output `out`: its next frame(s),
+        all rows sampled at once (one host sync)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -61,9 +72,31 @@ def frame_draft(state: DecodeState, num_codebooks: int, pad: int) -> Draft:
                  logits_from=min(active, default=0))
 
 
-def last_frame_logits(draft: Draft, logits: torch.Tensor, b: int) -> torch.Tensor:
-    """(Q, V) logits at row b's last pending frame: they predict the next frame."""
-    return logits[b, draft.meta.num_pending[b] - 1 - draft.logits_from]
+def live_rows(state: DecodeState) -> list[int]:
+    """The rows still decoding (known on the host)."""
+    return [b for b in range(state.batch) if not state.done[b]]
+
+
+def last_slots(draft: Draft, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M,) batch and slot indices of the listed rows' last pending frames in the forward's output."""
+    dev = draft.valid.device
+    slots = [draft.meta.num_pending[b] - 1 - draft.logits_from for b in rows]
+    return torch.tensor(rows, dtype=torch.long, device=dev), torch.tensor(slots, dtype=torch.long, device=dev)
+
+
+def last_frame_logits(draft: Draft, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """(M, Q, V) logits at the listed rows' last pending frames: they predict each row's next frame."""
+    return logits[last_slots(draft, rows)]
+
+
+def sample_frames(state: DecodeState, draft: Draft, logits: torch.Tensor, rows: list[int], eos: int) -> list:
+    """The next frame(s) of each listed row sampled in one batch, codebook 0 alone may say EOS: host
+    lists (M, *code shape), read in the step's one host sync."""
+    frame_logits = only_head0_ends(last_frame_logits(draft, logits, rows), eos)     # (M, ..., V)
+    u = code_uniforms(state, rows, tuple(frame_logits.shape[1:-1]))
+    return sample(logits_to_probs(frame_logits, state.params), u).tolist()
+
+
 
 
 def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], first_draw: int = 0) -> torch.Tensor:
@@ -77,19 +110,23 @@ def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], f
     return state.streams.uniform(positions, SAMPLE, draws, rows=rows)
 
 
-def frame_acceptance(draft: Draft, committed: list[list[tuple]]) -> Acceptance:
-    """Keep every pending frame's K/V (nothing is speculative here)."""
-    keep = torch.zeros_like(draft.valid)
-    for b, n in enumerate(draft.meta.num_pending):
-        keep[b, :n] = True
-    return Acceptance(committed, keep)
+def frame_acceptance(draft: Draft, rows: list[int], frames: list[list[tuple]]) -> Acceptance:
+    """Rows `rows` commit `frames` (one list each; the other rows, done, nothing); every pending
+    frame's K/V stays (nothing is speculative here)."""
+    committed = [[] for _ in draft.meta.num_pending]
+    for b, row_frames in zip(rows, frames):
+        committed[b] = row_frames
+    pending = torch.tensor(draft.meta.num_pending, device=draft.valid.device)
+    keep = torch.arange(draft.valid.shape[1], device=draft.valid.device)[None] < pending[:, None]
+    return Acceptance(committed, keep, kept=list(draft.meta.num_pending))
 
 
 def require_frames(decoder, model, output: str = "frame") -> dict:
     """The codebook constants a frame decoder reads from the adapter's config; `output` is what the
     adapter's forward must return: "frame" logits (B, N', Q, V), "stack" logits (B, N', S, Q, V) or
     "local" a LocalHeadOutput."""
-    extra = getattr(getattr(model, "config", None), "extra", {}) or {}   # any object: a clear error below
+    from ...models.adapters import ModelAdapter
+    extra = (model.config.extra or {}) if isinstance(model, ModelAdapter) else {}   # else: a clear error below
     missing = [k for k in ("codebooks", "bos", "eos", "pad") if k not in extra]
     if missing:
         raise ValueError(f"decoder {decoder.name!r} needs a multi-codebook model adapter whose config.extra has "
@@ -116,7 +153,7 @@ class LocalHeadOutput:
 
 def last_frame_hidden(draft: Draft, out: LocalHeadOutput, rows: list[int]) -> torch.Tensor:
     """(M, D) states at the last pending frame of each listed row."""
-    return torch.stack([out.hidden[b, draft.meta.num_pending[b] - 1 - draft.logits_from] for b in rows])
+    return out.hidden[last_slots(draft, rows)]
 
 
 def frames_until_end(frames: list[list[int]], eos: int) -> list[tuple]:

@@ -24,9 +24,8 @@ from typing import ClassVar
 
 import torch
 
-from ...loop import Acceptance, DecodeState, Draft
-from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, last_frame_logits, only_head0_ends
+from ...loop import DecodeState, Draft
+from .base import FrameDecoder, sample_frames
 
 
 @dataclass
@@ -42,7 +41,6 @@ class Delay(FrameDecoder):
     max_frames: int | None = None     # codebook 0 forced to EOS at this frame if it has not ended (Dia)
 
     name: ClassVar[str] = "delay"
-    batch_independent: ClassVar[bool] = True    # one column per row per step, drawn from the row's own stream
 
     def start(self, state: DecodeState) -> None:
         super().start(state)
@@ -59,20 +57,19 @@ class Delay(FrameDecoder):
         """Row b's frame count T once its codebook 0 has ended (None before)."""
         return state.rows[b].num_frames
 
-    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        committed = state.per_live_row(lambda b: self._step(state, b, last_frame_logits(draft, logits, b)))
-        return frame_acceptance(draft, committed)
+    def next_frames(self, state: DecodeState, draft: Draft, logits, rows: list[int]) -> list[list[tuple]]:
+        drawn = sample_frames(state, draft, logits, rows, self.eos)      # (M, K): one draw per codebook
+        return [self._step(state, b, d) for b, d in zip(rows, drawn)]
 
-    def _step(self, state: DecodeState, b: int, logits) -> list[tuple]:
-        """Sample the delayed column of step s = columns committed so far; end the row after the flush."""
+    def _step(self, state: DecodeState, b: int, drawn: list[int]) -> list[tuple]:
+        """The delayed column of step s = columns committed so far (the drawn codes where the layout
+        does not force them); end the row after the flush."""
         step = len(state.new_tokens(b))
         row = state.rows[b]
         num_frames = row.num_frames
         if num_frames is None and step == self.max_frames:      # the cap: codebook 0 says EOS now
             num_frames = row.num_frames = step
         lags = lags_of(self.delays, self.codebooks)
-        probs = logits_to_probs(only_head0_ends(logits, self.eos), state.params)   # (K, V)
-        drawn = sample(probs, code_uniforms(state, [b], (self.codebooks,))[0]).tolist()   # one draw per codebook
         column = []
         for k in range(self.codebooks):
             forced = delay_column(step, lags[k], num_frames, self.bos, self.eos, self.pad)

@@ -17,27 +17,23 @@ from typing import ClassVar
 
 import torch
 
-from ...loop import Acceptance, DecodeState, Draft
+from ...loop import DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import (FrameDecoder, code_uniforms, frames_until_end, last_frame_hidden,
+                   only_head0_ends)
 
 
 @dataclass(frozen=True)
 class LocalAR(FrameDecoder):
 
     name: ClassVar[str] = "local_ar"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "local"
 
-    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
-        rows = [b for b in range(state.batch) if not state.done[b]]
+    def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
         codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         u = code_uniforms(state, rows, (self.codebooks,))                            # (M, Q)
         for q in range(self.codebooks):                  # one local pass per codebook
             logits = only_head0_ends(out.local(h, codes, "ar"), self.eos)[:, q]       # (M, V)
             codes[:, q] = sample(logits_to_probs(logits, state.params), u[:, q])
-        committed = [[] for _ in range(state.batch)]
-        for frame, b in zip(codes.tolist(), rows):
-            committed[b] = frames_until_end([frame], self.eos)
-        return frame_acceptance(draft, committed)
+        return [frames_until_end([frame], self.eos) for frame in codes.tolist()]   # the step's one host sync

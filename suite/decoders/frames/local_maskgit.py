@@ -21,9 +21,10 @@ from typing import ClassVar
 
 import torch
 
-from ...loop import Acceptance, DecodeState, Draft
+from ...loop import DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import (FrameDecoder, code_uniforms, frames_until_end, last_frame_hidden,
+                   only_head0_ends)
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,6 @@ class LocalMaskGIT(FrameDecoder):
     steps: int = 2                  # local passes per frame
 
     name: ClassVar[str] = "local_maskgit"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "local"
 
     def start(self, state: DecodeState) -> None:
@@ -40,17 +40,13 @@ class LocalMaskGIT(FrameDecoder):
             raise ValueError(f"local_maskgit steps must be in [1, {self.codebooks}] (one per codebook at most), "
                              f"got {self.steps}")
 
-    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
-        rows = [b for b in range(state.batch) if not state.done[b]]
+    def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
         h = last_frame_hidden(draft, out, rows)                                      # (M, D)
         codes = torch.full((len(rows), self.codebooks), out.mask_id, dtype=torch.long, device=h.device)   # (M, Q)
         for s in range(1, self.steps + 1):
             u = code_uniforms(state, rows, (self.codebooks,), (s - 1) * self.codebooks)   # (M, Q) this pass's
             codes = self._pass(state, out, h, codes, fixed_after(s, self.steps, self.codebooks), u)
-        committed = [[] for _ in range(state.batch)]
-        for frame, b in zip(codes.tolist(), rows):
-            committed[b] = frames_until_end([frame], self.eos)
-        return frame_acceptance(draft, committed)
+        return [frames_until_end([frame], self.eos) for frame in codes.tolist()]   # the step's one host sync
 
     def _pass(self, state, out, h, codes, target: int, u: torch.Tensor) -> torch.Tensor:
         """Sample every masked codebook, keep the most confident until `target` are fixed per row."""

@@ -12,22 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...loop import Acceptance, DecodeState, Draft
-from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+from ...loop import DecodeState, Draft
+from .base import FrameDecoder, frames_until_end, sample_frames
 
 
 @dataclass(frozen=True)
 class Parallel(FrameDecoder):
 
     name: ClassVar[str] = "parallel"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
 
-    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        def frame(b: int) -> list[tuple]:
-            frame_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)   # (K, V)
-            u = code_uniforms(state, [b], tuple(frame_logits.shape[:-1]))[0]
-            drawn = sample(logits_to_probs(frame_logits, state.params), u).tolist()
-            # EOS on codebook 0 ends the row (the other heads' guesses at that slot mean nothing)
-            return frames_until_end([drawn], self.eos)
-        return frame_acceptance(draft, state.per_live_row(frame))
+    def next_frames(self, state: DecodeState, draft: Draft, logits, rows: list[int]) -> list[list[tuple]]:
+        drawn = sample_frames(state, draft, logits, rows, self.eos)                  # (M, K)
+        # EOS on codebook 0 ends the row (the other heads' guesses at that slot mean nothing)
+        return [frames_until_end([d], self.eos) for d in drawn]

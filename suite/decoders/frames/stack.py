@@ -16,22 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...loop import Acceptance, DecodeState, Draft
-from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_logits, only_head0_ends
+from ...loop import DecodeState, Draft
+from .base import FrameDecoder, frames_until_end, sample_frames
 
 
 @dataclass(frozen=True)
 class Stack(FrameDecoder):
 
     name: ClassVar[str] = "stack"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "stack"
 
-    def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
-        def frames(b: int) -> list[tuple]:
-            frames_logits = only_head0_ends(last_frame_logits(draft, logits, b), self.eos)    # (S, Q, V)
-            u = code_uniforms(state, [b], tuple(frames_logits.shape[:-1]))[0]
-            drawn = sample(logits_to_probs(frames_logits, state.params), u).tolist()   # (S, Q)
-            return frames_until_end(drawn, self.eos)
-        return frame_acceptance(draft, state.per_live_row(frames))
+    def next_frames(self, state: DecodeState, draft: Draft, logits, rows: list[int]) -> list[list[tuple]]:
+        drawn = sample_frames(state, draft, logits, rows, self.eos)                  # (M, S, Q)
+        return [frames_until_end(d, self.eos) for d in drawn]

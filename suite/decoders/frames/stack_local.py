@@ -22,23 +22,22 @@ from typing import ClassVar
 
 import torch
 
-from ...loop import Acceptance, DecodeState, Draft
+from ...loop import DecodeState, Draft
 from ...sampling import logits_to_probs, sample
-from .base import FrameDecoder, code_uniforms, frame_acceptance, frames_until_end, last_frame_hidden, only_head0_ends
+from .base import (FrameDecoder, code_uniforms, frames_until_end, last_frame_hidden,
+                   only_head0_ends)
 
 
 @dataclass(frozen=True)
 class StackLocal(FrameDecoder):
 
     name: ClassVar[str] = "stack_local"
-    batch_independent: ClassVar[bool] = True    # each row's frames drawn from its own stream, sized by its own state
     output: ClassVar[str] = "local"
 
-    def accept(self, state: DecodeState, draft: Draft, out) -> Acceptance:
+    def next_frames(self, state: DecodeState, draft: Draft, out, rows: list[int]) -> list[list[tuple]]:
         if out.frames < 2:
             raise ValueError("stack_local needs a local transformer spanning 2 frames (the tts_stack checkpoint): "
                              "train it with `python -m speech.train tts-stack`")
-        rows = [b for b in range(state.batch) if not state.done[b]]
         h = last_frame_hidden(draft, out, rows)                                        # (M, D)
         q = self.codebooks
         codes = torch.full((len(rows), 2 * q), out.mask_id, dtype=torch.long, device=h.device)   # (M, 2Q)
@@ -46,7 +45,4 @@ class StackLocal(FrameDecoder):
         for j in range(2 * q):                           # one local pass per code, frame by frame
             logits = only_head0_ends(out.local(h, codes, "ar").unflatten(1, (2, q)), self.eos)[:, j // q, j % q]
             codes[:, j] = sample(logits_to_probs(logits, state.params), u[:, j])
-        committed = [[] for _ in range(state.batch)]
-        for both, b in zip(codes.tolist(), rows):
-            committed[b] = frames_until_end([both[:q], both[q:]], self.eos)
-        return frame_acceptance(draft, committed)
+        return [frames_until_end([both[:q], both[q:]], self.eos) for both in codes.tolist()]   # the one host sync

@@ -247,21 +247,29 @@ class LPD(DecoderBase):
                                device=state.device)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
+        """Sample every live row's group in one batch (one host sync); real tokens stay, queries go."""
         meta: LPDMeta = draft.meta
-        keep = torch.zeros_like(draft.valid)
-
-        def fill_group(b: int) -> list[int]:
+        dev = draft.valid.device
+        keep = torch.arange(draft.valid.shape[1], device=dev)[None] < torch.tensor(meta.num_real, device=dev)[:, None]
+        live = [b for b in range(state.batch) if not state.done[b]]
+        rows, slots, positions = [], [], []
+        for b in live:
+            canvas, cells = state.rows[b].canvas, meta.queries[b]
+            start = meta.num_real[b] - draft.logits_from
+            rows += [b] * len(cells)
+            slots += range(start, start + len(cells))
+            positions += [canvas.position(c) for c in cells]
+        index = torch.tensor(rows, dtype=torch.long, device=dev), torch.tensor(slots, dtype=torch.long, device=dev)
+        p = logits_to_probs(logits[index], state.params)                                 # (M, V)
+        u = state.streams.uniform(positions, SAMPLE, rows=rows)
+        tokens = iter(sample(p, u).tolist() if rows else [])                         # the step's one host sync
+        for b in live:
             plan, canvas = state.rows[b].plan, state.rows[b].canvas
-            n_real, cells = meta.num_real[b], meta.queries[b]
-            keep[b, :n_real] = True                            # real tokens stay; queries go
             for c in plan.to_feed:
                 canvas.cached[c] = True
-            start = n_real - draft.logits_from
-            p = logits_to_probs(logits[b, start:start + len(cells)], state.params)   # (G, V)
-            u = state.streams.uniform([[canvas.position(c) for c in cells]], SAMPLE, rows=[b])[0]
-            for c, tok in zip(cells, sample(p, u).tolist()):
-                canvas.put(c, int(tok))
-            plan.to_feed = list(cells)
+            for c in meta.queries[b]:
+                canvas.put(c, next(tokens))
+            plan.to_feed = list(meta.queries[b])
             plan.done_groups += 1
-            return canvas.raster_prefix()
-        return Acceptance(state.per_live_row(fill_group), keep)
+        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep,
+                          kept=list(meta.num_real))

@@ -82,6 +82,9 @@ class VideoZipARSJD(VideoZipAR):
         above = canvas.tokens[cell - w] if row > 0 else -1
         return next((t for t in (back, left, above) if t >= 0), None)
 
+    def verifies(self, chain: RowChain) -> bool:
+        return True                 # every chain verifies its guesses (none: a plain draw, in order)
+
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         store = state.rows[b].row_guesses
         guesses, q = store.get(chain.row, ([], []))

@@ -238,9 +238,15 @@ class ZipAR(DecoderBase):
 
     # ---- accept
 
+    def verifies(self, chain: RowChain) -> bool:
+        """Whether the chain's cells come from `accept_row`/`start_row` (a verification, one chain
+        at a time) rather than one plain draw taken with every other row's in one batch."""
+        return chain.pending
+
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
-        """Tokens for the chain's cells from p (G+1, V), and how many guesses were accepted."""
-        return [int(sample(p[0], state.streams.row(b, state.rows[b].canvas.position(chain.cell), SAMPLE, 1)))], 0
+        """Tokens for the chain's cells from p (G+1, V), and how many guesses were accepted (a
+        decoder whose chains `verifies` overrides it)."""
+        raise NotImplementedError(f"{self.name} samples its rows' next cells in one batch (`draw_heads`)")
 
     def start_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         """A pending row: check last step's first-token draft against p[0] (the prediction with
@@ -257,16 +263,37 @@ class ZipAR(DecoderBase):
         store[chain.row] = ([int(sample(p[0], state.streams.row(b, position, DRAFT, 1, filled)))], [p[0]])
         return [], 0
 
+    def draw_heads(self, state: DecodeState, logits: torch.Tensor, heads: list[tuple[int, RowChain]]) -> list[int]:
+        """The next cell of every (batch row, chain) in `heads`, one draw each from its source
+        slot, all in one batch: host ints, the step's one host sync."""
+        if not heads:
+            return []
+        dev = logits.device
+        rows = torch.tensor([b for b, _ in heads], dtype=torch.long, device=dev)
+        sources = torch.tensor([chain.source for _, chain in heads], dtype=torch.long, device=dev)
+        p = logits_to_probs(logits[rows, sources], state.params)                          # (M, V)
+        positions = [state.rows[b].canvas.position(chain.cell) for b, chain in heads]
+        u = state.streams.uniform(positions, SAMPLE, rows=[b for b, _ in heads])       # (M,)
+        return sample(p, u).tolist()
+
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         meta: ZipMeta = draft.meta
-        keep = torch.zeros_like(draft.valid)
-
-        def fill_rows(b: int) -> list[int]:
-            canvas = state.rows[b].canvas
-            keep[b, :meta.num_prompt[b] + len(meta.kept[b])] = True
+        reals = [n + len(k) for n, k in zip(meta.num_prompt, meta.kept)]
+        real = torch.tensor(reals, device=draft.valid.device)
+        keep = torch.arange(draft.valid.shape[1], device=real.device)[None] < real[:, None]   # real inputs stay
+        guessed = False                                 # accepted guesses keep slots past the real ones
+        live = [b for b in range(state.batch) if not state.done[b]]
+        for b in live:
             for cell in meta.kept[b]:
-                canvas.cached[cell] = True
+                state.rows[b].canvas.cached[cell] = True
+        heads = [(b, chain) for b in live for chain in meta.chains[b] if not self.verifies(chain)]
+        for (b, chain), tok in zip(heads, self.draw_heads(state, logits, heads)):
+            state.rows[b].canvas.put(chain.cell, tok)
+        for b in live:                                  # verifications, row by row in chain order
+            canvas = state.rows[b].canvas
             for chain in meta.chains[b]:
+                if not self.verifies(chain):
+                    continue
                 p = logits_to_probs(logits[b, [chain.source] + chain.guess_slots], state.params)   # (G+1, V)
                 tokens, accepted = (self.start_row if chain.pending else self.accept_row)(state, b, chain, p)
                 for i, tok in enumerate(tokens):
@@ -274,5 +301,6 @@ class ZipAR(DecoderBase):
                 for i in range(accepted):              # accepted guesses keep their K/V
                     keep[b, chain.guess_slots[i]] = True
                     canvas.cached[chain.cell + i] = True
-            return canvas.raster_prefix()
-        return Acceptance(state.per_live_row(fill_rows), keep)
+                guessed = guessed or accepted > 0
+        return Acceptance(state.per_live_row(lambda b: state.rows[b].canvas.raster_prefix()), keep,
+                          kept=None if guessed else reals)

@@ -82,6 +82,9 @@ class ZipARSJD(ZipAR):
             row.fed_upto = {}
         return super().accept(state, draft, logits)
 
+    def verifies(self, chain: RowChain) -> bool:
+        return True                 # every chain verifies its guesses (none: a plain draw, in order)
+
     def accept_row(self, state: DecodeState, b: int, chain: RowChain, p: torch.Tensor) -> tuple[list[int], int]:
         store = state.rows[b].row_guesses
         guesses, q = store.get(chain.row, ([], []))

@@ -119,6 +119,7 @@ class PaliGemma(DecoderOnly):
 class Qwen2VL(DecoderOnly):
     """M-RoPE: the model's own 3-D positions over the prompt, then text positions shifted by its delta."""
     model_type, model_class = "qwen2_vl", "Qwen2VLForConditionalGeneration"
+    chat_template = True
 
     def rope(self, vlm, batch, rows) -> dict:
         """Each unpadded prompt's M-RoPE positions "rope_table" (B, P, 3) and text shift "rope_delta" (B, 1)."""

@@ -14,6 +14,7 @@ class Family:
     layers: tuple[str, ...] = ()       # path of its text decoder's layers (layer-truncated drafts)
     custom_mask: bool = True           # takes suite's 4-D mask (tree drafts)
     rows_are: str = "prompts"          # what one row of a bound batch is, in messages
+    chat_template: bool = False        # a chat model: a prompt is one image turn of its chat template
 
     def bind(self, vlm, batch, max_new_tokens: int, model=None):
         """The adapter (suite.models.vlm.adapter.VLMAdapter) bound to a processor batch, its images

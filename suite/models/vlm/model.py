@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..hf_fields import ConfigFields
 from .adapter import VLMAdapter
 from .families import FAMILIES, known_families
 from .rules import GenerationRules
@@ -34,7 +35,7 @@ class VLM:
         pad = gen.pad_token_id if gen.pad_token_id is not None else cfg.pad_token_id
         self.pad = int(pad if pad is not None else min(self.eos, default=0))
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.max_length = getattr(cfg, "max_position_embeddings", None)
+        self.max_length = ConfigFields.read(cfg).max_length
         self.rules = GenerationRules.of(gen, self.eos)
         self._scheduler = None
         self._lock = threading.Lock()
@@ -79,9 +80,7 @@ class VLM:
         """The model with the first `num_layers` layers of its text decoder (shared weights): a
         self-speculative draft (Draft & Verify)."""
         path = self.spec.layers
-        layers = self.model
-        for name in path:
-            layers = getattr(layers, name)
+        layers = self.model.get_submodule(".".join(path))
         if not 1 <= num_layers < len(layers):
             raise ValueError(f"draft='self:{num_layers}' needs 1 <= N < {len(layers)} (the text decoder's layer count)")
         return _with_layers(self.model, path, torch.nn.ModuleList(list(layers)[:num_layers]))
@@ -137,7 +136,7 @@ def _with_layers(module, path, layers):
     """A shallow copy of `module` whose submodule at `path` is `layers` (the rest shared)."""
     twin = copy.copy(module)
     twin._modules = dict(module._modules)
-    twin._modules[path[0]] = layers if len(path) == 1 else _with_layers(getattr(module, path[0]), path[1:], layers)
+    twin._modules[path[0]] = layers if len(path) == 1 else _with_layers(module.get_submodule(path[0]), path[1:], layers)
     return twin
 
 

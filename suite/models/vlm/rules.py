@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..hf_fields import GenerationFields, read_fields
+
 # generation settings no position-wise mask can express: setting -> its neutral value
 UNSUPPORTED = {"num_beams": 1, "num_beam_groups": 1, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
                "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "penalty_alpha": None,
@@ -31,20 +33,20 @@ class GenerationRules:
 
     @staticmethod
     def of(gen, eos: frozenset) -> "GenerationRules":
-        bad = tuple(getattr(gen, "bad_words_ids", None) or ())
-        refused = [f"{k}={getattr(gen, k)!r}" for k, neutral in UNSUPPORTED.items()
-                   if getattr(gen, k, None) not in (None, neutral) and not (k == "guidance_scale" and gen.guidance_scale == 1)]
+        read = GenerationFields.read(gen)
+        bad = tuple(read.bad_words_ids or ())
+        asked = read_fields(gen, UNSUPPORTED)
+        refused = [f"{k}={v!r}" for k, v in asked.items()
+                   if v not in (None, UNSUPPORTED[k]) and not (k == "guidance_scale" and v == 1)]
         refused += [f"bad_words_ids={w!r}" for w in bad if len(w) != 1]
         if refused:
             raise ValueError(f"the folder's generation config asks for {', '.join(refused)}, which suite's decoders "
                              "cannot reproduce (they depend on the history or on beams); override them, e.g. "
                              "load(folder, generation={" + ", ".join(
                                  f"{r.split('=')[0]!r}: {UNSUPPORTED.get(r.split('=')[0])!r}" for r in refused) + "})")
-        return GenerationRules(eos, getattr(gen, "forced_bos_token_id", None), getattr(gen, "forced_eos_token_id", None),
-                               tuple(getattr(gen, "suppress_tokens", None) or ()),
-                               tuple(getattr(gen, "begin_suppress_tokens", None) or ()),
-                               tuple(w[0] for w in bad), int(getattr(gen, "min_length", 0) or 0),
-                               int(getattr(gen, "min_new_tokens", 0) or 0))
+        return GenerationRules(eos, read.forced_bos_token_id, read.forced_eos_token_id, tuple(read.suppress_tokens or ()),
+                               tuple(read.begin_suppress_tokens or ()), tuple(w[0] for w in bad),
+                               int(read.min_length or 0), int(read.min_new_tokens or 0))
 
     def apply(self, logits: torch.Tensor, cur_len: torch.Tensor, prompt_len: torch.Tensor,
               max_new_tokens) -> torch.Tensor:
