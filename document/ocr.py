@@ -20,6 +20,7 @@ from suite import DecodeStats, RequestInputs
 from suite.registry import DEFAULTS
 
 from .confidence import load as load_calibration
+from .decoder_probs import Recording
 from .lines import line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
@@ -143,23 +144,25 @@ class OCR:
         if dec.name == "ctc_speculative" and not hasattr(self.adapter, "ctc_drafts"):
             raise ValueError("decoder 'ctc_speculative' drafts with the model's CTC head, and this model has none; "
                              "choose ar, s2d2 or block_diffusion")
+        if score:
+            dec = Recording(dec)         # the read tokens' probabilities from the decoding forwards themselves
         t0 = time.perf_counter()
         pieces, owner = self.pieces(images)
         size = batch_size or self.batch_size
         # the widest pieces first: the job's last steps then finish short lines, not wait on a long one
         order = sorted(range(len(pieces)), key=lambda i: -pieces[i].width / pieces[i].height)
-        requests, chunks = [None] * len(pieces), []
+        requests, inputs, chunks = [None] * len(pieces), [None] * len(pieces), []
         try:
             for lo in range(0, len(pieces), size):
                 rows = order[lo:lo + size]
                 bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
-                chunks.append((bound, rows))
-                ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" else None
+                ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" or (score and hasattr(bound, "ctc_drafts")) else None
+                chunks.append((bound, rows, ctc))
                 for j, i in enumerate(rows):
-                    inputs = RequestInputs(
-                        ctc=None if ctc is None else (ctc[j],),
+                    inputs[i] = RequestInputs(
+                        ctc=None if ctc is None or dec.name != "ctc_speculative" else (ctc[j],),
                         prior_tokens=None if prior_texts is None else (bound.prior_tokens(prior_texts[owner[i]]),))
-                    requests[i] = self.scheduler.request([[bound.start_token_id]], decoder=dec, inputs=inputs,
+                    requests[i] = self.scheduler.request([[bound.start_token_id]], decoder=dec, inputs=inputs[i],
                                                          max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
             results = [r.result() for r in self.scheduler.enqueue(requests)]
         except BaseException:
@@ -172,15 +175,16 @@ class OCR:
         texts = [self.adapter.decode_text([t for t in new if t not in eos]) for new in tokens]
         confs, mins, agree = [0.0] * len(pieces), [0.0] * len(pieces), [None] * len(pieces)
         if score:
-            for bound, rows in chunks:
-                means, lows = confidence(bound, [tokens[i] for i in rows])
-                drafts = ctc_readings(bound)
+            logprobs = token_logprobs(dec, inputs, tokens, chunks)
+            for bound, rows, ctc in chunks:
                 for j, i in enumerate(rows):
+                    lp = logprobs[i]
+                    mean, low = (float(np.exp(np.mean(lp))), float(np.exp(np.min(lp)))) if lp else (0.0, 0.0)
                     # fewer words read than the image shows: some may be missing, so not certain
-                    confs[i] = means[j] * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
-                    mins[i] = lows[j]
-                    if drafts is not None:
-                        agree[i] = drafts[j] == [t for t in tokens[i] if t not in eos]
+                    confs[i] = mean * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
+                    mins[i] = low
+                    if ctc is not None:      # the CTC head, reading from the encoder alone, reads the same?
+                        agree[i] = list(ctc[j].tokens) == [t for t in tokens[i] if t not in eos]
         stats = OCRStats.beside([res.stats for res in results])
         stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
         stats.num_lines, stats.encoder_forwards = len(images), len(chunks)
@@ -210,17 +214,29 @@ def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
                      mins if scored else [], agree if scored else [])
 
 
-def ctc_readings(bound) -> list[list[int]] | None:
-    """Each line as the model's CTC head reads it greedily (token ids), None for a reader without
-    one: a second reading, from the encoder alone, to check the decoder's against."""
-    if not hasattr(bound, "ctc_drafts"):
-        return None
-    return [list(d.tokens) for d in bound.ctc_drafts()]
+def token_logprobs(dec: Recording, inputs, tokens: list[list[int]], chunks) -> list[list[float]]:
+    """Each piece's read tokens' log-probabilities: logged by the decoding forwards (`Recording`),
+    or, for pieces a decoder read otherwise (block diffusion's noisy slots), from a teacher-forced
+    pass of the causal model (`confidence`)."""
+    out = []
+    for given, t in zip(inputs, tokens):
+        logs = dec.logs_of(given)
+        lp = None if not logs or logs[0].logprobs is None else logs[0].logprobs
+        out.append(lp[:len(t)] if lp is not None and len(lp) >= len(t) else None)
+    for bound, rows, _ in chunks:
+        missing = [(j, i) for j, i in enumerate(rows) if out[i] is None]
+        if missing:
+            scored = confidence(bound.rows([j for j, _ in missing]), [tokens[i] for _, i in missing])
+            for (_, i), lp in zip(missing, scored):
+                out[i] = lp
+    return out
 
 
-def confidence(bound, new_tokens: list[list[int]]) -> tuple[list[float], list[float]]:
-    """(mean, least) probability the causal model gives each line's read tokens (one
+def confidence(bound, new_tokens: list[list[int]]) -> list[list[float]]:
+    """The log-probability the causal model gives each of each line's read tokens (one
     teacher-forced forward through the adapter, on a fresh cache)."""
+    if not any(new_tokens):
+        return [[] for _ in new_tokens]
     n = max(len(t) for t in new_tokens) + 1
     cache = bound.new_cache(len(new_tokens))
     dev = cache.valid.device
@@ -228,17 +244,9 @@ def confidence(bound, new_tokens: list[list[int]]) -> tuple[list[float], list[fl
     ids = torch.tensor([[bound.start_token_id] + t + [pad] * (n - 1 - len(t)) for t in new_tokens],
                        dtype=torch.long, device=dev)
     with torch.no_grad():
-        logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).log_softmax(-1)
-    means, lows = [], []
-    for b, t in enumerate(new_tokens):
-        if not t:
-            means.append(0.0)
-            lows.append(0.0)
-            continue
-        lp = logp[b, torch.arange(len(t), device=dev), torch.tensor(t, device=dev)]
-        means.append(float(lp.mean().exp()))
-        lows.append(float(lp.min().exp()))
-    return means, lows
+        logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).float().log_softmax(-1)
+    return [logp[b, torch.arange(len(t), device=dev), torch.tensor(t, dtype=torch.long, device=dev)].tolist()
+            for b, t in enumerate(new_tokens)]
 
 
 def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None, dtype=None) -> OCR:
