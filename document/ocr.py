@@ -3,7 +3,7 @@
 The encoder runs once per line image; the decoder runs through suite's one decode loop with any
 registered decoder (ar, block_diffusion, s2d2, ngram_prior, ctc_speculative, jacobi, ...). Lines are decoded
 by the reader's scheduler (suite.scheduler): each row advances by its own accepted length, leaves at
-its EOS, and the next line joins the running batch.
+its EOS, and the next chunk of lines joins once there is room.
 """
 from __future__ import annotations
 
@@ -122,11 +122,14 @@ class OCR:
     def scheduler(self):
         """This reader's suite.scheduler.Scheduler (its stepping thread starts on the first line):
         the lines of every call, concurrent calls included, share its forwards, at most
-        `batch_size` rows at once; a line leaves at its EOS and a waiting one takes its place."""
+        2 x `batch_size` rows at once; a line leaves at its EOS, and a waiting chunk of lines joins
+        once there is room for it."""
         with self._lock:
             if self._scheduler is None:
                 from suite.scheduler import Scheduler
-                self._scheduler = Scheduler(self.adapter, max_rows=self.batch_size, name="scheduler ocr")
+                # room for two chunks of `batch_size` lines (one request each): a second call's lines, or the
+                # next chunk, join while the first runs
+                self._scheduler = Scheduler(self.adapter, max_rows=2 * self.batch_size, name="scheduler ocr")
             return self._scheduler
 
     def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
@@ -134,8 +137,10 @@ class OCR:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
         hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
         A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
-        forwards. The encoder reads `batch_size` images per forward; each piece is then a request
-        of its own to the reader's scheduler (rows join and leave the running batch)."""
+        forwards. The encoder reads `batch_size` images per forward; each such chunk of pieces is
+        then one request to the reader's scheduler (its rows join the running batch together and
+        each leaves at its EOS). score=True: each line's token probabilities, from the decoding
+        forwards themselves where the decoder verifies a chain (document.decoder_probs)."""
         images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
@@ -151,27 +156,32 @@ class OCR:
         size = batch_size or self.batch_size
         # the widest pieces first: the job's last steps then finish short lines, not wait on a long one
         order = sorted(range(len(pieces)), key=lambda i: -pieces[i].width / pieces[i].height)
-        requests, inputs, chunks = [None] * len(pieces), [None] * len(pieces), []
+        requests, inputs, chunks = [], [], []
         try:
             for lo in range(0, len(pieces), size):
                 rows = order[lo:lo + size]
                 bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
                 ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" or (score and hasattr(bound, "ctc_drafts")) else None
                 chunks.append((bound, rows, ctc))
-                for j, i in enumerate(rows):
-                    inputs[i] = RequestInputs(
-                        ctc=None if ctc is None or dec.name != "ctc_speculative" else (ctc[j],),
-                        prior_tokens=None if prior_texts is None else (bound.prior_tokens(prior_texts[owner[i]]),))
-                    requests[i] = self.scheduler.request([[bound.start_token_id]], decoder=dec, inputs=inputs[i],
-                                                         max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
+                # one request per chunk: its rows join the running batch together (one cache join, not one
+                # per line) and each leaves at its EOS
+                inputs.append(RequestInputs(
+                    ctc=tuple(ctc) if ctc is not None and dec.name == "ctc_speculative" else None,
+                    prior_tokens=None if prior_texts is None else
+                    tuple(bound.prior_tokens(prior_texts[owner[i]]) for i in rows)))
+                requests.append(self.scheduler.request([[bound.start_token_id]] * len(rows), decoder=dec,
+                                                       inputs=inputs[-1], max_new_tokens=self.max_length - 1,
+                                                       bound=bound))
             results = [r.result() for r in self.scheduler.enqueue(requests)]
         except BaseException:
             for r in requests:
-                if r is not None:
-                    r.cancel()
+                r.cancel()
             raise
         eos = self.adapter.config.eos_token_ids
-        tokens = [res.new_tokens[0] for res in results]
+        tokens = [None] * len(pieces)
+        for (_, rows, _), res in zip(chunks, results):
+            for j, i in enumerate(rows):
+                tokens[i] = res.new_tokens[j]
         texts = [self.adapter.decode_text([t for t in new if t not in eos]) for new in tokens]
         confs, mins, agree = [0.0] * len(pieces), [0.0] * len(pieces), [None] * len(pieces)
         if score:
@@ -218,12 +228,12 @@ def token_logprobs(dec: Recording, inputs, tokens: list[list[int]], chunks) -> l
     """Each piece's read tokens' log-probabilities: logged by the decoding forwards (`Recording`),
     or, for pieces a decoder read otherwise (block diffusion's noisy slots), from a teacher-forced
     pass of the causal model (`confidence`)."""
-    out = []
-    for given, t in zip(inputs, tokens):
-        logs = dec.logs_of(given)
-        lp = None if not logs or logs[0].logprobs is None else logs[0].logprobs
-        out.append(lp[:len(t)] if lp is not None and len(lp) >= len(t) else None)
-    for bound, rows, _ in chunks:
+    out = [None] * len(tokens)
+    for given, (bound, rows, _) in zip(inputs, chunks):
+        logs = dec.logs_of(given) or [None] * len(rows)
+        for log, i in zip(logs, rows):
+            lp = None if log is None else log.logprobs
+            out[i] = lp[:len(tokens[i])] if lp is not None and len(lp) >= len(tokens[i]) else None
         missing = [(j, i) for j, i in enumerate(rows) if out[i] is None]
         if missing:
             scored = confidence(bound.rows([j for j, _ in missing]), [tokens[i] for _, i in missing])
