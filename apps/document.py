@@ -129,17 +129,34 @@ def boxed(page):
     return img
 
 
+def check_html(run: DocumentRun) -> str:
+    """The lines to check, least confident first, as the CLI lists them: those whose calibrated
+    confidence (document/confidence.py) is below the weights' flag threshold."""
+    from document.__main__ import CHECK_LIST
+    items = sorted((line.confidence, p.index + 1, i + 1, line.text) for p in run.pages
+                   for i, line in enumerate(p.lines) if line.check)
+    if not items:
+        return ""
+    more = f"; the {CHECK_LIST} least confident shown" if len(items) > CHECK_LIST else ""
+    rows = "".join(f"<li>p.{page} line {n} ({conf:.2f}): <code>{html.escape(text)}</code></li>"
+                   for conf, page, n, text in items[:CHECK_LIST])
+    return (f"<div class='ps-check'><b>Check these</b> ({len(items)} lines below the confidence threshold{more}):"
+            f"<ul>{rows}</ul></div>")
+
+
 def lines_html(run: DocumentRun | None) -> str:
     if run is None:
         return ""
     rows = []
     for p in run.pages:
         for i, line in enumerate(p.lines):
-            rows.append(f"<tr class='ps-line'><td>{p.index + 1}</td><td>{i + 1}</td>"
+            mark = " ps-check-line' style='background:rgba(255,190,0,0.18)" if line.check else ""
+            rows.append(f"<tr class='ps-line{mark}'><td>{p.index + 1}</td><td>{i + 1}</td>"
                         f"<td style='font-family:ui-monospace,monospace'>{html.escape(line.text)}</td>"
-                        f"<td>{line.confidence:.2f}</td></tr>")
+                        f"<td>{line.confidence:.2f}{' check' if line.check else ''}</td></tr>")
     state = "done" if run.done else "running"
-    return (f"<div class='ps-lines' data-decoder='{run.decoder}' data-state='{state}'><table style='width:100%'>"
+    return (f"<div class='ps-lines' data-decoder='{run.decoder}' data-state='{state}'>{check_html(run)}"
+            "<table style='width:100%'>"
             "<thead><tr><th>page</th><th>line</th><th>text</th><th>confidence</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>")
 

@@ -40,20 +40,13 @@ def projection_lines(image: Image.Image) -> list[tuple[int, int, int, int]]:
 
 def ink_runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
     """[start, end) runs of True, merging runs separated by fewer than min_gap False entries."""
-    runs, start, gap = [], None, 0
-    for i, f in enumerate(flags):
-        if f:
-            if start is None:
-                start = i
-            gap, end = 0, i + 1
-        elif start is not None:
-            gap += 1
-            if gap >= min_gap:
-                runs.append((start, end))
-                start = None
-    if start is not None:
-        runs.append((start, end))
-    return runs
+    f = np.asarray(flags, dtype=bool)
+    if not f.any():
+        return []
+    edges = np.diff(np.concatenate(([0], f.view(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    apart = np.flatnonzero(starts[1:] - ends[:-1] >= min_gap)        # gaps wide enough to part two runs
+    return list(zip(np.r_[starts[0], starts[apart + 1]].tolist(), np.r_[ends[apart], ends[-1]].tolist()))
 
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:

@@ -3,7 +3,7 @@
 The encoder runs once per line image; the decoder runs through suite's one decode loop with any
 registered decoder (ar, block_diffusion, s2d2, ngram_prior, ctc_speculative, jacobi, ...). Lines are decoded
 by the reader's scheduler (suite.scheduler): each row advances by its own accepted length, leaves at
-its EOS, and the next line joins the running batch.
+its EOS, and the next chunk of lines joins once there is room.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from suite import DecodeStats, RequestInputs
 from suite.registry import DEFAULTS
 
 from .confidence import load as load_calibration
+from .decoder_probs import Recording
 from .lines import line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
@@ -121,11 +122,14 @@ class OCR:
     def scheduler(self):
         """This reader's suite.scheduler.Scheduler (its stepping thread starts on the first line):
         the lines of every call, concurrent calls included, share its forwards, at most
-        `batch_size` rows at once; a line leaves at its EOS and a waiting one takes its place."""
+        2 x `batch_size` rows at once; a line leaves at its EOS, and a waiting chunk of lines joins
+        once there is room for it."""
         with self._lock:
             if self._scheduler is None:
                 from suite.scheduler import Scheduler
-                self._scheduler = Scheduler(self.adapter, max_rows=self.batch_size, name="scheduler ocr")
+                # room for two chunks of `batch_size` lines (one request each): a second call's lines, or the
+                # next chunk, join while the first runs
+                self._scheduler = Scheduler(self.adapter, max_rows=2 * self.batch_size, name="scheduler ocr")
             return self._scheduler
 
     def __call__(self, line_images, decoder="ar", batch_size: int | None = None, score: bool = False,
@@ -133,8 +137,10 @@ class OCR:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
         hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
         A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
-        forwards. The encoder reads `batch_size` images per forward; each piece is then a request
-        of its own to the reader's scheduler (rows join and leave the running batch)."""
+        forwards. The encoder reads `batch_size` images per forward; each such chunk of pieces is
+        then one request to the reader's scheduler (its rows join the running batch together and
+        each leaves at its EOS). score=True: each line's token probabilities, from the decoding
+        forwards themselves where the decoder verifies a chain (document.decoder_probs)."""
         images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
             raise ValueError(f"prior_texts has {len(prior_texts)} entries for {len(images)} lines; give one per line")
@@ -143,44 +149,52 @@ class OCR:
         if dec.name == "ctc_speculative" and not hasattr(self.adapter, "ctc_drafts"):
             raise ValueError("decoder 'ctc_speculative' drafts with the model's CTC head, and this model has none; "
                              "choose ar, s2d2 or block_diffusion")
+        if score:
+            dec = Recording(dec)         # the read tokens' probabilities from the decoding forwards themselves
         t0 = time.perf_counter()
         pieces, owner = self.pieces(images)
         size = batch_size or self.batch_size
         # the widest pieces first: the job's last steps then finish short lines, not wait on a long one
         order = sorted(range(len(pieces)), key=lambda i: -pieces[i].width / pieces[i].height)
-        requests, chunks = [None] * len(pieces), []
+        requests, inputs, chunks = [], [], []
         try:
             for lo in range(0, len(pieces), size):
                 rows = order[lo:lo + size]
                 bound = self.adapter.for_images(self.adapter.pixels([pieces[i] for i in rows]))
-                chunks.append((bound, rows))
-                ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" else None
-                for j, i in enumerate(rows):
-                    inputs = RequestInputs(
-                        ctc=None if ctc is None else (ctc[j],),
-                        prior_tokens=None if prior_texts is None else (bound.prior_tokens(prior_texts[owner[i]]),))
-                    requests[i] = self.scheduler.request([[bound.start_token_id]], decoder=dec, inputs=inputs,
-                                                         max_new_tokens=self.max_length - 1, bound=bound.rows([j]))
+                ctc = bound.ctc_drafts() if dec.name == "ctc_speculative" or (score and hasattr(bound, "ctc_drafts")) else None
+                chunks.append((bound, rows, ctc))
+                # one request per chunk: its rows join the running batch together (one cache join, not one
+                # per line) and each leaves at its EOS
+                inputs.append(RequestInputs(
+                    ctc=tuple(ctc) if ctc is not None and dec.name == "ctc_speculative" else None,
+                    prior_tokens=None if prior_texts is None else
+                    tuple(bound.prior_tokens(prior_texts[owner[i]]) for i in rows)))
+                requests.append(self.scheduler.request([[bound.start_token_id]] * len(rows), decoder=dec,
+                                                       inputs=inputs[-1], max_new_tokens=self.max_length - 1,
+                                                       bound=bound))
             results = [r.result() for r in self.scheduler.enqueue(requests)]
         except BaseException:
             for r in requests:
-                if r is not None:
-                    r.cancel()
+                r.cancel()
             raise
         eos = self.adapter.config.eos_token_ids
-        tokens = [res.new_tokens[0] for res in results]
+        tokens = [None] * len(pieces)
+        for (_, rows, _), res in zip(chunks, results):
+            for j, i in enumerate(rows):
+                tokens[i] = res.new_tokens[j]
         texts = [self.adapter.decode_text([t for t in new if t not in eos]) for new in tokens]
         confs, mins, agree = [0.0] * len(pieces), [0.0] * len(pieces), [None] * len(pieces)
         if score:
-            for bound, rows in chunks:
-                means, lows = confidence(bound, [tokens[i] for i in rows])
-                drafts = ctc_readings(bound)
+            logprobs = token_logprobs(dec, inputs, tokens, chunks)
+            for bound, rows, ctc in chunks:
                 for j, i in enumerate(rows):
+                    lp = logprobs[i]
+                    mean, low = (float(np.exp(np.mean(lp))), float(np.exp(np.min(lp)))) if lp else (0.0, 0.0)
                     # fewer words read than the image shows: some may be missing, so not certain
-                    confs[i] = means[j] * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
-                    mins[i] = lows[j]
-                    if drafts is not None:
-                        agree[i] = drafts[j] == [t for t in tokens[i] if t not in eos]
+                    confs[i] = mean * min(1.0, len(texts[i].split()) / max(words_seen(pieces[i]), 1))
+                    mins[i] = low
+                    if ctc is not None:      # the CTC head, reading from the encoder alone, reads the same?
+                        agree[i] = list(ctc[j].tokens) == [t for t in tokens[i] if t not in eos]
         stats = OCRStats.beside([res.stats for res in results])
         stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
         stats.num_lines, stats.encoder_forwards = len(images), len(chunks)
@@ -210,17 +224,29 @@ def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
                      mins if scored else [], agree if scored else [])
 
 
-def ctc_readings(bound) -> list[list[int]] | None:
-    """Each line as the model's CTC head reads it greedily (token ids), None for a reader without
-    one: a second reading, from the encoder alone, to check the decoder's against."""
-    if not hasattr(bound, "ctc_drafts"):
-        return None
-    return [list(d.tokens) for d in bound.ctc_drafts()]
+def token_logprobs(dec: Recording, inputs, tokens: list[list[int]], chunks) -> list[list[float]]:
+    """Each piece's read tokens' log-probabilities: logged by the decoding forwards (`Recording`),
+    or, for pieces a decoder read otherwise (block diffusion's noisy slots), from a teacher-forced
+    pass of the causal model (`confidence`)."""
+    out = [None] * len(tokens)
+    for given, (bound, rows, _) in zip(inputs, chunks):
+        logs = dec.logs_of(given) or [None] * len(rows)
+        for log, i in zip(logs, rows):
+            lp = None if log is None else log.logprobs
+            out[i] = lp[:len(tokens[i])] if lp is not None and len(lp) >= len(tokens[i]) else None
+        missing = [(j, i) for j, i in enumerate(rows) if out[i] is None]
+        if missing:
+            scored = confidence(bound.rows([j for j, _ in missing]), [tokens[i] for _, i in missing])
+            for (_, i), lp in zip(missing, scored):
+                out[i] = lp
+    return out
 
 
-def confidence(bound, new_tokens: list[list[int]]) -> tuple[list[float], list[float]]:
-    """(mean, least) probability the causal model gives each line's read tokens (one
+def confidence(bound, new_tokens: list[list[int]]) -> list[list[float]]:
+    """The log-probability the causal model gives each of each line's read tokens (one
     teacher-forced forward through the adapter, on a fresh cache)."""
+    if not any(new_tokens):
+        return [[] for _ in new_tokens]
     n = max(len(t) for t in new_tokens) + 1
     cache = bound.new_cache(len(new_tokens))
     dev = cache.valid.device
@@ -228,17 +254,9 @@ def confidence(bound, new_tokens: list[list[int]]) -> tuple[list[float], list[fl
     ids = torch.tensor([[bound.start_token_id] + t + [pad] * (n - 1 - len(t)) for t in new_tokens],
                        dtype=torch.long, device=dev)
     with torch.no_grad():
-        logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).log_softmax(-1)
-    means, lows = [], []
-    for b, t in enumerate(new_tokens):
-        if not t:
-            means.append(0.0)
-            lows.append(0.0)
-            continue
-        lp = logp[b, torch.arange(len(t), device=dev), torch.tensor(t, device=dev)]
-        means.append(float(lp.mean().exp()))
-        lows.append(float(lp.min().exp()))
-    return means, lows
+        logp = bound(ids, torch.arange(n, device=dev).expand(len(new_tokens), n), cache, None).float().log_softmax(-1)
+    return [logp[b, torch.arange(len(t), device=dev), torch.tensor(t, dtype=torch.long, device=dev)].tolist()
+            for b, t in enumerate(new_tokens)]
 
 
 def load_ocr(path: str | Path | None = None, batch_size: int = 32, threads: int | None = None, dtype=None) -> OCR:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from suite.runtime.storage import atomic_path, cache_dir
-from suite.runtime.training import Budget, ClockBar, log, optimizer_step, set_learning_rate, warmup_cosine
+from suite.runtime.training import Budget, ClockBar, cpu_budget, log, optimizer_step, set_learning_rate, warmup_cosine
 
 from . import data, typeset
 from .model import EOS, MASK, PAD, OCRModel, block_anchor, block_train_mask, default_config
@@ -92,7 +92,13 @@ def losses(model: OCRModel, pixels: torch.Tensor, ids: torch.Tensor, rng: random
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="example: python -m document.train --minutes 40 --threads 1")
-    ap.add_argument("--minutes", type=float, default=40.0, help="training time budget")
+    ap.add_argument("--minutes", type=float, default=40.0, help="training time budget (wall minutes; CPU minutes with --cpu)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="count --minutes as this process's CPU time (a shared CPU's wall clock runs ahead of the compute)")
+    ap.add_argument("--wall-minutes", type=float, default=None,
+                    help="with --cpu: also stop after this many wall minutes (the cosine follows whichever runs out first)")
+    ap.add_argument("--typeset-share", type=float, default=TYPESET_SHARE,
+                    help="--data typeset: the share of each batch drawn from document.typeset (the rest: classic lines)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=1)
@@ -109,6 +115,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.batch < 1:
         print("error: --minutes and --batch must be positive", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.typeset_share <= 1.0:
+        print("error: --typeset-share must be between 0 and 1", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -132,12 +141,14 @@ def main(argv=None) -> int:
     log(f"training from step {start_step} for {args.minutes} min")
     val = data.make_samples(64, seed=999, split="heldout")
     val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
-    budget, step = Budget(args.minutes), 0
+    budget, step = (cpu_budget(args.minutes) if args.cpu else Budget(args.minutes)), 0
+    wall = Budget(args.wall_minutes) if args.cpu and args.wall_minutes else None
+    progress = (lambda: max(budget.progress(), wall.progress())) if wall else budget.progress
     minutes_done = float(model.cfg.get("train_minutes", 0)) if args.resume else 0.0
     bar, status = ClockBar(args.minutes * 60, "train"), ""
-    while not budget.spent():
-        lr = set_learning_rate(opt, warmup_cosine(args.lr, step, budget.progress(), args.warmup))
-        batch = training_batch(args.batch, args.data, rng)
+    while progress() < 1.0:
+        lr = set_learning_rate(opt, warmup_cosine(args.lr, step, progress(), args.warmup))
+        batch = training_batch(args.batch, args.data, rng, args.typeset_share)
         model.train()
         causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
         optimizer_step(opt, causal + block + CTC_WEIGHT * ctc)
@@ -179,9 +190,10 @@ def grow_charset(model: OCRModel, charset: str) -> OCRModel:
     return grown
 
 
-def training_batch(n: int, kind: str, rng: random.Random) -> list[data.LineSample]:
-    """n rendered training lines: classic (document.data) or typeset mixed with classic."""
-    n_typeset = sum(rng.random() < TYPESET_SHARE for _ in range(n)) if kind == "typeset" else 0
+def training_batch(n: int, kind: str, rng: random.Random, share: float = TYPESET_SHARE) -> list[data.LineSample]:
+    """n rendered training lines: classic (document.data) or typeset (`share` of them, on average)
+    mixed with classic."""
+    n_typeset = sum(rng.random() < share for _ in range(n)) if kind == "typeset" else 0
     batch = data.make_samples(n - n_typeset, seed=rng.randrange(2 ** 31), fonts=data.training_font_paths())
     return batch + typeset.make_samples(n_typeset, seed=rng.randrange(2 ** 31))
 

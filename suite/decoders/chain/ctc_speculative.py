@@ -48,6 +48,10 @@ class CTCSpeculative(DecoderBase):
     min_ratio: float = 1.0       # greedy relaxed acceptance: keep a draft token whose probability is at
                                  # least min_ratio x the top one's; 1.0 = strict (exact w.r.t. ar)
     realign: bool = False        # after a rejection, re-draft the rest of the CTC hypothesis (else plain AR)
+    max_guesses: int = 0         # at most this many hypothesis tokens verified per forward (0: the whole rest);
+                                 # a row keeps drafting while its guesses are accepted (a batch's forward is
+                                 # as wide as its widest row: a cap keeps rows gone autoregressive from
+                                 # paying for one row's long draft)
 
     name: ClassVar[str] = "ctc_speculative"
     requires: ClassVar[frozenset] = frozenset()
@@ -72,7 +76,8 @@ class CTCSpeculative(DecoderBase):
                 guesses.append([])
                 continue
             done_so_far = len(state.new_tokens(b))
-            n = room_for_guesses(state, b, len(row.draft) - done_so_far)
+            want = len(row.draft) - done_so_far
+            n = room_for_guesses(state, b, min(want, self.max_guesses) if self.max_guesses > 0 else want)
             guesses.append(row.draft[done_so_far:done_so_far + n])
         return chain_draft(state, guesses)
 
@@ -89,7 +94,7 @@ class CTCSpeculative(DecoderBase):
                 pos = len(state.new_tokens(b)) + n      # index of the rejected hypothesis token
                 rest = full[pos + 2:] if pos + 1 < len(full) and full[pos + 1] == nxt else full[pos + 1:]
                 row.draft = state.new_tokens(b) + guess[:n] + [nxt] + rest
-            elif n < len(guess) or not guess:
+            elif n < len(guess) or not guess:       # (a capped draft fully accepted keeps drafting)
                 row.rejected = True     # continue autoregressively from here
             committed.append(guess[:n] + [nxt])
             accepted.append(n)
