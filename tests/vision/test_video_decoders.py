@@ -284,20 +284,23 @@ def test_video_zipar_sjd_is_lossless_when_sampling(coupled):
 def test_a_written_prior_loads_back_with_its_previous_frame_weights(tmp_path):
     """write_prior records the schemes in video_prior.json and VideoPrior.load reads every weight
     back (the previous-frame tables and copy gates too): the same logits through the cache."""
-    from vision.video import prevframe, rotary
+    from vision.video import data as vdata
+    from vision.video import motioncopy, prevframe, rotary
     from vision.video.prior import VideoPrior, build_video_prior
     from vision.video.train import _meta, write_prior
     lay = VideoLayout(8, 10, 6, frames=2, height=2, width=2, radius=1)
     positions, inputs = rotary.meta(), prevframe.meta(1, tables=True, copy=True)
+    copy = motioncopy.meta(vdata.MOTIONS, vdata._MOVES)
     torch.manual_seed(0)
-    model = build_video_prior(lay, hidden=32, layers=2, heads=4, positions=positions, inputs=inputs).eval()
+    model = build_video_prior(lay, hidden=32, layers=2, heads=4, positions=positions, inputs=inputs, copy=copy).eval()
     with torch.no_grad():
-        for param in prevframe.module(model).parameters():
+        for param in list(prevframe.module(model).parameters()) + list(motioncopy.module(model).parameters()):
             param.normal_(0, 0.3)
-    write_prior(model, lay, str(tmp_path / "prior"), {}, positions, inputs)
+    write_prior(model, lay, str(tmp_path / "prior"), {}, positions, inputs, copy)
     back = VideoPrior.load(str(tmp_path / "prior"))
-    assert back.meta["inputs"] == inputs
-    video = VideoPrior(model, _meta(lay, positions, inputs))
+    assert back.meta["inputs"] == inputs and back.meta["copy"] == copy
+    assert torch.equal(motioncopy.module(back.model).gate_bias, motioncopy.module(model).gate_bias)
+    video = VideoPrior(model, _meta(lay, positions, inputs, copy))
     seqs = torch.tensor([lay.prompt(1, 0) + [3, 1, 4, 1, 5, 2, 6, 5]])
     pos = torch.arange(seqs.shape[1])[None]
     with torch.no_grad():
