@@ -34,6 +34,10 @@ CLIP_PX = 320                   # the player's height
 FPS = 8.0
 DEFAULT_FRAMES = 4             # a first clip in seconds, not minutes (ar: one forward per code)
 UPDATE_EVERY_S = 0.1
+# (class, motion, frames) whose seed-0 clips (diagonal, default sampling) the motion classifier and the
+# image classifier read as asked, with the shipped prior (vision/weights/video/README.md, 2026-12-05)
+EXAMPLES = [["circle", "right", 8], ["star", "left", 8], ["square", "down", 8], ["triangle", "up", 8],
+            ["checker", "up", 8], ["star", "rotate", 8]]
 
 
 def load_pipeline():
@@ -188,6 +192,9 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                    elem_id="video-frames")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="video-compare")
                 run = gr.Button("Generate", variant="primary", elem_id="video-run")
+                shown = [e for e in EXAMPLES if e[0] in classes and e[1] in motions and e[2] <= max_frames]
+                if shown:                       # another prior (other classes, fewer frames): none
+                    gr.Examples(shown, [label, motion, frames], label="Examples (the motion asked for)")
             with gr.Column(scale=2):
                 decoder = gr.Dropdown(decoder_choices(), value=DEFAULT_DECODER, label="Decoder",
                                       elem_id="video-decoder")

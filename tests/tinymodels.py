@@ -56,12 +56,14 @@ def tiny_tts(seed=0, local_frames=1, codebooks=4, codebook_size=16):
 
 
 def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0, positions="frame",
-               inputs="both"):
+               inputs="both", copy="motion"):
     """A tiny random video prior (vision/video/prior.py's layout and window mask) behind its adapter;
     positions "frame" (frame-aware rotary, vision/video/rotary.py, as shipped) or "1d" (older folders);
     inputs "both" (the previous frame's codes as input tables and a copy head, vision/video/prevframe.py,
-    random weights so they matter), "tables", "copy" or None (older folders)."""
-    from vision.video import prevframe, rotary
+    random weights so they matter), "tables", "copy" or None (older folders); copy "motion" (the
+    motion-told copy, vision/video/motioncopy.py: m0 told to read (0, -1), m1 learnt; random weights)
+    or None."""
+    from vision.video import motioncopy, prevframe, rotary
     from vision.video.prior import VideoLayout, VideoPrior, build_video_prior
     meta = {"codebook_size": codebook, "classes": ["a", "b"], "motions": ["m0", "m1"], "frames": frames,
             "grid": list(grid), "radius": radius}
@@ -69,13 +71,17 @@ def tiny_video(codebook=8, frames=3, grid=(4, 4), radius=1, seed=0, sharpen=4.0,
         meta["positions"] = rotary.meta()
     if inputs is not None:
         meta["inputs"] = prevframe.meta(radius, inputs in ("tables", "both"), inputs in ("copy", "both"))
+    if copy == "motion":
+        meta["copy"] = motioncopy.meta(meta["motions"], {"m0": (1, 0)} if radius else {})
     torch.manual_seed(seed)
     model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4,
-                              inputs=meta.get("inputs")).eval()
+                              inputs=meta.get("inputs"), copy=meta.get("copy")).eval()
     with torch.no_grad():     # sharpen so greedy paths are not decided by float noise
         model.get_output_embeddings().weight.mul_(sharpen)
         for name, param in ([] if inputs is None else prevframe.module(model).named_parameters()):
             param.normal_(0, {"weight": 1.0, "gate": 0.3, "gate_bias": 0.05}[name])
+        for param in ([] if copy is None else motioncopy.module(model).parameters()):
+            param.normal_(0, 1.0)
     return VideoPrior(model, meta)
 
 

@@ -35,13 +35,14 @@ def gen(model, prompt, decoder, n, **kw):
 def full_logits(video, seqs: torch.Tensor) -> torch.Tensor:
     """(B, L, K) logits of whole sequences in one uncached forward under the training mask."""
     from vision.video import prevframe
+    from vision.video.prior import code_logits
     lay = video.layout
     pos = torch.arange(seqs.shape[1]).expand(len(seqs), -1)
     with torch.no_grad():
         embeds = prevframe.embed(video.model, lay.inputs(seqs, pos), seqs, pos)
         hidden = video.model.model(inputs_embeds=embeds, position_ids=lay.position_ids(pos),
                                    attention_mask=lay.training_mask(seqs.shape[1])[None, None].expand(len(seqs), 1, -1, -1))
-        return prevframe.logits(video.model, hidden.last_hidden_state, seqs, pos, lay.codebook)
+        return code_logits(video.model, lay, hidden.last_hidden_state, seqs, pos, lay.motion_index(seqs[:, 0]))
 
 
 def test_window_mask_sees_prompt_own_frame_and_the_neighbourhood_above():
@@ -90,13 +91,15 @@ def test_prev_frame_inputs_read_the_window_above_but_never_a_frame_s_last_cell()
         assert seen[p, where[ok]].all()
 
 
-@pytest.mark.parametrize("positions,inputs", [("frame", "both"), ("frame", "tables"), ("frame", "copy"), ("frame", None),
-                                              ("1d", None)])
-def test_cached_ar_follows_the_training_mask(video, positions, inputs):
-    """Greedy ar through the adapter (cache, window mask and previous-frame board per step) picks
-    the argmax of one uncached forward over its own output under the training mask, at every
-    cell (the shipped schemes and older folders': 1-D positions, no previous-frame inputs)."""
-    video = video if inputs == "both" else tiny_video(positions=positions, inputs=inputs)
+@pytest.mark.parametrize("positions,inputs,copy", [("frame", "both", "motion"), ("frame", None, "motion"),
+                                                   ("frame", "tables", None), ("frame", "copy", None),
+                                                   ("frame", None, None), ("1d", None, None)])
+def test_cached_ar_follows_the_training_mask(video, positions, inputs, copy):
+    """Greedy ar through the adapter (cache, window mask, previous-frame board and motion per step)
+    picks the argmax of one uncached forward over its own output under the training mask, at every
+    cell (the shipped schemes and older folders': 1-D positions, no previous-frame inputs, no
+    motion copy)."""
+    video = video if inputs == "both" else tiny_video(positions=positions, inputs=inputs, copy=copy)
     n = video.layout.frames * video.layout.cells
     p = prompts(video, [(0, 1), (1, 0)])
     out = gen(video, p, "ar", n)
@@ -106,7 +109,7 @@ def test_cached_ar_follows_the_training_mask(video, positions, inputs):
 
 @pytest.mark.parametrize("guided,positions", [(False, "frame"), (True, "frame"), (False, "1d")])
 def test_diagonal_equals_ar_greedy_with_fewer_forwards(video, guided, positions):
-    video = video if positions == "frame" else tiny_video(positions="1d", inputs=None)
+    video = video if positions == "frame" else tiny_video(positions="1d", inputs=None, copy=None)
     lay = video.layout
     n = lay.frames * lay.cells
     p = prompts(video, [(0, 0), (1, 1)])
@@ -281,20 +284,23 @@ def test_video_zipar_sjd_is_lossless_when_sampling(coupled):
 def test_a_written_prior_loads_back_with_its_previous_frame_weights(tmp_path):
     """write_prior records the schemes in video_prior.json and VideoPrior.load reads every weight
     back (the previous-frame tables and copy gates too): the same logits through the cache."""
-    from vision.video import prevframe, rotary
+    from vision.video import data as vdata
+    from vision.video import motioncopy, prevframe, rotary
     from vision.video.prior import VideoPrior, build_video_prior
     from vision.video.train import _meta, write_prior
     lay = VideoLayout(8, 10, 6, frames=2, height=2, width=2, radius=1)
     positions, inputs = rotary.meta(), prevframe.meta(1, tables=True, copy=True)
+    copy = motioncopy.meta(vdata.MOTIONS, vdata._MOVES)
     torch.manual_seed(0)
-    model = build_video_prior(lay, hidden=32, layers=2, heads=4, positions=positions, inputs=inputs).eval()
+    model = build_video_prior(lay, hidden=32, layers=2, heads=4, positions=positions, inputs=inputs, copy=copy).eval()
     with torch.no_grad():
-        for param in prevframe.module(model).parameters():
+        for param in list(prevframe.module(model).parameters()) + list(motioncopy.module(model).parameters()):
             param.normal_(0, 0.3)
-    write_prior(model, lay, str(tmp_path / "prior"), {}, positions, inputs)
+    write_prior(model, lay, str(tmp_path / "prior"), {}, positions, inputs, copy)
     back = VideoPrior.load(str(tmp_path / "prior"))
-    assert back.meta["inputs"] == inputs
-    video = VideoPrior(model, _meta(lay, positions, inputs))
+    assert back.meta["inputs"] == inputs and back.meta["copy"] == copy
+    assert torch.equal(motioncopy.module(back.model).gate_bias, motioncopy.module(model).gate_bias)
+    video = VideoPrior(model, _meta(lay, positions, inputs, copy))
     seqs = torch.tensor([lay.prompt(1, 0) + [3, 1, 4, 1, 5, 2, 6, 5]])
     pos = torch.arange(seqs.shape[1])[None]
     with torch.no_grad():
@@ -304,3 +310,39 @@ def test_a_written_prior_loads_back_with_its_previous_frame_weights(tmp_path):
     with torch.no_grad():                    # and they matter: without the copy gates, other logits
         prevframe.module(back.model).gate.zero_()
         assert not torch.equal(want, back(seqs, pos, back.new_cache(1), None))
+
+
+def test_motion_copy_reads_the_cell_its_motion_names():
+    """A told motion puts its copy mass on the one cell of frame t-1 its offset names ("m0" moves
+    one cell right: cell (r, c) reads (r, c - 1)); a learnt one spreads it over the window's cells;
+    frame 0 and cells off the grid get none."""
+    from vision.video.motioncopy import MotionCopy
+    mc = MotionCopy(codebook=8, hidden=4, height=4, width=4, radius=1, prompt=PROMPT, told=[[0, -1], None, None])
+    slot = torch.tensor([[PROMPT + 16 + 5, PROMPT + 16 + 3, PROMPT + 3]])     # predict (1,1,2), (1,1,0), (0,1,0)
+    told, learnt = mc.weights(slot, torch.tensor([0])), mc.weights(slot, torch.tensor([1]))
+    where, _ = mc.neighbours(slot)
+    assert where[0, 0, told[0, 0].argmax()] == PROMPT + 1 * 4 + 1 and told[0, 0].sum() == 1
+    assert told[0, 1].sum() == 0 and told[0, 2].sum() == 0 and learnt[0, 2].sum() == 0
+    assert torch.allclose(learnt[0, 0].sum(), torch.tensor(1.0)) and learnt[0, 1].sum() < 1   # off the grid: less
+    board = torch.randint(8, (1, PROMPT + 32))
+    with torch.no_grad():
+        mc.gate_bias.fill_(20.0)                               # copy only
+        out = mc(torch.zeros(1, 3, 8), torch.zeros(1, 3, 4), board, slot, torch.tensor([0]))
+    assert out[0, 0].argmax() == board[0, PROMPT + 5] and torch.allclose(out[0, 0].exp().sum(), torch.tensor(1.0))
+    assert torch.isfinite(out).all()
+
+
+def test_guidance_s_unconditional_rows_copy_by_the_null_motion(video):
+    """Under classifier-free guidance each row's copy reads its own prompt's motion: at scale 0 the
+    guided logits are the null prompt's, as one uncached forward over the null-prompt sequence gives."""
+    lay = video.layout
+    p = prompts(video, [(0, 0), (1, 1)])
+    seqs = torch.cat([p, torch.randint(lay.codebook, (2, lay.frames * lay.cells))], 1)
+    model = cfg(video, p, scale=0.0)
+    pos = torch.arange(seqs.shape[1]).expand(2, -1)
+    with torch.no_grad():
+        got = model(seqs, pos, model.new_cache(2), None)
+    null = seqs.clone()
+    null[:, :PROMPT] = torch.tensor([lay.null_motion, lay.null_class])
+    assert torch.allclose(got, full_logits(video, null), atol=1e-4)
+    assert not torch.allclose(got, full_logits(video, seqs), atol=1e-2)

@@ -25,21 +25,22 @@ SCHEME = "prev_frame"
 COPY_SCALE = 64.0         # gates = W h + COPY_SCALE * b: a per-offset bias that moves as fast as W h does
 
 
-class PrevFrame(nn.Module):
-    """offsets x (codebook + 1) x hidden input tables (row `codebook` is "none") and/or an
-    offsets-wide copy gate over the last hidden state; all zero at the start."""
+class Neighbourhood(nn.Module):
+    """The geometry of "frame t-1 around the cell a slot predicts": the (2r+1)^2 offsets (dr, dc),
+    row-major from (-r, -r), and the codes a board holds there. No weights (its buffers are not
+    saved); vision/video/motioncopy.py reads the same cells."""
 
-    def __init__(self, codebook: int, hidden: int, height: int, width: int, radius: int, prompt: int,
-                 tables: bool = True, copy: bool = False):
+    def __init__(self, codebook: int, height: int, width: int, radius: int, prompt: int):
         super().__init__()
         self.codebook, self.height, self.width, self.radius, self.prompt = codebook, height, width, radius, prompt
         side = 2 * radius + 1
-        self.weight = nn.Parameter(torch.zeros(side * side * (codebook + 1), hidden)) if tables else None
-        self.gate = nn.Parameter(torch.zeros(side * side, hidden)) if copy else None
-        self.gate_bias = nn.Parameter(torch.zeros(side * side)) if copy else None
         d = torch.arange(-radius, radius + 1)
         self.register_buffer("dr", d.repeat_interleave(side), persistent=False)
         self.register_buffer("dc", d.repeat(side), persistent=False)
+
+    @property
+    def offsets(self) -> int:
+        return len(self.dr)
 
     def neighbours(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(..., N) slot positions -> board positions (..., N, O) of the previous frame's cells
@@ -59,6 +60,19 @@ class PrevFrame(nn.Module):
         b, n, o = where.shape
         codes = board.gather(1, where.clamp(0, board.shape[1] - 1).reshape(b, -1)).reshape(b, n, o)
         return torch.where(ok & (codes < self.codebook), codes, self.codebook)
+
+
+class PrevFrame(Neighbourhood):
+    """offsets x (codebook + 1) x hidden input tables (row `codebook` is "none") and/or an
+    offsets-wide copy gate over the last hidden state; all zero at the start."""
+
+    def __init__(self, codebook: int, hidden: int, height: int, width: int, radius: int, prompt: int,
+                 tables: bool = True, copy: bool = False):
+        super().__init__(codebook, height, width, radius, prompt)
+        o = self.offsets
+        self.weight = nn.Parameter(torch.zeros(o * (codebook + 1), hidden)) if tables else None
+        self.gate = nn.Parameter(torch.zeros(o, hidden)) if copy else None
+        self.gate_bias = nn.Parameter(torch.zeros(o)) if copy else None
 
     def forward(self, board: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """(B, L) board, (B, N) slot positions -> (B, N, hidden) features to add to the inputs."""

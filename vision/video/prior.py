@@ -19,6 +19,9 @@ image does and "the same cell one frame back" is a small offset; without it, pla
 With its "inputs" (vision/video/prevframe.py) a slot also reads the codes of frame t-1 around its
 cell directly (input tables, a copy head): the adapter keeps each row's fed tokens by position in
 the cache (`row_inputs["board"]`), so a cached forward that receives only new tokens finds them.
+With its "copy" (vision/video/motioncopy.py) the logits mix in a copy of frame t-1 at the offset
+the prompt's motion implies; each row's motion (and its unconditional copy's, under guidance)
+travels in the cache too (`row_inputs["motion"]`).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from suite import AdapterConfig, HFCausalLM, KVCache
 from suite.runtime.storage import read_json
 
 from ..prior import SHARD_INDEX
-from . import prevframe, rotary
+from . import motioncopy, prevframe, rotary
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
 
@@ -84,6 +87,11 @@ class VideoLayout:
     def length(self) -> int:
         return PROMPT + self.frames * self.cells
 
+    def motion_index(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Motion tokens -> motion indices 0..M (M: the null motion; anything else reads as null)."""
+        m = tokens - self.motion_token(0)
+        return torch.where((m >= 0) & (m <= self.motions), m, self.motions)
+
     def prompt(self, label: int, motion: int) -> list[int]:
         return [self.motion_token(motion), self.codebook + label]
 
@@ -118,9 +126,9 @@ class VideoLayout:
 
 
 def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, heads: int = 8,
-                      positions: dict | None = None, inputs: dict | None = None):
-    """A fresh Llama video prior; `positions`, `inputs`: video_prior.json's entries (None: 1-D
-    rotary; no previous-frame inputs)."""
+                      positions: dict | None = None, inputs: dict | None = None, copy: dict | None = None):
+    """A fresh Llama video prior; `positions`, `inputs`, `copy`: video_prior.json's entries (None:
+    1-D rotary; no previous-frame inputs; no motion-told copy)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=layout.vocab, hidden_size=hidden, intermediate_size=hidden * 3,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
@@ -130,6 +138,7 @@ def build_video_prior(layout: VideoLayout, hidden: int = 256, layers: int = 8, h
     model = LlamaForCausalLM(cfg)
     rotary.install(model, layout.cells, positions)
     prevframe.install(model, layout, inputs, PROMPT)
+    motioncopy.install(model, layout, copy, PROMPT)
     return model
 
 
@@ -143,6 +152,7 @@ def load_video_llama(folder: str, meta: dict):
     layout = VideoLayout.from_meta(meta)
     rotary.install(model, layout.cells, meta.get("positions"))
     prevframe.install(model, layout, meta.get("inputs"), PROMPT)
+    motioncopy.install(model, layout, meta.get("copy"), PROMPT)
     index = os.path.join(folder, SHARD_INDEX)
     files = sorted(set(read_json(index)["weight_map"].values())) if os.path.isfile(index) else ["model.safetensors"]
     state = {}
@@ -150,6 +160,16 @@ def load_video_llama(folder: str, meta: dict):
         state.update(load_file(os.path.join(folder, file)))
     model.load_state_dict(state)
     return model
+
+
+def code_logits(model, layout: VideoLayout, hidden: torch.Tensor, board: torch.Tensor, positions: torch.Tensor,
+                motion: torch.Tensor) -> torch.Tensor:
+    """(B, N, K) code logits of the last hidden states at `positions`: the code head, the
+    previous-frame copy gates and the motion-told copy (each when installed); `motion`: (B,)
+    motion indices."""
+    out = prevframe.logits(model, hidden, board, positions, layout.codebook)
+    told = motioncopy.module(model)
+    return out if told is None else told(out, hidden, board, positions, motion)
 
 
 def warm_start(model, image_prior, layout: VideoLayout) -> None:
@@ -184,6 +204,8 @@ class VideoPrior(AdapterBase):
         self.layout = lay = VideoLayout.from_meta(meta)
         rotary.install(model, lay.cells, meta.get("positions"))
         prevframe.install(model, lay, meta.get("inputs"), PROMPT)
+        motioncopy.install(model, lay, meta.get("copy"), PROMPT)
+        self.reads_board = prevframe.module(model) is not None or motioncopy.module(model) is not None
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
         self.codebook_size = lay.codebook
@@ -200,10 +222,25 @@ class VideoPrior(AdapterBase):
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         cache = self.inner.new_cache(batch, max_len)
-        if prevframe.module(self.model) is not None:     # the tokens each row has fed, by position
+        if self.reads_board:                    # the tokens each row has fed, by position
             cache.row_inputs["board"] = torch.full((batch, self.layout.length), self.codebook_size,
                                                    dtype=torch.long, device=self.device)
+        if motioncopy.module(self.model) is not None:     # each row's motion index, its guidance copy's beside
+            cache.row_inputs["motion"] = torch.full((batch, 2), self.layout.motions, dtype=torch.long,
+                                                    device=self.device)
         return cache
+
+    def _motion(self, cache, tokens, positions) -> torch.Tensor:
+        """Record the motion token of rows that feed position 0 (the k copies of a row under
+        guidance each in its column); returns the (N,) motion index of every forward row."""
+        motion = cache.row_inputs["motion"]
+        rows = motion.shape[0]
+        k = tokens.shape[0] // rows
+        at = positions == 0
+        first = self.layout.motion_index(tokens.gather(1, at.int().argmax(1, keepdim=True))[:, 0]).reshape(k, rows).T
+        fed = at.any(1)
+        motion[:, :k] = torch.where(fed.reshape(k, rows).T, first, motion[:, :k])
+        return motion[:, :k].T.reshape(-1)
 
     def _board(self, cache, tokens, positions) -> torch.Tensor:
         """Record the forward's tokens on the rows' boards; returns (B, L) boards where only
@@ -228,15 +265,14 @@ class VideoPrior(AdapterBase):
         keys = torch.cat([cache.positions.to(dev), positions], 1)                 # (B, S+N)
         mask = attention_mask.to(dev) & self.layout.mask(positions, keys)[:, None]
         ids, pos_ids = self.layout.inputs(tokens, positions), self.layout.position_ids(positions)
-        if prevframe.module(self.model) is None:
-            logits = self.inner(ids, pos_ids, cache, mask, logits_from)
-        else:
-            board = self._board(cache, tokens, positions)
-            embeds = prevframe.embed(self.model, ids, board, positions)
-            hidden = self.model.model(inputs_embeds=embeds, position_ids=pos_ids, cache=cache.backend,
-                                      attention_mask=mask, use_cache=True).last_hidden_state[:, logits_from:]
-            return prevframe.logits(self.model, hidden, board, positions[:, logits_from:], self.codebook_size)
-        return logits[..., :self.codebook_size]
+        if not self.reads_board:
+            return self.inner(ids, pos_ids, cache, mask, logits_from)[..., :self.codebook_size]
+        board = self._board(cache, tokens, positions)
+        motion = self._motion(cache, tokens, positions) if motioncopy.module(self.model) is not None else None
+        embeds = prevframe.embed(self.model, ids, board, positions)
+        hidden = self.model.model(inputs_embeds=embeds, position_ids=pos_ids, cache=cache.backend,
+                                  attention_mask=mask, use_cache=True).last_hidden_state[:, logits_from:]
+        return code_logits(self.model, self.layout, hidden, board, positions[:, logits_from:], motion).to(hidden.dtype)
 
     @classmethod
     def load(cls, folder: str) -> "VideoPrior":

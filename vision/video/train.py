@@ -7,9 +7,11 @@
 The prior starts from the shipped image prior (vision/weights/prior: frame 0 is an image of the
 class from the first step) and learns the frames after it through the windowed mask of
 vision/video/prior.py, on whole clips, with the null prompt for classifier-free guidance on 10 %
-of them. With --inputs (default both) each slot also reads frame t-1's codes around its cell
-(vision/video/prevframe.py: input tables and a copy head, zero at the start, trained at their own
-learning-rate scales). It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
+of them. With --copy motion (the default) the logits mix in a copy of frame t-1 at the offset the
+clip's motion implies (vision/video/motioncopy.py: told for the moves, learnt for the others, a
+gate read from the hidden state; trained at their own learning-rate scales). With --inputs each
+slot also reads frame t-1's codes around its cell (vision/video/prevframe.py: input tables and a
+copy head, zero at the start). It checkpoints every --save-every minutes (model, optimizer, step, minutes) and writes
 the weights folder only when complete.
 """
 from __future__ import annotations
@@ -27,8 +29,8 @@ from suite.runtime.training import cpu_budget, log, optimizer_step, set_learning
 
 from . import data as vdata
 from .codes import VISION_WEIGHTS, encode_clips
-from . import prevframe, rotary
-from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, load_video_llama, warm_start
+from . import motioncopy, prevframe, rotary
+from .prior import PRIOR_FILE, SAMPLING, VideoLayout, build_video_prior, code_logits, load_video_llama, warm_start
 
 WEIGHTS = os.path.join(VISION_WEIGHTS, "video")
 
@@ -67,7 +69,7 @@ def sequence_loss(model, layout: VideoLayout, seqs, mask, per_frame: bool = Fals
     embeds = prevframe.embed(model, layout.inputs(seqs, pos), seqs, pos)
     hidden = model.model(inputs_embeds=embeds, position_ids=layout.position_ids(pos),
                          attention_mask=mask[None, None].expand(b, 1, -1, -1)).last_hidden_state[:, 1:-1]
-    logits = prevframe.logits(model, hidden, seqs, pos[:, 1:-1], k)
+    logits = code_logits(model, layout, hidden, seqs, pos[:, 1:-1], layout.motion_index(seqs[:, 0]))
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, k), seqs[:, 2:].reshape(-1), reduction="none")
     if per_frame:
         return nll.reshape(b, layout.frames, -1).mean((0, 2))
@@ -101,7 +103,12 @@ def _inputs(args) -> dict | None:
     return prevframe.meta(args.radius, tables, copy) if tables or copy else None
 
 
-def _meta(layout: VideoLayout, positions: dict | None, inputs: dict | None = None) -> dict:
+def _copy(args) -> dict | None:
+    """video_prior.json's "copy": the motion-told copy (vision/video/motioncopy.py), or None."""
+    return motioncopy.meta(vdata.MOTIONS, vdata._MOVES) if args.copy == "motion" else None
+
+
+def _meta(layout: VideoLayout, positions: dict | None, inputs: dict | None = None, copy: dict | None = None) -> dict:
     from ..data import CLASSES, SIZE
     meta = {"codebook_size": layout.codebook, "classes": list(CLASSES), "motions": list(vdata.MOTIONS),
             "frames": layout.frames, "grid": [layout.height, layout.width], "radius": layout.radius,
@@ -111,6 +118,8 @@ def _meta(layout: VideoLayout, positions: dict | None, inputs: dict | None = Non
         meta["positions"] = positions
     if inputs is not None:
         meta["inputs"] = inputs
+    if copy is not None:
+        meta["copy"] = copy
     return meta
 
 
@@ -129,23 +138,27 @@ def train_prior(args) -> None:
     mask = layout.training_mask().to(device)
     ckpt_path = os.path.join(args.checkpoint, "checkpoint.pt")
     state = torch.load(ckpt_path, weights_only=False) if args.resume and os.path.exists(ckpt_path) else None
-    model = build_video_prior(layout, args.hidden, args.layers, args.heads, _positions(args), _inputs(args))
+    model = build_video_prior(layout, args.hidden, args.layers, args.heads, _positions(args), _inputs(args), _copy(args))
     if state is not None:
         model.load_state_dict(state["model"])
         log(f"resuming from {ckpt_path}: step {state['step']}, {state['minutes']:.1f} minutes")
     elif args.init:
         init = load_video_llama(args.init, read_json(os.path.join(args.init, PRIOR_FILE))).state_dict()
         missing = set(model.state_dict()) - set(init)
-        if {m for m in missing if not m.startswith("model.prev_frame.")}:
+        if {m for m in missing if not m.startswith(("model.prev_frame.", "model.motion_copy."))}:
             raise ValueError(f"{args.init} is not a video prior of this layout: it lacks {sorted(missing)[:3]}")
-        model.load_state_dict(init, strict=False)     # new previous-frame weights stay zero
+        model.load_state_dict(init, strict=False)     # new previous-frame and copy weights keep their start
         log(f"starting from the video prior in {args.init}")
     elif not args.scratch:
         warm_start(model, LlamaForCausalLM.from_pretrained(os.path.join(VISION_WEIGHTS, "prior"), dtype=torch.float32),
                    layout)
         log("warm start from vision/weights/prior")
     model.to(device).train()
-    log(f"video prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    if args.freeze_transformer:            # train the copy path only: no backward through the transformer
+        for name, param in model.named_parameters():
+            param.requires_grad_(name.startswith(("model.prev_frame.", "model.motion_copy.")))
+    log(f"video prior: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+        f"{sum(p.numel() for p in model.parameters() if p.requires_grad)} trained")
     opt = torch.optim.AdamW(_param_groups(model, args), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
     step, before, wall0 = 0, 0.0, time.time()
     if state is not None:
@@ -169,6 +182,8 @@ def train_prior(args) -> None:
         if step % 10 == 0:
             log(f"video prior step {step} loss {sum(recent[-10:]) / len(recent[-10:]):.4f} (mean of 10) "
                 f"{before + budget.elapsed_s / 60:.1f} min ({(time.time() - wall0) / 60:.1f} wall)")
+        if step % 50 == 0 and motioncopy.module(model) is not None:
+            log("copy gate bias per motion " + " ".join(f"{v:.2f}" for v in motioncopy.module(model).gate_bias.tolist()))
         if budget.elapsed_s - saved > 60 * args.save_every:
             _checkpoint(ckpt_path, model, opt, step, before + budget.elapsed_s / 60)
             saved = budget.elapsed_s
@@ -185,19 +200,26 @@ def train_prior(args) -> None:
                  "train_loss": float(loss.detach()), "steps": step, "train_minutes": minutes,
                  "minutes_kind": "cpu" if device.type == "cpu" else "wall",
                  "batch": args.batch, "lr": args.lr, "positions": args.positions, "inputs": args.inputs,
-                 "tables_lr_scale": args.tables_lr_scale, "copy_lr_scale": args.copy_lr_scale, "train_clips": len(seqs), "test_clips": len(tc),
+                 "tables_lr_scale": args.tables_lr_scale, "copy_lr_scale": args.copy_lr_scale, "copy": args.copy,
+                 "told_lr_scale": args.told_lr_scale, "freeze_transformer": args.freeze_transformer, "train_clips": len(seqs), "test_clips": len(tc),
                  "init": args.init or ("scratch" if args.scratch else "vision/weights/prior"), "device": str(device)},
-                _positions(args), _inputs(args))
+                _positions(args), _inputs(args), _copy(args))
 
 
 def _param_groups(model, args) -> list[dict]:
     """The transformer at --lr; the new previous-frame tables and copy gates (zero at the start)
-    at their own scales of it, without weight decay."""
-    extra = prevframe.module(model)
+    and the motion-told copy's gate direction at their own scales of it, the motion copy's small
+    per-motion tables (gate biases, offset logits and maps) at --told-lr-scale; no weight decay
+    on any of them."""
+    extra, told = prevframe.module(model), motioncopy.module(model)
     new = {"weight": args.tables_lr_scale, "gate": args.copy_lr_scale, "gate_bias": args.copy_lr_scale}
-    groups = [{"params": [p for n, p in model.named_parameters() if not n.startswith("model.prev_frame.")]}]
+    groups = [{"params": [p for n, p in model.named_parameters()
+                          if p.requires_grad and not n.startswith(("model.prev_frame.", "model.motion_copy."))]}]
     if extra is not None:
         groups += [{"params": [p], "scale": new[n], "weight_decay": 0.0} for n, p in extra.named_parameters()]
+    if told is not None:
+        groups += [{"params": [p], "scale": args.copy_lr_scale if n == "gate" else args.told_lr_scale,
+                    "weight_decay": 0.0} for n, p in told.named_parameters()]
     return groups
 
 
@@ -209,12 +231,12 @@ def _checkpoint(path: str, model, opt, step: int, minutes: float) -> None:
 
 
 def write_prior(model, layout: VideoLayout, folder: str, metrics: dict, positions: dict | None = None,
-                inputs: dict | None = None) -> None:
+                inputs: dict | None = None, copy: dict | None = None) -> None:
     from ..prior import save_prior
     with atomic_folder(folder) as tmp:
         save_prior(model, str(tmp))
         model.to(next(iter(model.parameters())).device)
-        write_json(tmp / PRIOR_FILE, _meta(layout, positions, inputs), indent=1)
+        write_json(tmp / PRIOR_FILE, _meta(layout, positions, inputs, copy), indent=1)
         write_json(tmp / "metrics.json", metrics, indent=1)
 
 
@@ -239,13 +261,20 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--positions", choices=["frame", "1d"], default="frame",
                    help="prior: rotary positions by (frame, slot in the frame) (vision/video/rotary.py) or plain 1-D")
-    p.add_argument("--inputs", choices=["tables", "copy", "both", "none"], default="both",
+    p.add_argument("--inputs", choices=["tables", "copy", "both", "none"], default="none",
                    help="prior: the previous frame's codes around each cell as input tables, a copy head, or both "
                    "(vision/video/prevframe.py)")
+    p.add_argument("--copy", choices=["motion", "none"], default="motion",
+                   help="prior: mix in frame t-1 copied at the offset the clip's motion implies (vision/video/motioncopy.py)")
+    p.add_argument("--told-lr-scale", type=float, default=100.0,
+                   help="prior: the motion copy's per-motion gate biases and offset tables' learning rate, times --lr")
+    p.add_argument("--freeze-transformer", action="store_true",
+                   help="prior: train only the new copy path and input tables (a third of a step's compute)")
     p.add_argument("--tables-lr-scale", type=float, default=1.0,
                    help="prior: the previous-frame input tables' learning rate, times --lr (they start at zero)")
     p.add_argument("--copy-lr-scale", type=float, default=3.0,
-                   help="prior: the copy gates' learning rate, times --lr (they start at zero)")
+                   help="prior: the copy gates' learning rate (previous-frame gates, the motion copy's gate "
+                   "direction), times --lr (they start at zero)")
     p.add_argument("--out", default=os.path.join(WEIGHTS, "prior"), help="prior: the weights folder to write")
     p.add_argument("--init", default=None, help="prior: start from this video prior folder (same layout) instead of "
                    "the image prior")
