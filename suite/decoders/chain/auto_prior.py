@@ -24,9 +24,9 @@ class Prior(dict):
 
 
 def path(adapter):
-    from ...cost import _key
+    from ...cost import model_key
     from ...runtime.storage import cache_dir
-    return cache_dir("auto-prior", f"{_key(adapter, False)}.json")
+    return cache_dir("auto-prior", f"{model_key(adapter)}.json")
 
 
 def load(adapter, seen_type) -> Prior:
