@@ -4,7 +4,8 @@ For each setting (eager, and suite.models.compiled's named inductor settings), i
 own started twice over one fresh inductor cache folder (first start: the full compile; second: what
 the on-disk cache leaves to pay), on the embedded SmolLM2 over a static cache after a 256-token
 context: the compile time of each decode width, the step time per width (fastest of `--repeats`,
-thread CPU time at one thread, wall time otherwise) and so the cost curve, and the greedy tokens of
+thread CPU time at one thread, wall time otherwise; the same eager step timed in turn in the same
+process gives the ratio) and so the cost curve, and the greedy tokens of
 `ar` and each named lossless decoder on a few chat prompts: compiled `ar` against eager `ar`, and
 each decoder against `ar` of the same setting.
 
@@ -58,18 +59,37 @@ def child(args) -> dict:
         step(w)
         first[w] = time.perf_counter() - t
     start_s = time.perf_counter() - t0
+    # the same steps eagerly in this process, interleaved with the compiled ones (a ratio under one load)
+    eager = StaticHFCausalLM(gen.model, CONTEXT + 64, compiled_widths=()) if setting is not None else adapter
+    eager_cache = eager.new_cache(1)
+    with torch.no_grad():
+        eager(ids, pos, eager_cache, None, logits_from=CONTEXT - 1)
+    eager_cache.append(pos, torch.ones(1, CONTEXT, dtype=torch.bool), dense=True)
+
+    def eager_step(w):
+        p = torch.arange(CONTEXT, CONTEXT + w)[None]
+        with torch.no_grad():
+            eager(ids[:, :w], p, eager_cache, None)
+        eager_cache.append(p, torch.ones(1, w, dtype=torch.bool), dense=True)
+        eager_cache.drop_tail(w)
+
     best = {w: float("inf") for w in widths}
+    best_eager = dict(best)
     for _ in range(args.repeats):
         for w in widths:
             t = clock()
             step(w)
             best[w] = min(best[w], clock() - t)
+            t = clock()
+            eager_step(w)
+            best_eager[w] = min(best_eager[w], clock() - t)
     prompts = chat_prompts(gen, args.prompts)
     tokens = {}
     for name in ["ar"] + [d for d in args.decoders if d != "ar"]:
         tokens[name] = [suite.generate(adapter, [p], decoder=gen.decoder(name), max_new_tokens=args.max_new_tokens,
                                        eos_token_id=[]).new_tokens[0] for p in prompts]
-    return {"setting": args.child, "first": first, "start_s": start_s, "step": best, "tokens": tokens}
+    return {"setting": args.child, "first": first, "start_s": start_s, "step": best, "eager": best_eager,
+            "tokens": tokens}
 
 
 def main(argv=None) -> int:
@@ -83,6 +103,8 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--decoders", nargs="+", default=["ngram", "jacobi"])
+    p.add_argument("--inductor-cache", default=None, metavar="DIR",
+                   help="keep each setting's inductor cache in DIR/<setting> (default: a fresh folder: a cold first start)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
@@ -92,7 +114,8 @@ def main(argv=None) -> int:
         args.settings.insert(0, "eager")
     rows = {}
     for setting in args.settings:
-        folder = tempfile.mkdtemp(prefix=f"inductor-{setting}-")     # a cold cache, then the same one warm
+        folder = (tempfile.mkdtemp(prefix=f"inductor-{setting}-") if args.inductor_cache is None   # cold, then warm
+                  else os.path.join(args.inductor_cache, setting))
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=folder)
         starts = []
         for _ in range(1 if setting == "eager" else 2):
@@ -109,7 +132,7 @@ def main(argv=None) -> int:
             rows[setting] = starts
     eager = rows["eager"][0]
     w1 = str(args.widths[0])
-    head = ["setting", "first start s", "second start s", f"step w={w1} ms", "vs eager"] + [
+    head = ["setting", "first start s", "second start s", f"step w={w1} ms", "vs eager (same process)"] + [
         f"cost({w})" for w in args.widths[1:]] + ["ar = eager ar", "decoders = own ar"]
     lines = [f"Command: `python -m text.bench_compile {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{args.threads} thread(s), step after {CONTEXT} cached tokens, {args.prompts} chat prompts x "
@@ -122,7 +145,7 @@ def main(argv=None) -> int:
         dec = ", ".join(f"{d} {sum(a == b for a, b in zip(t, r['tokens']['ar']))}/{n}"
                         for d, t in r["tokens"].items() if d != "ar")
         cells = [setting, f"{starts[0]['start_s']:.0f}", f"{starts[1]['start_s']:.0f}" if len(starts) > 1 else "",
-                 f"{1000 * step[w1]:.1f}", f"{eager['step'][w1] / step[w1]:.2f}x"] + [
+                 f"{1000 * step[w1]:.1f}", f"{r['eager'][w1] / step[w1]:.2f}x"] + [
                  f"{step[str(w)] / step[w1]:.2f}" for w in args.widths[1:]] + [f"{same_ar}/{n}", dec]
         lines.append("| " + " | ".join(cells) + " |")
     print("\n".join(lines))

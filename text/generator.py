@@ -43,7 +43,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
     or float32). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
     (suite.models.compiled: "default", "freezing", "cpp_wrapper", "max-autotune") for compiled decode steps
-    (`TextGenerator.compile`; off by default: on this project's CPUs it has not measured to pay)."""
+    (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default)."""
     from suite.models.dtypes import default_dtype, resolve_dtype
     dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
@@ -68,6 +68,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     if device is not None:
         model.to(device)
     gen = TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
+    compile = compile if compile is not None else os.environ.get("PARASUITE_COMPILE") or None
     if compile is not None:
         gen.compile(compile)
     return gen
