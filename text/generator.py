@@ -261,7 +261,8 @@ class TextGenerator:
             if self._scheduler is not None:
                 raise ValueError("compile() must come before the first request (text.load(compile=...))")
             self.adapter = StaticHFCausalLM(self.model, max_cache_len, compiled_widths=widths, setting=setting)
-        self.adapter.warm(background=background)
+        uses_hidden = self.draft_folder is not None          # eagle, and auto with eagle, read hidden states
+        self.adapter.warm(background=background, hidden=(False, True) if uses_hidden else (False,))
         return self.adapter
 
     def use_prefix_cache(self, max_bytes: int | None = 512 << 20):

@@ -163,23 +163,25 @@ class StaticHFCausalLM(HFCausalLM):
             self._compiled = torch.compile(self.model.forward, dynamic=False, **kwargs)
         self._ready = set(self.compiled_widths)      # widths whose steps run compiled (`warm` empties it first)
 
-    def warm(self, background: bool = True, batch: int = 1):
+    def warm(self, background: bool = True, batch: int = 1, hidden: tuple[bool, ...] = (False,)):
         """Compile every width of `compiled_widths` now, one forward each over a scratch cache of `batch`
         rows (after an eager one that fills it, as a prefill would); until a width is compiled its steps
         run eagerly, so a server starts at once and gets faster when its steps are ready. background:
-        in a daemon thread (returned; join it to wait), else here. Without compiled widths: nothing."""
+        in a daemon thread (returned; join it to wait), else here. hidden: compile the steps that also return
+        hidden states (True: eagle, and auto with eagle among its candidates) and/or those that do not (False).
+        Without compiled widths: nothing."""
         if self._compiled is None:
             return None
         self._ready = set()
         if not background:
-            self._warm(batch)
+            self._warm(batch, hidden)
             return None
         import threading
-        thread = threading.Thread(target=self._warm, args=(batch,), name="parasuite compile", daemon=True)
+        thread = threading.Thread(target=self._warm, args=(batch, hidden), name="parasuite compile", daemon=True)
         thread.start()
         return thread
 
-    def _warm(self, batch: int) -> None:
+    def _warm(self, batch: int, hidden: tuple[bool, ...]) -> None:
         """One compiled forward per width over a scratch cache whose layers are allocated as a prefill
         would (no eager forward here: this may run beside the stepping thread's)."""
         dev, cap, cfg = self.device, self.max_cache_len, self.model.config
@@ -197,9 +199,11 @@ class StaticHFCausalLM(HFCausalLM):
             mask[..., 0] = True
             mask[..., 1:w + 1] = torch.ones(w, w, dtype=torch.bool, device=dev).tril()   # then w causal slots
             tokens = torch.zeros(batch, w, dtype=torch.long, device=dev)
-            with torch.no_grad():
-                self._compiled(input_ids=tokens, position_ids=torch.arange(1, w + 1, device=dev).expand(batch, w).contiguous(),
-                               cache=cache, use_cache=True, attention_mask=mask, logits_to_keep=w)
+            for states in hidden:
+                with torch.no_grad():
+                    self._compiled(input_ids=tokens, cache=cache, use_cache=True, attention_mask=mask, logits_to_keep=w,
+                                   position_ids=torch.arange(1, w + 1, device=dev).expand(batch, w).contiguous(),
+                                   output_hidden_states=states)
             self._ready.add(w)
 
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
@@ -218,9 +222,9 @@ class StaticHFCausalLM(HFCausalLM):
         backend = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
         return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
 
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         if not self.static:
-            return super().__call__(tokens, positions, cache, attention_mask, logits_from)
+            return super().__call__(tokens, positions, cache, attention_mask, logits_from, output_hidden)
         n = tokens.shape[1]
         cache.make_room(n)                              # grows when needed: the step always fits
         if attention_mask is None:
@@ -232,5 +236,6 @@ class StaticHFCausalLM(HFCausalLM):
         compiled = self._compiled is not None and n in self._ready and logits_from == 0
         forward = self._compiled if compiled else self.model
         out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from)
-        return out.logits
+                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from,
+                      output_hidden_states=output_hidden)          # a compiled step: one graph per value
+        return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits
