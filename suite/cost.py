@@ -77,6 +77,12 @@ def _key(adapter, masked: bool) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def model_key(adapter) -> str:
+    """The key of a model, its dtype, device, matmul forms, threads and machine (what the cost curve and
+    auto's prior are kept under)."""
+    return _key(adapter, False)
+
+
 def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: int = 256,
                  widths: tuple[int, ...] = WIDTHS, repeats: int = 3) -> CostCurve:
     """The adapter's cost curve (see the module doc). masked=True measures forwards with a custom
@@ -306,4 +312,4 @@ def target_curve(adapter, masked: bool = False) -> CostCurve | None:
 
 
 __all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
-           "forward_cost", "measure_curve", "record", "target_curve"]
+           "forward_cost", "measure_curve", "model_key", "record", "target_curve"]

