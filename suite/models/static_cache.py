@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .adapters import HFCausalLM
+from .hf_fields import ConfigFields
 from ..cache import KVCache, join_rows, refuse_sliding
 
 
@@ -182,10 +183,8 @@ class StaticHFCausalLM(HFCausalLM):
     def _warm(self, batch: int, hidden: tuple[bool, ...]) -> None:
         """One compiled forward per width over a scratch cache whose layers are allocated as a prefill
         would (no eager forward here: this may run beside the stepping thread's)."""
-        dev, cap, cfg = self.device, self.max_cache_len, self.model.config
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        kv = torch.zeros(batch, heads, 1, head_dim, dtype=self._param.dtype, device=dev)
+        dev, cap, cfg = self.device, self.max_cache_len, ConfigFields.of(self.model)
+        kv = torch.zeros(batch, cfg.kv_heads, 1, cfg.head_size, dtype=self._param.dtype, device=dev)
         for w in sorted(self.compiled_widths):
             if w >= cap:
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 EVERY_S = 10.0
 _LAST: dict[str, float] = {}
@@ -37,11 +37,11 @@ def load(adapter, seen_type) -> Prior:
     from ...runtime.storage import read_json
     out.path = path(adapter)
     data = read_json(out.path, default={})
-    names = {f.name for f in fields(seen_type)}
+    defaults = asdict(seen_type())              # each field's type, from its default
     for name, values in (data.get("candidates", {}) if isinstance(data, dict) else {}).items():
-        if isinstance(values, dict) and set(values) == names:
+        if isinstance(values, dict) and set(values) == set(defaults):
             try:
-                out[name] = seen_type(**{k: type(getattr(seen_type(), k))(v) for k, v in values.items()})
+                out[name] = seen_type(**{k: type(defaults[k])(v) for k, v in values.items()})
             except (TypeError, ValueError):
                 continue
     return out
@@ -50,7 +50,7 @@ def load(adapter, seen_type) -> Prior:
 def save(prior: dict, force: bool = False) -> None:
     """Write a loaded prior to its file (throttled to one write every EVERY_S per file unless `force`); a
     read-only cache folder keeps it in the process only."""
-    target = getattr(prior, "path", None)
+    target = prior.path if isinstance(prior, Prior) else None
     if target is None or not prior:
         return
     now = time.monotonic()
