@@ -97,8 +97,6 @@ def sample_frames(state: DecodeState, draft: Draft, logits: torch.Tensor, rows: 
     return sample(logits_to_probs(frame_logits, state.params), u).tolist()
 
 
-
-
 def code_uniforms(state: DecodeState, rows: list[int], shape: tuple[int, ...], first_draw: int = 0) -> torch.Tensor:
     """(R, *shape) uniforms of the codes rows `rows` sample in this step: keyed by each row's next
     frame position, draw = the code's flat index in `shape` (+ first_draw: a later pass's)."""
