@@ -150,7 +150,7 @@ def test_too_long_a_request(tts):
         tts("[S1] hello", seconds=5)
 
 
-@pytest.mark.parametrize("part, what", [("codec", "DacModel.from_pretrained"), ("tokenizer", "tokenizer_config.json")])
+@pytest.mark.parametrize("part, what", [("codec", "DacModel folder"), ("tokenizer", "tokenizer_config.json")])
 def test_folder_without_codec_or_tokenizer_names_it(tmp_path, part, what):
     save_tiny_dia(tmp_path, **{f"with_{part}": False})
     with pytest.raises(ValueError, match=what):

@@ -61,16 +61,18 @@ class MotionCopy(Neighbourhood):
         place = torch.stack([cell.div(self.width, rounding_mode="floor") - (self.height - 1) / 2,
                              cell % self.width - (self.width - 1) / 2], -1) / (max(self.height, self.width) / 2)
         off = torch.stack([self.dr, self.dc], -1).to(place.dtype)                     # (O, 2)
-        learnt = self.offset_logits[motion][:, None] + torch.einsum("bni,bij,oj->bno", place, self.drift[motion], off)
-        pi = torch.where(self.is_told[motion][:, None, None], self.told[motion][:, None], learnt.softmax(-1))
+        learnt = self.offset_logits[motion].float()[:, None] + torch.einsum("bni,bij,oj->bno", place,
+                                                                             self.drift[motion].float(), off)
+        pi = torch.where(self.is_told[motion][:, None, None], self.told[motion].float()[:, None], learnt.softmax(-1))
         return pi * self.neighbours(positions)[1]
 
     def forward(self, logits: torch.Tensor, hidden: torch.Tensor, board: torch.Tensor, positions: torch.Tensor,
                 motion: torch.Tensor) -> torch.Tensor:
-        """(B, N, K) model logits -> (B, N, K) float log-probabilities of the mixture."""
+        """(B, N, K) model logits -> (B, N, K) float log-probabilities of the mixture (computed in float32
+        whatever the model's dtype)."""
         codes = self.codes(board, positions)
         pi = self.weights(positions, motion) * (codes < self.codebook)
-        gate = torch.sigmoid(hidden.float() @ self.gate + self.gate_bias[motion][:, None])         # (B, N)
+        gate = torch.sigmoid(hidden.float() @ self.gate.float() + self.gate_bias[motion].float()[:, None])   # (B, N)
         copy = torch.zeros_like(logits, dtype=torch.float).scatter_add(-1, codes.clamp(max=self.codebook - 1), pi)
         keep = (1 - gate * pi.sum(-1)).clamp_min(1e-6)
         mine = torch.log_softmax(logits.float(), -1) + keep.log()[..., None]

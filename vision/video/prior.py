@@ -232,11 +232,12 @@ class VideoPrior(AdapterBase):
 
     def _motion(self, cache, tokens, positions) -> torch.Tensor:
         """Record the motion token of rows that feed position 0 (the k copies of a row under
-        guidance each in its column); returns the (N,) motion index of every forward row."""
+        guidance each in its column); returns the (N,) motion index of every forward row. A padding
+        slot also sits at position 0, with token 0 (a code): only a motion token there is a prompt."""
         motion = cache.row_inputs["motion"]
         rows = motion.shape[0]
         k = tokens.shape[0] // rows
-        at = positions == 0
+        at = (positions == 0) & (tokens >= self.layout.motion_token(0)) & (tokens <= self.layout.null_motion)
         first = self.layout.motion_index(tokens.gather(1, at.int().argmax(1, keepdim=True))[:, 0]).reshape(k, rows).T
         fed = at.any(1)
         motion[:, :k] = torch.where(fed.reshape(k, rows).T, first, motion[:, :k])
