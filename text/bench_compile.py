@@ -40,19 +40,7 @@ def child(args) -> dict:
                                setting=setting)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
     ids = torch.randint(100, 40000, (1, CONTEXT), generator=torch.Generator().manual_seed(0))
-    cache = adapter.new_cache(1)
-    pos = torch.arange(CONTEXT)[None]
-    with torch.no_grad():
-        adapter(ids, pos, cache, None, logits_from=CONTEXT - 1)
-    cache.append(pos, torch.ones(1, CONTEXT, dtype=torch.bool), dense=True)
-
-    def step(w):
-        p = torch.arange(CONTEXT, CONTEXT + w)[None]
-        with torch.no_grad():
-            adapter(ids[:, :w], p, cache, None)
-        cache.append(p, torch.ones(1, w, dtype=torch.bool), dense=True)
-        cache.drop_tail(w)
-
+    step = primed_step(adapter, ids)
     first = {}
     for w in widths:
         t = time.perf_counter()
@@ -61,17 +49,7 @@ def child(args) -> dict:
     start_s = time.perf_counter() - t0
     # the same steps eagerly in this process, interleaved with the compiled ones (a ratio under one load)
     eager = StaticHFCausalLM(gen.model, CONTEXT + 64, compiled_widths=()) if setting is not None else adapter
-    eager_cache = eager.new_cache(1)
-    with torch.no_grad():
-        eager(ids, pos, eager_cache, None, logits_from=CONTEXT - 1)
-    eager_cache.append(pos, torch.ones(1, CONTEXT, dtype=torch.bool), dense=True)
-
-    def eager_step(w):
-        p = torch.arange(CONTEXT, CONTEXT + w)[None]
-        with torch.no_grad():
-            eager(ids[:, :w], p, eager_cache, None)
-        eager_cache.append(p, torch.ones(1, w, dtype=torch.bool), dense=True)
-        eager_cache.drop_tail(w)
+    eager_step = primed_step(eager, ids)
 
     best = {w: float("inf") for w in widths}
     best_eager = dict(best)
@@ -90,6 +68,25 @@ def child(args) -> dict:
                                        eos_token_id=[]).new_tokens[0] for p in prompts]
     return {"setting": args.child, "first": first, "start_s": start_s, "step": best, "eager": best_eager,
             "tokens": tokens}
+
+
+def primed_step(adapter, ids):
+    """A fresh cache of `adapter` holding the CONTEXT tokens `ids`, and a function that runs one decode
+    step of width w over it and drops those w slots again (so every step sees the same context)."""
+    import torch
+    cache = adapter.new_cache(1)
+    pos = torch.arange(CONTEXT)[None]
+    with torch.no_grad():
+        adapter(ids, pos, cache, None, logits_from=CONTEXT - 1)
+    cache.append(pos, torch.ones(1, CONTEXT, dtype=torch.bool), dense=True)
+
+    def step(w):
+        p = torch.arange(CONTEXT, CONTEXT + w)[None]
+        with torch.no_grad():
+            adapter(ids[:, :w], p, cache, None)
+        cache.append(p, torch.ones(1, w, dtype=torch.bool), dense=True)
+        cache.drop_tail(w)
+    return step
 
 
 def main(argv=None) -> int:
