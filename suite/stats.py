@@ -69,6 +69,14 @@ class DecodeStats:
         self._add_counts([other])
         self.accepted_lengths = _lengths_beside([self.accepted_lengths, other.accepted_lengths])
 
+    def then(self, later: "DecodeStats") -> "DecodeStats":
+        """These rows' stats followed by a later decode of the same rows (e.g. a video's first frame,
+        then the rest): counts and times add up, the later steps follow these."""
+        out = type(self)()
+        out._add_counts([self, later])
+        out.accepted_lengths = self.accepted_lengths + later.accepted_lengths
+        return out
+
     def _add_counts(self, parts: list["DecodeStats"]) -> None:
         for s in parts:
             self.num_forwards += s.num_forwards

@@ -93,6 +93,30 @@ def test_exact_decoders_agree_greedy_under_cfg(pipe):
         assert torch.equal(out.tokens, ar.tokens), decoder
 
 
+def test_first_frame_from_the_image_prior(pipe):
+    """first_frame="image": frame 0 is the image prior's draw (ar; zipar under video_zipar), the video
+    prior continues from it, and an exact decoder still gives ar's clip."""
+    from vision.prior import ImagePrior
+    from vision.video.pipeline import VideoPipeline
+    both = VideoPipeline(pipe.tokenizer, pipe.prior, ImagePrior.load(os.path.join(WEIGHTS, "prior")))
+    alone = both.image("star", decoder="ar", seed=5)
+    res = both("star", motion="left", num_frames=2, decoder="ar", seed=5, first_frame="image")
+    assert res.tokens.shape == (1, 2, 16, 16) and torch.equal(res.tokens[0, 0], alone.tokens[0])
+    assert res.stats.num_forwards > alone.stats.num_forwards and res.settings["first_frame"] == "image"
+    assert res.stats.steps_per_row() == [res.stats.num_forwards]
+    greedy = {"motion": "up", "num_frames": 2, "first_frame": "image", "temperature": 0.0, "top_k": None}
+    ar = both(["ring", "cross"], decoder="ar", **greedy)
+    assert torch.equal(both(["ring", "cross"], decoder="diagonal", **greedy).tokens, ar.tokens)
+    zipar = both("star", motion="left", num_frames=2, decoder="video_zipar", seed=5, first_frame="image")
+    assert torch.equal(zipar.tokens[0, 0], both.image("star", decoder="zipar", seed=5).tokens[0])
+    one = both("star", num_frames=1, seed=5, first_frame="image")
+    assert torch.equal(one.tokens[0, 0], alone.tokens[0]) and one.settings["num_frames"] == 1
+    with pytest.raises(ValueError, match="needs the image prior"):
+        pipe("star", num_frames=1, first_frame="image")
+    with pytest.raises(ValueError, match="unknown first_frame"):
+        both("star", num_frames=1, first_frame="last")
+
+
 def test_bad_input_is_a_clear_error(pipe):
     with pytest.raises(ValueError, match="num_frames must be 1..2"):
         pipe("star", motion="left", num_frames=3)

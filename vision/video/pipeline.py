@@ -11,6 +11,12 @@ Decoder names: every registered one that samples ("ar", "sjd", "mc_sjd", ...), "
 (frames pipelined, exact), "video_zipar_sjd" (diagonal + speculative drafts from the previous
 frame inside each row, lossless), "video_zipar" (and its alias "zipar": rows inside a frame as
 ZipAR, lossy). sjd and mc_sjd draft each new frame from the previous one (init="frame").
+
+first_frame="image" (`__call__`): the image prior (weights/prior, the same tokenizer and classes)
+draws frame 0 and the video prior continues from it, its codes in the prompt. Frame 0 is where
+the video prior loses most of its class likeness (weights/video/README.md); the image prior draws
+its class far more often. Frame 0 is decoded with `ar` (lossless video decoders: the clip is
+still exactly `ar`'s) or `zipar` (under the lossy `video_zipar`).
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ import torch
 import suite
 
 from ..data import to_uint8
-from ..pipeline import PriorSchedulers
+from ..pipeline import ImagePipeline, PriorSchedulers
+from ..prior import ImagePrior
 from ..tokenizer import VQTokenizer
 from .prior import SAMPLING, VideoPrior
 
@@ -34,6 +41,8 @@ ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
 # the CLI's and the Video tab's: the fastest lossless video decoder measured (BENCHMARKS.md, Video: diagonal 2.83x ar's
 # wall time (3.19x with the 1-D weights), 5.36x fewer forwards, greedy equal to ar and sampling in distribution)
 DEFAULT_DECODER = "diagonal"
+FIRST_FRAMES = ("video", "image")            # who draws frame 0: the video prior, or the image prior
+FIRST_FRAME_DECODER = {"video_zipar": "zipar"}     # the image decoder of frame 0 (others: ar)
 
 
 def video_decoder(name: str, **options):
@@ -115,12 +124,13 @@ DECODERS = ("ar", "sjd", "mc_sjd") + tuple(suite.list_decoders("video", chain=()
 class VideoPipeline:
     decoders = DECODERS
 
-    def __init__(self, tokenizer: VQTokenizer, prior: VideoPrior):
+    def __init__(self, tokenizer: VQTokenizer, prior: VideoPrior, image_prior: ImagePrior | None = None):
         self.tokenizer, self.prior = tokenizer, prior
         if tokenizer.codebook_size != prior.codebook_size:
             raise ValueError(f"tokenizer has {tokenizer.codebook_size} codes but the video prior {prior.codebook_size}: "
                              "retrain the prior on this tokenizer (`python -m vision.video.train prior`)")
         self.schedulers = PriorSchedulers(prior)
+        self.image = ImagePipeline(tokenizer, image_prior) if image_prior is not None else None
 
     @property
     def classes(self) -> list[str]:
@@ -145,7 +155,7 @@ class VideoPipeline:
         return name_ids(labels, self.classes, "class"), name_ids(motions, self.motions, "motion")
 
     def _submit(self, labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, options,
-                stream: bool = False):
+                stream: bool = False, first: torch.Tensor | None = None):
         """The request of the clips, queued on the prior's scheduler, their class and motion ids and
         settings; None settings take the prior's shipped sampling."""
         s = {**SAMPLING, **self.prior.meta.get("sampling", {})}
@@ -160,6 +170,9 @@ class VideoPipeline:
         dev = self.prior.device
         prompt = torch.tensor([lay.prompt(c, m) for c, m in zip(ids, motions)], device=dev)        # (B, 2)
         null = torch.tensor([[lay.null_motion, lay.null_class]] * len(ids), device=dev)
+        if first is not None:               # frame 0 given: the prompt holds its codes, the prior draws the rest
+            prompt, null = torch.cat([prompt, first], 1), torch.cat([null, first], 1)
+            num_frames -= 1
         dec = video_decoder(decoder, **options) if isinstance(decoder, str) else decoder
         request = self.schedulers.submit(prompt, null, guidance_scale, decoder=dec, stream=stream,
                                          max_new_tokens=num_frames * lay.cells, temperature=temperature,
@@ -178,15 +191,48 @@ class VideoPipeline:
 
     def __call__(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                  guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0, **decoder_options) -> VideoResult:
-        ids, motions, request, settings = self._submit(
-            labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
-            temperature, top_k, top_p, seed, decoder_options)
-        result = request.result()
+                 top_p: float | None = None, seed: int = 0, first_frame: str = "video", **decoder_options) -> VideoResult:
+        num_frames = self.max_frames if num_frames is None else num_frames
+        check_num_frames(num_frames, self.max_frames)
+        first = self._first_frames(first_frame, labels, decoder, guidance_scale, temperature, top_k, top_p, seed)
         lay = self.prior.layout
-        tokens = torch.tensor(result.new_tokens, device=self.prior.device).reshape(
-            -1, settings["num_frames"], lay.height, lay.width)
-        return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, result.stats, settings)
+        if first is not None and num_frames == 1:
+            tokens, stats = first.tokens[:, None], first.stats
+            ids, motions = self.prompt_ids(labels, motion)
+            keys = ("decoder", "guidance_scale", "temperature", "top_k", "top_p", "seed")
+            settings = {"labels": [self.classes[i] for i in ids], "motions": [self.motions[m] for m in motions],
+                        "num_frames": 1, **{k: first.settings[k] for k in keys}}
+        else:
+            ids, motions, request, settings = self._submit(
+                labels, motion, num_frames, decoder, guidance_scale, temperature, top_k, top_p, seed, decoder_options,
+                first=None if first is None else first.tokens.reshape(len(first.labels), -1))
+            result = request.result()
+            tokens = torch.tensor(result.new_tokens, device=self.prior.device).reshape(
+                len(ids), -1, lay.height, lay.width)
+            stats = result.stats
+            if first is not None:
+                tokens = torch.cat([first.tokens[:, None].to(tokens.device), tokens], 1)
+                stats = first.stats.then(stats)
+                settings["num_frames"] = num_frames
+        settings["first_frame"] = first_frame
+        return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, stats, settings)
+
+    def _first_frames(self, first_frame, labels, decoder, guidance_scale, temperature, top_k, top_p, seed):
+        """The image prior's frames 0 (an ImageResult) for first_frame="image", None for "video"."""
+        if first_frame not in FIRST_FRAMES:
+            raise ValueError(f"unknown first_frame {first_frame!r}; choose one of: {', '.join(FIRST_FRAMES)}")
+        if first_frame == "video":
+            return None
+        if self.image is None:
+            raise ValueError("first_frame='image' needs the image prior (weights/prior, trained with "
+                             "`python -m vision.train prior`); or use first_frame='video'")
+        if self.image.classes != self.classes or self.image.grid != (self.prior.layout.height, self.prior.layout.width):
+            raise ValueError("first_frame='image' needs an image prior of the video prior's classes and grid; "
+                             "or use first_frame='video'")
+        ids, _ = self.prompt_ids(labels, "right")
+        name = FIRST_FRAME_DECODER.get(ALIASES.get(decoder, decoder), "ar") if isinstance(decoder, str) else "ar"
+        return self.image(ids, decoder=name, guidance_scale=guidance_scale, temperature=temperature, top_k=top_k,
+                          top_p=top_p, seed=seed)
 
     def stream(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
@@ -244,7 +290,11 @@ def load_video_pipeline(weights: str | None = None, dtype=None) -> VideoPipeline
     tokenizer = VQTokenizer.load(os.path.join(root, "tokenizer"))
     prior = VideoPrior.load(os.path.join(root, "video", "prior"))
     cast(prior.model, dtype)
-    return VideoPipeline(tokenizer, prior)
+    image_prior = None
+    if os.path.isdir(os.path.join(root, "prior")):        # first_frame="image" draws frame 0 with it
+        image_prior = ImagePrior.load(os.path.join(root, "prior"))
+        cast(image_prior.model, dtype)
+    return VideoPipeline(tokenizer, prior, image_prior)
 
 
 __all__ = ["VideoFrame", "VideoPipeline", "VideoResult", "load_video_pipeline"]
