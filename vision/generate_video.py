@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="motion names or ids (default: right); with --labels every label gets every motion")
     p.add_argument("--num-frames", type=int, default=None,
                    help="frames per clip (default: what the prior was trained on)")
+    p.add_argument("--first-frame", choices=["video", "image"], default="video",
+                   help="who draws frame 0: the video prior (default), or the image prior (weights/prior), the video "
+                        "prior continuing from it (clips keep their class far more often: vision/weights/video/README.md)")
     p.add_argument("--input", default=None, metavar="FILE",
                    help="requests, one per line (see above), instead of --labels")
     p.add_argument("--out", required=True, help="output folder (created; an existing one is resumed)")
@@ -251,6 +254,8 @@ def build_job(args):
     requests = file_requests(args.input, meta, defaults) if args.input else flag_requests(args, meta, defaults)
     sampling = {k: v for k, v in (("guidance_scale", args.guidance_scale), ("temperature", args.temperature),
                                   ("top_k", args.top_k)) if v is not None}
+    if args.first_frame != "video":
+        sampling["first_frame"] = args.first_frame
     head = job_head(args, decoder, options)
     fp = fingerprint({**head, "sampling": sampling, "gif": args.gif, "weights_id": weights_id(args.weights)})
     out = Path(args.out)
