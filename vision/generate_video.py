@@ -247,7 +247,9 @@ def build_job(args):
     options = parse_options(args.option, decoder)
     meta = video_meta(args.weights)
     from .video.pipeline import load_video_pipeline
-    load_video_pipeline(args.weights).check(decoder, **options)   # option values, before any folder exists
+    pipe = load_video_pipeline(args.weights)
+    pipe.check(decoder, **options)                 # option values, before any folder exists
+    pipe.check_first_frame(args.first_frame)
     defaults = {"motion": (args.motions or ["right"])[0], "seed": args.seed,
                 "num_frames": int(meta["frames"]) if args.num_frames is None else args.num_frames}
     canonical(meta, meta["classes"][0], defaults["motion"], defaults["num_frames"], args.seed)   # the flags

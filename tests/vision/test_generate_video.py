@@ -98,6 +98,7 @@ def test_a_bad_request_is_an_error_row_and_the_batch_goes_on(weights, tmp_path, 
     (["--labels", "star", "--option", "window=wide"], "option window must be an integer, got 'wide'"),
     (["--labels", "star", "--option", "window=-1"], "window must be >= 1 or None (whole rows), got -1"),   # values
     (["--labels", "star", "3"], "star right #0 asked for twice"),
+    (["--labels", "star", "--first-frame", "image"], "first_frame='image' needs the image prior"),
     ([], "give --labels"),
 ])
 def test_bad_flags_are_user_errors_naming_the_valid_values(weights, tmp_path, capsys, flags, message):

@@ -182,6 +182,19 @@ class VideoPipeline:
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return ids, motions, request, settings
 
+    def check_first_frame(self, first_frame: str) -> None:
+        """ValueError naming the fix when this pipeline cannot draw frame 0 as `first_frame` says."""
+        if first_frame not in FIRST_FRAMES:
+            raise ValueError(f"unknown first_frame {first_frame!r}; choose one of: {', '.join(FIRST_FRAMES)}")
+        if first_frame == "video":
+            return
+        if self.image is None:
+            raise ValueError("first_frame='image' needs the image prior (weights/prior, trained with "
+                             "`python -m vision.train prior`); or use first_frame='video'")
+        if self.image.classes != self.classes or self.image.grid != (self.prior.layout.height, self.prior.layout.width):
+            raise ValueError("first_frame='image' needs an image prior of the video prior's classes and grid; "
+                             "or use first_frame='video'")
+
     def check(self, decoder: str, **options) -> None:
         """ValueError naming the fix when `decoder` would refuse these option values (a batch job checks
         them before its first clip: suite.runtime.options.check_values)."""
@@ -219,16 +232,9 @@ class VideoPipeline:
 
     def _first_frames(self, first_frame, labels, decoder, guidance_scale, temperature, top_k, top_p, seed):
         """The image prior's frames 0 (an ImageResult) for first_frame="image", None for "video"."""
-        if first_frame not in FIRST_FRAMES:
-            raise ValueError(f"unknown first_frame {first_frame!r}; choose one of: {', '.join(FIRST_FRAMES)}")
+        self.check_first_frame(first_frame)
         if first_frame == "video":
             return None
-        if self.image is None:
-            raise ValueError("first_frame='image' needs the image prior (weights/prior, trained with "
-                             "`python -m vision.train prior`); or use first_frame='video'")
-        if self.image.classes != self.classes or self.image.grid != (self.prior.layout.height, self.prior.layout.width):
-            raise ValueError("first_frame='image' needs an image prior of the video prior's classes and grid; "
-                             "or use first_frame='video'")
         ids, _ = self.prompt_ids(labels, "right")
         name = FIRST_FRAME_DECODER.get(ALIASES.get(decoder, decoder), "ar") if isinstance(decoder, str) else "ar"
         return self.image(ids, decoder=name, guidance_scale=guidance_scale, temperature=temperature, top_k=top_k,
