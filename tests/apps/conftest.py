@@ -50,8 +50,11 @@ def app_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("apps") / "server.log"
     models = tmp_path_factory.mktemp("served-models")      # the models root: the Model folder fields show
     (models / "empty-model").mkdir()
+    # its own file cache: Gradio copies served files (examples, outputs) into GRADIO_TEMP_DIR under fixed
+    # names, and a test process copying the same file there while this server streams it once broke a page
+    # ("Too much data for declared Content-Length")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", GRADIO_TEMP_DIR=str(tmp_path_factory.mktemp("gradio")))
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "apps", "--port", str(port), "--models-dir", str(models)],
                                 cwd=ROOT, env=env,
