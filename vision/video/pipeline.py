@@ -207,11 +207,11 @@ class VideoPipeline:
                  top_p: float | None = None, seed: int = 0, first_frame: str = "video", **decoder_options) -> VideoResult:
         num_frames = self.max_frames if num_frames is None else num_frames
         check_num_frames(num_frames, self.max_frames)
-        first = self._first_frames(first_frame, labels, decoder, guidance_scale, temperature, top_k, top_p, seed)
+        ids, motions = self.prompt_ids(labels, motion)         # bad input fails before any forward
+        first = self._first_frames(first_frame, ids, decoder, guidance_scale, temperature, top_k, top_p, seed)
         lay = self.prior.layout
         if first is not None and num_frames == 1:
             tokens, stats = first.tokens[:, None], first.stats
-            ids, motions = self.prompt_ids(labels, motion)
             keys = ("decoder", "guidance_scale", "temperature", "top_k", "top_p", "seed")
             settings = {"labels": [self.classes[i] for i in ids], "motions": [self.motions[m] for m in motions],
                         "num_frames": 1, **{k: first.settings[k] for k in keys}}
@@ -230,12 +230,12 @@ class VideoPipeline:
         settings["first_frame"] = first_frame
         return VideoResult([self.decode_frames(t) for t in tokens], tokens, ids, motions, stats, settings)
 
-    def _first_frames(self, first_frame, labels, decoder, guidance_scale, temperature, top_k, top_p, seed):
-        """The image prior's frames 0 (an ImageResult) for first_frame="image", None for "video"."""
+    def _first_frames(self, first_frame, ids, decoder, guidance_scale, temperature, top_k, top_p, seed):
+        """The image prior's frames 0 of classes `ids` (an ImageResult) for first_frame="image", None for
+        "video"."""
         self.check_first_frame(first_frame)
         if first_frame == "video":
             return None
-        ids, _ = self.prompt_ids(labels, "right")
         name = FIRST_FRAME_DECODER.get(ALIASES.get(decoder, decoder), "ar") if isinstance(decoder, str) else "ar"
         return self.image(ids, decoder=name, guidance_scale=guidance_scale, temperature=temperature, top_k=top_k,
                           top_p=top_p, seed=seed)
