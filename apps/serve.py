@@ -38,7 +38,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-DEFAULT_MAX_TOKENS = 256
+from suite.params import DEFAULT_MAX_NEW_TOKENS
+
 ROLES = ("system", "developer", "user", "assistant")
 UNSUPPORTED = {"tools": None, "functions": None, "tool_choice": None, "logit_bias": None, "logprobs": False,
                "top_logprobs": None, "echo": False, "suffix": None, "best_of": 1, "presence_penalty": 0,
@@ -115,21 +116,38 @@ def _schema(body: dict):
     raise ServeError(400, "response_format.type must be 'text', 'json_object' or 'json_schema'", param="response_format")
 
 
-def _options(body: dict) -> dict:
+def _decoder(body: dict, decoders: list[str]) -> tuple[str, dict]:
+    """The request's decoder (one of `decoders`, this model's) and its options, checked as a client's
+    (suite.runtime.options.client_options: no file, no operator limit, every value typed and in range)."""
+    from suite.runtime.options import client_options
+    decoder = body.get("decoder", "auto")
+    if not isinstance(decoder, str) or decoder not in decoders:
+        raise ServeError(400, f"'decoder' must be one of this model's decoders: {', '.join(decoders)}",
+                         param="decoder")
+    options = body.get("decoder_options")
+    if options is None:
+        return decoder, {}
+    if not isinstance(options, dict):
+        raise ServeError(400, "'decoder_options' must be an object of option names and values",
+                         param="decoder_options")
+    try:
+        return decoder, client_options(decoder, options)
+    except ValueError as e:
+        raise ServeError(400, str(e), param="decoder_options") from None
+
+
+def _options(body: dict, decoders: list[str]) -> dict:
     for name, allowed in UNSUPPORTED.items():
         value = body.get(name)
         if value is not None and value != allowed:
             raise ServeError(400, f"'{name}' is not supported by this server", param=name)
-    decoder = body.get("decoder", "auto")
-    options = body.get("decoder_options") or {}
-    if not isinstance(decoder, str) or not isinstance(options, dict):
-        raise ServeError(400, "'decoder' must be a decoder name and 'decoder_options' an object", param="decoder")
+    decoder, options = _decoder(body, decoders)
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise ServeError(400, "'stream_options' must be an object", param="stream_options")
     return {
         "max_new_tokens": _number(body, "max_completion_tokens", 1, 1 << 20, None, integer=True)
-        or _number(body, "max_tokens", 1, 1 << 20, DEFAULT_MAX_TOKENS, integer=True),
+        or _number(body, "max_tokens", 1, 1 << 20, DEFAULT_MAX_NEW_TOKENS, integer=True),
         "temperature": float(_number(body, "temperature", 0, 2, 1.0)),
         "top_p": _number(body, "top_p", 1e-9, 1, None),
         "seed": _number(body, "seed", -(1 << 63), (1 << 63) - 1, None, integer=True),
@@ -172,19 +190,26 @@ def chat_rows(gen, body: dict) -> list[int]:
     return gen.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def completion_rows(gen, body: dict) -> list[list[int]]:
+def completion_rows(gen, body: dict, vocab: int) -> list[list[int]]:
+    """The prompts of a completion request as token id rows: text, or ids each in [0, vocab)."""
     prompt = body.get("prompt")
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt)):
         texts = [prompt] if isinstance(prompt, str) else prompt
         if not all(texts):
             raise ServeError(400, "'prompt' must not be empty", param="prompt")
         return gen.tokenizer(texts)["input_ids"]
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(r, list) and r and all(isinstance(t, int) for t in r)
-                                                   for r in prompt):
-        return prompt
-    raise ServeError(400, "'prompt' must be a string, a list of strings, or token ids", param="prompt")
+    rows = [prompt] if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt) else prompt
+    if not (isinstance(rows, list) and rows and all(isinstance(r, list) and r and all(_is_int(t) for t in r)
+                                                     for r in rows)):
+        raise ServeError(400, "'prompt' must be a string, a list of strings, or token ids", param="prompt")
+    if not all(0 <= t < vocab for r in rows for t in r):
+        raise ServeError(400, f"'prompt' token ids must be in [0, {vocab - 1}], this model's vocabulary",
+                         param="prompt")
+    return rows
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # -- one request: its rows' text as the scheduler's steps arrive ----------------------------------------
@@ -236,8 +261,9 @@ def _checked(text: str, grammar) -> dict:
 class Job:
     """A submitted request's steps, carried from the scheduler's thread to the event loop."""
 
-    def __init__(self, gen, rows: list[list[int]], opts: dict, request, on_end=None):
+    def __init__(self, gen, rows: list[list[int]], opts: dict, request, on_end=None, prompt_tokens: int = 0):
         self.rows, self.request = rows, request    # request: submit(...)'s suite.scheduler.Request
+        self.prompt_tokens = prompt_tokens         # each prompt counted once, whatever n (as OpenAI counts)
         self.grammar = opts.get("grammar")         # its constraint (suite.constraint.Grammar), or None
         self.on_end = on_end                       # called on the event loop once the request ended
         self.texts = [RowText(gen, opts["stops"]) for _ in rows]
@@ -287,7 +313,7 @@ class Job:
 
     def usage(self) -> dict:
         stats = self.request.stats
-        prompt = sum(len(r) for r in self.rows)
+        prompt = self.prompt_tokens
         completion = sum(len(t.ids) for t in self.texts)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": stats.events.get("prefix_cache_hit_tokens", 0)},
@@ -305,6 +331,9 @@ class Server:
         self.max_queue, self.max_body_bytes = max_queue, max_body_bytes
         self.in_flight = 0
         self.created = int(time.time())
+        self.decoders = text_decoders(gen)
+        from suite import as_adapter
+        self.vocab = as_adapter(gen.model).config.vocab_size
 
     def app(self) -> Starlette:
         routes = [Route("/health", self.health), Route("/v1/models", self.models),
@@ -405,9 +434,9 @@ class Server:
             self._check_key(request)
             body = await self._body(request)
             self._check_model(body.get("model"))
-            opts = _options(body)
-            rows = [chat_rows(self.gen, body)] if chat else completion_rows(self.gen, body)
-            rows = [r for r in rows for _ in range(opts["n"])]
+            opts = _options(body, self.decoders)
+            prompts = [chat_rows(self.gen, body)] if chat else completion_rows(self.gen, body, self.vocab)
+            rows = [r for r in prompts for _ in range(opts["n"])]
             if self.in_flight >= self.max_queue:
                 raise ServeError(503, f"the server is busy ({self.max_queue} requests in flight): retry later",
                                  kind="server_error", code="queue_full")
@@ -420,7 +449,7 @@ class Server:
             except BaseException:
                 self.in_flight -= 1
                 raise
-            job = Job(self.gen, rows, opts, submitted, on_end=self._ended)
+            job = Job(self.gen, rows, opts, submitted, on_end=self._ended, prompt_tokens=sum(map(len, prompts)))
         except ServeError as e:
             return e.response()
         head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
@@ -485,6 +514,17 @@ class Server:
         finally:
             job.cancel()
         yield "data: [DONE]\n\n"
+
+
+def text_decoders(gen) -> list[str]:
+    """The decoders a request may name for `gen`'s model: its own sampler's for a canvas model, else the
+    text decoders its adapter can run (the registry's "any" and "text" ones whose capabilities it has)."""
+    from suite import as_adapter
+    from suite.registry import list_decoders
+    if gen.decoders:
+        return list(gen.decoders)
+    adapter = gen.adapter if gen.adapter is not None else as_adapter(gen.model)
+    return [n for n in list_decoders("text", adapter=adapter) if n != "diffusion_gemma"]
 
 
 def build_app(gen, model_name: str | None = None, api_key: str | None = None, max_queue: int = 64,

@@ -10,6 +10,8 @@ from typing import Any
 from .inputs import RequestInputs
 from .sampling import SamplingParams
 
+DEFAULT_MAX_NEW_TOKENS = 128     # the one default of every front end: server, Python API, CLIs and tabs
+
 
 @dataclass(frozen=True)
 class RequestParams:
@@ -17,7 +19,7 @@ class RequestParams:
     id or ids that end a row (None: the model's own); inputs: typed inputs of decoders that read them."""
 
     decoder: Any = "ar"
-    max_new_tokens: int = 64
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None

@@ -56,9 +56,12 @@ ENTRIES: tuple[DecoderEntry, ...] = (
                  "draft trees from an adjacency matrix of each token's recycled top-k candidates, tree-verified"),
     DecoderEntry("sam_decoding", _D + "chain.sam_decoding:SAMDecoding", ("any",), "in distribution",
                  "suffix-automaton drafts (the text so far + a static corpus=), with Token Recycling's tree"),
+    DecoderEntry("suffix", _D + "chain.suffix:SuffixDecoding", ("any",), "in distribution",
+                 "SuffixDecoding: frequency-scored trees from suffix trees over the request and over earlier "
+                 "outputs (one global tree per model), adaptive length, tree-verified"),
     DecoderEntry("auto", _D + "chain.auto:Auto", ("any",), "in distribution",
                  "per request, the lossless decoder with the best measured tokens/s (eagle, ngram, lookahead, token_recycling, "
-                 "sam_decoding, ar)"),
+                 "sam_decoding, suffix, ar)"),
     DecoderEntry("ngram_prior", _D + "chain.ngram_prior:NgramPrior", ("document",), "in distribution",
                  "drafts from a previous version of the text (prior_texts=), verified"),
     DecoderEntry("ctc_speculative", _D + "chain.ctc_speculative:CTCSpeculative", ("document", "asr"), "lossy",
@@ -225,4 +228,7 @@ def make_decoder(name: str, **options):
     if unknown:
         raise ValueError(f"decoder {name!r} does not take {', '.join(unknown)}; "
                          f"its options are: {', '.join(sorted(valid)) or '(none)'}")
+    from .decoders.options import check_option
+    for key, value in options.items():
+        check_option(cls, key, value)
     return cls(**options)

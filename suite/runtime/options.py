@@ -2,24 +2,35 @@
 command line), validated and typed by each option's default: one validation for every CLI and tab."""
 from __future__ import annotations
 
-import dataclasses
-import typing
 
+from ..decoders.options import check_option
 from ..registry import DECODERS, parse_option
 
 
 def ui_options(name: str, overrides: dict | None = None) -> dict[str, object]:
-    """The options of decoder `name` a person can type (objects such as draft_model are left out),
-    with their defaults, `overrides` applied (e.g. speculative's draft='self:8')."""
-    cls = DECODERS[name]
-    out = {}
-    for f in dataclasses.fields(cls):
-        if (f.type in ("Any", typing.Any) or any(k in str(f.type) for k in ("tuple", "Callable", "list"))
-                or f.name.endswith("_id")):
-            continue      # objects, shapes and token ids come from the pipeline, not from a text box
-        out[f.name] = f.default
+    """The options of decoder `name` a person can type (suite.decoders.options.typable_fields: no
+    objects such as draft_model, no files, no operator limits), with their defaults, `overrides`
+    applied (e.g. speculative's draft='self:8')."""
+    from ..decoders.options import typable_fields
+    out = {f.name: f.default for f in typable_fields(DECODERS[name])}
     out.update({k: v for k, v in (overrides or {}).items() if k in out})
     return out
+
+
+def client_options(name: str, options: dict) -> dict[str, object]:
+    """A request's decoder options as a client sent them (a JSON object): only what `ui_options` lists,
+    each value of its option's type and in its range. Anything else (a corpus, a draft model or
+    weights, which name files; an operator's limit) is refused by name, without echoing the value:
+    files and limits are set by whoever runs the server. ValueError naming the field."""
+    valid = ui_options(name)
+    for key, value in options.items():
+        if key not in valid:
+            field_name = key if len(key) <= 40 else key[:37] + "..."
+            raise ValueError(f"decoder_options.{field_name} is not an option a request may set for {name} "
+                             f"(files and limits are the server operator's); its options are: "
+                             f"{', '.join(valid) or '(none)'}")
+        check_option(DECODERS[name], key, value)
+    return dict(options)
 
 
 def format_options(options: dict[str, object]) -> str:
@@ -42,6 +53,7 @@ def parse_options(name: str, text) -> dict[str, object]:
             raise ValueError(f"decoder {name!r} does not take {key!r}; its options are: "
                              f"{', '.join(valid) or '(none)'}")
         out[key] = typed_option(key, raw, valid[key])
+        check_option(DECODERS[name], key, out[key])
     return out
 
 

@@ -146,3 +146,97 @@ def test_queue_and_body_limits(gen):
     r = small.post("/v1/completions", json={"model": MODEL, "prompt": "x" * 200})
     assert r.status_code == 413 and "error" in r.json()
     assert small.get("/v1/nowhere").status_code == 404
+
+
+# -- what a client may not do: name a server file, reach a 500 ---------------------------------------------
+
+def test_no_decoder_option_that_names_a_file_or_a_limit_is_taken_from_a_client(client, gen, tmp_path):
+    """Every option of every text decoder that a client may not set (files: corpora, draft models, heads;
+    objects; the operator's limits) is refused by name with a 400 that shows nothing of the server's files,
+    and the file it names is never opened (an audit hook watches every open of the process)."""
+    import dataclasses
+    import sys
+
+    import suite
+    from apps.serve import text_decoders
+    from suite.runtime.options import ui_options
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the server's own words\n")
+    opened = []
+    sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" and args
+                     and str(args[0]).startswith(str(tmp_path)) else None)
+    refused = 0
+    for decoder in text_decoders(gen):
+        for f in dataclasses.fields(suite.DECODERS[decoder]):
+            if f.name in ui_options(decoder):
+                continue
+            for value in (str(secret), str(tmp_path), "/etc/passwd", "/no/such/file"):
+                with pytest.raises(openai.BadRequestError) as bad:
+                    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
+                                                   max_tokens=2, extra_body={"decoder": decoder,
+                                                                             "decoder_options": {f.name: value}})
+                message = bad.value.body["message"]
+                assert f"decoder_options.{f.name}" in message and "operator" in message
+                assert "/" not in message and "exist" not in message and "secret" not in message
+                refused += 1
+    assert refused >= 30 and {"corpus", "draft_model", "draft_head", "max_corpus_tokens"} <= {
+        f.name for d in text_decoders(gen) for f in dataclasses.fields(suite.DECODERS[d])}
+    assert opened == []
+
+
+def test_option_values_typed_and_in_range_and_token_ids_in_the_vocabulary(client):
+    for options in ({"num_draft": "x"}, {"num_draft": -3}, {"num_draft": 10 ** 12}, {"num_draft": 2.5},
+                    {"adaptive": "maybe"}, {"num_draft": None}):
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
+                                      extra_body={"decoder": "ngram", "decoder_options": options})
+        assert "num_draft" in bad.value.body["message"] or "adaptive" in bad.value.body["message"]
+    for ids in ([999999999], [-1], [[1, 2], [3, 10 ** 9]]):
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.completions.create(model=MODEL, prompt=ids, max_tokens=2)
+        assert "vocabulary" in bad.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=MODEL, prompt="Hi", extra_body={"decoder": "zipar"})
+    assert "ngram" in bad.value.body["message"] and "delay" not in bad.value.body["message"]
+
+
+def test_usage_counts_each_prompt_once_whatever_n(client):
+    one = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3, temperature=0)
+    two = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3, temperature=0, n=2)
+    assert two.usage.prompt_tokens == one.usage.prompt_tokens
+    assert two.usage.completion_tokens == 2 * one.usage.completion_tokens
+
+
+def test_a_seeded_fuzz_of_every_field_gets_no_500(base_url):
+    """500 requests, each a valid one with one to three fields replaced by a wrong type, an out-of-range
+    value or out-of-vocabulary ids: every answer is a 200 or an OpenAI error object with a 4xx status."""
+    import random
+    rng = random.Random(0)
+    junk = [None, -1, 0, 1, 2.5, -1e300, 10 ** 12, True, "x", "", "/etc/passwd", [], [1], [-1], [999999999],
+            [[1], [2, 999999999]], {}, {"a": 1}, [{"role": "user"}], "\x00" * 3, "a" * 2000, float("nan")]
+    fields = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
+              "stop", "n", "stream", "stream_options", "response_format", "decoder", "decoder_options", "tools",
+              "logprobs", "logit_bias", "user", "echo", "suffix", "best_of"]
+    options = ["num_draft", "window", "max_ngram", "adaptive", "corpus", "draft_model", "max_corpus_tokens", "cost",
+               "draft", "init", "bogus"]
+    statuses = {}
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as http:
+        for i in range(500):
+            chat = i % 2 == 0
+            body = {"model": MODEL, "max_tokens": 2, "temperature": 0,
+                    **({"messages": [{"role": "user", "content": "Hi"}]} if chat else {"prompt": "Hi"})}
+            for _ in range(rng.randint(1, 3)):
+                if rng.random() < 0.3:
+                    body["decoder"] = rng.choice(["ngram", "jacobi", "sam_decoding", "speculative", "auto", "x"])
+                    body["decoder_options"] = {rng.choice(options): rng.choice(junk)}
+                else:
+                    body[rng.choice(fields)] = rng.choice(junk)
+            if body.get("stream") is True:
+                body["stream"] = False
+            content = json.dumps(body, allow_nan=True)
+            r = http.post("/chat/completions" if chat else "/completions", content=content)
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            assert r.status_code < 500, (r.status_code, content[:300], r.text[:300])
+            if r.status_code != 200:
+                assert r.json()["error"]["message"], content[:300]
+    assert statuses.get(200, 0) > 20 and statuses.get(400, 0) > 200

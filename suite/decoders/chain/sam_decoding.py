@@ -36,6 +36,7 @@ from .suffix_automaton import SEPARATOR, StaticCorpus, SuffixAutomaton, corpus_a
 from .token_recycling import RecyclingRow, TokenRecycling, read_scored, recycle
 from .tree import DraftTree, NodeRates, bind_tree_costs, cut_trees, tree_draft, verify_trees
 from ..base import DecoderBase
+from ..options import option
 
 @dataclass
 class SamRow:
@@ -59,7 +60,7 @@ class SAMDecoding(DecoderBase):
     max_draft: int = 16       # tokens drafted from a match at most
     auxiliary: Any = "token_recycling"   # combined drafter (a TokenRecycling or its name); None: SAM alone
     max_nodes: int = 24       # tree nodes scored per step at most (the cost model keeps those that pay)
-    max_corpus_tokens: int = 500_000
+    max_corpus_tokens: int = option(500_000, 1, 1 << 30, operator=True)   # the operator's limit, not a request's
     trees: bool = True        # merge the drafts into a tree (bind turns it off without custom masks)
     cost: Any = "auto"        # the target's CostCurve ("auto": measured at bind; None: max_nodes always)
     chain_cost: Any = None    # the curve of plain causal forwards (bind fills it): a lone chain may pay more
