@@ -81,10 +81,9 @@ def read_pages(ocr, path: str, decoder: str, options: dict):
     """Pages one at a time, so the UI updates after each page of a PDF; `ocr` is our OCR or a
     page-reading VLM (document.hf_reader.HFPageReader), which reads each page whole."""
     from document.hf_reader import HFPageReader
-    from document.reader import load_pages, read
+    from document.reader import iter_pages
     reader = {"model": ocr} if isinstance(ocr, HFPageReader) else {"ocr": ocr}
-    for image in load_pages(path):
-        yield from read(image, decoder=decoder, **reader, **options)
+    yield from iter_pages(path, decoder=decoder, **reader, **options)     # a PDF's text layer where it has one
 
 
 class DocumentRun:
@@ -120,7 +119,7 @@ class DocumentRun:
 def boxed(page):
     """The page with each line's box drawn and numbered (the text is listed beside it)."""
     from PIL import ImageDraw
-    img = page.image.convert("RGB").copy()
+    img = page.picture().convert("RGB").copy()
     draw = ImageDraw.Draw(img)
     for i, line in enumerate(page.lines):
         colour = BOX_COLOURS[i % 2]
@@ -153,7 +152,8 @@ def lines_html(run: DocumentRun | None) -> str:
             mark = " ps-check-line' style='background:rgba(255,190,0,0.18)" if line.check else ""
             rows.append(f"<tr class='ps-line{mark}'><td>{p.index + 1}</td><td>{i + 1}</td>"
                         f"<td style='font-family:ui-monospace,monospace'>{html.escape(line.text)}</td>"
-                        f"<td>{line.confidence:.2f}{' check' if line.check else ''}</td></tr>")
+                        f"<td>{line.confidence:.2f}{' check' if line.check else ''}"
+                        f"{' (text layer)' if getattr(line, 'source', 'ocr') == 'text_layer' else ''}</td></tr>")
     state = "done" if run.done else "running"
     return (f"<div class='ps-lines' data-decoder='{run.decoder}' data-state='{state}'>{check_html(run)}"
             "<table style='width:100%'>"

@@ -12,7 +12,7 @@ forwards), with automatic prefix caching (suite.prefix_cache).
 
 Endpoints: GET /v1/models, GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (stream: true
 sends server-sent events; stream_options.include_usage adds a last chunk with the usage), GET /v1/stats (the
-prefix cache's counters, requests in flight), GET /health. Fields: max_tokens / max_completion_tokens,
+prefix cache's counters, requests in flight, the model's global suffix tree: its size and hit rate), GET /health. Fields: max_tokens / max_completion_tokens,
 temperature (default 1, as OpenAI's), top_p, seed, stop, n, response_format (json_object, json_schema), and the
 extensions `decoder` (any text decoder of suite.DECODERS; default auto) and `decoder_options` (its options).
 `usage` adds `forwards`, `tokens_per_forward` and `prompt_tokens_details.cached_tokens` (prompt tokens the
@@ -398,8 +398,10 @@ class Server:
             self._check_key(request)
         except ServeError as e:
             return e.response()
+        from suite.decoders.chain.suffix import global_tree_stats
         cache = self.gen.prefix_cache
-        return JSONResponse({"in_flight": self.in_flight, "prefix_cache": cache.counters() if cache else None})
+        return JSONResponse({"in_flight": self.in_flight, "prefix_cache": cache.counters() if cache else None,
+                             "suffix_tree": global_tree_stats(self.gen.model)})
 
     def _check_model(self, name) -> None:
         if name is not None and name != self.model_name:
@@ -558,6 +560,9 @@ def main(argv=None) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--prefix-cache-mb", type=int, default=512,
                    help="memory for cached prefixes' K/V (default 512; 0 turns prefix caching off)")
+    p.add_argument("--suffix-tree-tokens", type=int, default=200_000,
+                   help="tokens of earlier outputs the model's global suffix tree keeps for the suffix and auto "
+                        "decoders, oldest requests evicted first (default 200000, about 45 MB)")
     args = p.parse_args(argv)
     import uvicorn
 
@@ -565,6 +570,8 @@ def main(argv=None) -> None:
     gen = text.load(args.model, dtype=args.dtype)
     if args.prefix_cache_mb > 0:
         gen.use_prefix_cache(args.prefix_cache_mb << 20)
+    from suite.decoders.chain.suffix import global_tree
+    global_tree(gen.model, args.suffix_tree_tokens)       # made now with the operator's cap, shared by every request
     app = build_app(gen, args.served_model_name, args.api_key, args.max_queue, args.max_body_bytes)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who reaches it can use it")

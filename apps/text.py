@@ -16,6 +16,7 @@ import gradio as gr
 
 import suite
 
+from suite.params import DEFAULT_MAX_NEW_TOKENS
 from suite.runtime.options import decoders_used, format_options, parse_options, ui_options
 
 from .errors import guarded
@@ -321,7 +322,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
                                       elem_id="text-decoder")
                 options = gr.Textbox(value=default_options(default_decoder()), label="Decoder options",
                                      info="key=value, separated by commas", elem_id="text-options")
-                max_new_tokens = gr.Slider(1, 512, value=96, step=1, label="Max new tokens",
+                max_new_tokens = gr.Slider(1, 512, value=DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
                                            elem_id="text-max-new-tokens")
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")

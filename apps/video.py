@@ -34,8 +34,8 @@ CLIP_PX = 320                   # the player's height
 FPS = 8.0
 DEFAULT_FRAMES = 4             # a first clip in seconds, not minutes (ar: one forward per code)
 UPDATE_EVERY_S = 0.1
-# (class, motion, frames) whose seed-0 clips (diagonal, default sampling) the motion classifier and the
-# image classifier read as asked, with the shipped prior (vision/weights/video/README.md, 2026-12-05)
+# (class, motion, frames) whose seed-0 clips (diagonal, default sampling, frame 0 by the image prior) the motion
+# classifier and the image classifier read as asked, with the shipped priors (7-8 of 8 frames; 2026-12-06)
 EXAMPLES = [["circle", "right", 8], ["star", "left", 8], ["square", "down", 8], ["triangle", "up", 8],
             ["checker", "up", 8], ["star", "rotate", 8]]
 
@@ -56,6 +56,12 @@ def default_options(name: str) -> str:
         return ""
     shown = {k: v for k, v in ui_options(name, VIDEO_DEFAULTS.get(name)).items() if k not in HIDDEN_OPTIONS}
     return format_options(shown)
+
+
+def first_frame_choices(pipe) -> list[tuple[str, str]]:
+    """Who can draw frame 0 (the pipeline's first_frame values): the image prior where there is one."""
+    image = pipe.first_frame_of("auto") == "image"
+    return [("image prior", "image")] * image + [("video prior", "video")]
 
 
 def sampling_defaults(pipe) -> dict:
@@ -145,7 +151,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
     defaults = sampling_defaults(pipe)
     folder = tempfile.mkdtemp(prefix="parasuite-video-")      # the finished clips, served by Gradio
 
-    def generate(label, motion, frames, decoder, options, guidance, temperature, seed, compare):
+    def generate(label, motion, frames, decoder, options, guidance, temperature, seed, compare, first_frame="auto"):
         if decoder not in decoder_choices():
             raise ValueError(f"unknown decoder {decoder!r}: pick one of {', '.join(decoder_choices())}")
         if label not in classes:
@@ -157,7 +163,7 @@ def build_demo(pipeline=None) -> gr.Blocks:
             raise ValueError(f"frames must be 1..{max_frames} (the prior was trained on {max_frames}-frame clips), "
                              f"got {frames}")
         args = dict(motion=motion, num_frames=frames, guidance_scale=float(guidance), temperature=float(temperature),
-                    seed=None if seed in (None, "") else int(seed))
+                    seed=None if seed in (None, "") else int(seed), first_frame=pipe.first_frame_of(first_frame))
         grid = (frames, lay.height, lay.width)
         chosen_options = parse_options(decoder, options)
         runs = [VideoRun(decoder, pipe.stream([label], decoder=decoder, **args, **chosen_options), grid)]
@@ -171,7 +177,8 @@ def build_demo(pipeline=None) -> gr.Blocks:
             shown += ([baseline.clip_file(folder), tiles(baseline.frames),
                        heatmap_grid(baseline.decided_at, baseline.stats.num_forwards)] if baseline else [None] * 3)
             return (*shown, summary_html([r.row() for r in runs], "video", decoder, same_clip(runs),
-                                         f"class {label}, motion {motion}, {frames} frames, seed {args['seed']}"))
+                                         f"class {label}, motion {motion}, {frames} frames, seed {args['seed']}, "
+                                         f"frame 0 by the {args['first_frame']} prior"))
 
         yield view()
         for _ in throttled(race(runs), UPDATE_EVERY_S):
@@ -191,6 +198,10 @@ def build_demo(pipeline=None) -> gr.Blocks:
                 frames = gr.Slider(1, max_frames, value=min(DEFAULT_FRAMES, max_frames), step=1, label="Frames",
                                    elem_id="video-frames")
                 compare = gr.Checkbox(value=False, label="Compare with AR", elem_id="video-compare")
+                first_frame = gr.Radio(first_frame_choices(pipe), value=pipe.first_frame_of("auto"),
+                                       label="Frame 0 drawn by", elem_id="video-first-frame",
+                                       info="the image prior keeps the class far more often; the video prior "
+                                            "continues from its frame")
                 run = gr.Button("Generate", variant="primary", elem_id="video-run")
                 shown = [e for e in EXAMPLES if e[0] in classes and e[1] in motions and e[2] <= max_frames]
                 if shown:                       # another prior (other classes, fewer frames): none
@@ -223,6 +234,6 @@ def build_demo(pipeline=None) -> gr.Blocks:
         compare.change(lambda on: gr.Column(visible=bool(on)), compare, ar_column, queue=False,
                        api_visibility="private")
         run.click(guarded("video generation", generate, blank=(None,) * 6 + ("",)),
-                  [label, motion, frames, decoder, options, guidance, temperature, seed, compare],
+                  [label, motion, frames, decoder, options, guidance, temperature, seed, compare, first_frame],
                   [clip, strip, steps, ar_clip, ar_strip, ar_steps, stats], api_name="generate_video")
     return demo

@@ -2,7 +2,9 @@
 
 INPUT is an image (PNG/JPEG/TIFF/BMP/WebP), a PDF, or a folder searched recursively. For each
 input file FILE the outputs are DIR/FILE.txt, DIR/FILE.json (pages, line boxes, text,
-confidence, check) and DIR/FILE.pN.png overlays (--overlay). Lines whose calibrated confidence
+confidence, check, source) and DIR/FILE.pN.png overlays (--overlay). A PDF page with a text layer
+gives that text (source "text_layer") unless --ocr always; pages and images without one are read
+by OCR (source "ocr"). Lines whose calibrated confidence
 is below the weights' threshold are marked "check": true in the JSON, and the run ends with a
 "check these" list of them (document/confidence.py). Every output is written to a temporary
 file and renamed into place; the JSON is written last and marks the file as done, so a rerun
@@ -15,6 +17,7 @@ failed, 2 bad arguments.
 examples:
   python -m document scans/ --out ocr_out
   python -m document report.pdf --out ocr_out --decoder ar --overlay
+  python -m document report.pdf --out ocr_out --ocr always          # OCR even pages that have a text layer
   python -m document scans/ --out ocr_out --decoder block_diffusion --block-size 4 --threshold 0.9 --prefix-only
   python -m document report.pdf --out ocr_out --model got-ocr2/ --decoder ngram    # a page-reading VLM folder
   python -m document report.pdf --out ocr_out --model got-ocr2/ --regions          # its text regions as one batch
@@ -71,7 +74,7 @@ def read_file(src: Path, ocr, args) -> dict:
         raise ValueError(f"{src} is empty (0 bytes): nothing to read; copy the file again")
     model = getattr(args, "model", None)          # a page-reading VLM (--model), else our line OCR
     pages = read(src, ocr=ocr, decoder=args.decoder, detector=args.detector, dpi=args.dpi, model=model,
-                 regions=getattr(args, "regions", False), **args.options)
+                 regions=getattr(args, "regions", False), ocr_mode=getattr(args, "ocr", "auto"), **args.options)
     return {"text": to_text(pages), "json": to_json(pages, str(src)),
             "overlays": [png_bytes(overlay(p)) for p in pages] if args.overlay else [],
             "pages": len(pages), "lines": sum(len(p.lines) for p in pages),
@@ -107,7 +110,7 @@ class DocumentWorker:
     """The batch worker (suite.runtime.jobs): loads the OCR model once, reads one file per call."""
 
     def __init__(self, weights=None, threads=1, decoder=DEFAULT_DECODER, detector=None, dpi=200, options=None,
-                 overlay=False, model=None, max_new_tokens=None, regions=False, dtype="float32"):
+                 overlay=False, model=None, max_new_tokens=None, regions=False, dtype="float32", ocr_mode="auto"):
         import torch
 
         from .hf_reader import MAX_NEW_TOKENS, load_reader
@@ -118,7 +121,7 @@ class DocumentWorker:
         else:
             self.ocr = load_ocr(weights, threads=threads, dtype=dtype)
         self.args = argparse.Namespace(decoder=decoder, detector=detector, dpi=dpi, options=options or {},
-                                       overlay=overlay, model=model, regions=regions)
+                                       overlay=overlay, model=model, regions=regions, ocr=ocr_mode)
 
     def __call__(self, payload: dict) -> dict:
         return read_file(Path(payload["src"]), self.ocr, self.args)
@@ -172,6 +175,10 @@ def parse(argv):
                     help="line detector (default: auto, i.e. the fast XY cut on a clean page, else rapidocr when "
                          "installed; projection with --regions)")
     ap.add_argument("--dpi", type=int, default=200, help="PDF rendering resolution")
+    ap.add_argument("--ocr", default="auto", choices=["auto", "never", "always"],
+                    help="PDFs: auto (default) takes a page's text layer where it has one (exact, in lines with "
+                         "boxes) and reads pages and images without one by OCR; never: the text layer alone; "
+                         "always: OCR every page, ignoring the layer. Each JSON line says its source")
     ap.add_argument("--overlay", action="store_true", help="also write an overlay PNG per page")
     ap.add_argument("--force", action="store_true", help="redo files whose outputs exist")
     ap.add_argument("--weights", default=None, help="model folder (default: document/weights/ocr-small)")
@@ -203,7 +210,7 @@ def build_job(args, root: Path, out: Path, files: list[Path]):
     worker_args = {"weights": args.weights, "threads": args.threads, "decoder": args.decoder,
                    "detector": args.detector, "dpi": args.dpi, "options": args.options, "overlay": args.overlay,
                    "model": args.model, "max_new_tokens": args.max_new_tokens, "regions": args.regions,
-                   "dtype": args.dtype}
+                   "dtype": args.dtype, "ocr_mode": args.ocr}
     return BatchJob("document", items, DocumentWorker, worker_args, lambda item, c: write_outputs(base_of(item), c),
                     fields=("text", "json", "overlays", "pages", "lines", "check"), manifest=out / "manifest.jsonl",
                     is_done=done, echo_errors=False)

@@ -15,6 +15,8 @@ without it, timed on a one-line run.
 instead: each of its exact decoders reads the same held-out line images as pages (batches of --pages-batch),
 greedy; rows: CER, pages/s, forwards, tokens per forward, speedup over ar (wall time), same as ar.
 `--regions` adds pages of REGION_LINES held-out lines stacked, read whole and region-parallel (hf_reader.py).
+`--real` reads real typeset pages whole (document/bench_real.py); `--text-layer` reads PDF pages from their
+text layer and the same pages scanned (document/bench_layer.py).
 """
 from __future__ import annotations
 
@@ -438,6 +440,19 @@ def _direct(ocr, crops, name, opts):
     return res.texts, res.stats
 
 
+def main_layer(args, ocr) -> int:
+    from . import bench_layer, bench_real
+    paths = args.text_layer or [p for p in bench_real.REAL_PDFS if os.path.isfile(p)]
+    if not paths:
+        print("error: no PDFs to read; give some: --text-layer a.pdf b.pdf", file=sys.stderr)
+        return 2
+    rows = bench_layer.run(ocr, paths, args.real_pages, args.dpi)
+    print(table(f"PDF pages read as users expect: {len(paths)} PDFs x {args.real_pages} pages at {args.dpi} dpi; truth: "
+                f"each page's text layer; threads={args.threads}; s/page: wall seconds of document.read",
+                rows, bench_layer.COLS))
+    return 0
+
+
 def main_real(args, ocr) -> int:
     from . import bench_real
     with tempfile.TemporaryDirectory() as tmp:
@@ -480,6 +495,9 @@ def main(argv=None) -> int:
                     help="only real typeset pages read whole, beside tesseract and rapidocr (document/bench_real.py): "
                          "the given PDFs, or (none given) the manuals under /usr/share/doc and man pages printed "
                          "by headless Chromium")
+    ap.add_argument("--text-layer", nargs="*", default=None, metavar="PDF",
+                    help="only PDFs read as users expect (document/bench_layer.py): the --real pages (or the PDFs "
+                         "given) born-digital (text layer) and rasterised into image-only PDFs (recogniser)")
     ap.add_argument("--real-pages", type=int, default=2, help="--real: pages per PDF (from its second page)")
     ap.add_argument("--real-detectors", nargs="+", default=["auto"], choices=["auto", "rapidocr", "projection"],
                     help="--real: line finders of our reader to compare (auto: XY cut on clean pages)")
@@ -505,6 +523,8 @@ def main(argv=None) -> int:
         return 2
     if args.real is not None:
         return main_real(args, ocr)
+    if args.text_layer is not None:
+        return main_layer(args, ocr)
     held = data.heldout_set(args.lines)
     print(f"held-out synthetic lines: {len(held)}", file=sys.stderr)
     if args.rules:

@@ -8,6 +8,7 @@ cross-attention K/V is computed once per request and kept beside it.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,16 @@ class OCRAdapter(CrossAttentionAdapter):
     # transformers VisionEncoderDecoder checkpoints)
     start_token_id = BOS
     split_lines = True       # lines of more than ~27 characters are read in pieces (OCR.pieces)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def cost_identity(self) -> list[str]:
+        """What this reader's forward cost and `auto`'s measured prior depend on besides the machine
+        (suite.cost's key): the architecture (config without training counters), dtype and device."""
+        arch = {k: v for k, v in self.model.cfg.items() if not k.startswith("train_")}
+        return ["OCRModel", json.dumps(arch, sort_keys=True), str(next(self.model.parameters()).dtype), str(self.device)]
 
     def pixels(self, images) -> torch.Tensor:
         """PIL line images -> (B, 1, H, W) model input in [0, 1]."""

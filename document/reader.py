@@ -8,17 +8,20 @@ read in batches by the OCR model, and the pieces joined back into lines with box
 confidence. Export with `to_text`, `to_json` or `overlay` (the page with the recognised text
 drawn in each line box, like the text layer of a searchable PDF). `read(path, model=folder)` reads
 with a page-reading VLM instead, whole pages or (regions=True) the detected regions as one batch.
+A PDF page with a text layer gives that text unless `ocr_mode="always"` (document/pdf_text.py);
+`iter_pages` yields pages one at a time (the app shows each as it is read).
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageSequence
 
-from . import confidence, data
+from . import confidence, data, pdf_text
 from .lines import pad_box, projection_lines
 from .page_lines import clean_lines
 
@@ -39,8 +42,9 @@ REGIONS_NEED_MODEL = ("region-parallel reading (regions=True, --regions) needs a
 class Line:
     box: tuple[int, int, int, int]      # x0, y0, x1, y1 in page pixels
     text: str
-    confidence: float                   # P(read exactly), calibrated (document/confidence.py)
+    confidence: float                   # P(read exactly), calibrated (document/confidence.py); 1 from a text layer
     check: bool = False                 # confidence below the weights' flag threshold: check this line
+    source: str = "ocr"                 # "ocr" (read from the pixels) or "text_layer" (the PDF's own text)
 
 
 @dataclass
@@ -52,6 +56,13 @@ class Page:
     image: Image.Image | None = field(default=None, repr=False, compare=False)
     stats: object = field(default=None, repr=False, compare=False)   # the OCR stats of its lines
     signals: list = field(default_factory=list, repr=False, compare=False)   # per line: (mean, min prob, CTC agrees)
+    render: object = field(default=None, repr=False, compare=False)   # () -> the page image, when not yet drawn
+
+    def picture(self) -> Image.Image | None:
+        """The page image, rendered on first use for a page read from its text layer."""
+        if self.image is None and self.render is not None:
+            self.image = self.render()
+        return self.image
 
     @property
     def text(self) -> str:
@@ -96,24 +107,19 @@ def load_pages(path: str | Path, dpi: int = DPI) -> list[Image.Image]:
 
 
 def _pdf_pages(path: Path, dpi: int) -> list[Image.Image]:
-    import pypdfium2 as pdfium
+    doc = pdf_text.open_pdf(path)
     try:
-        doc = pdfium.PdfDocument(str(path))
-    except pdfium.PdfiumError as e:
-        if "password" in str(e).lower():
-            raise ValueError(f"{path}: PDF is password-protected; decrypt it first "
-                             "(e.g. `qpdf --decrypt --password=... in.pdf out.pdf`)") from None
-        raise ValueError(f"{path}: PDF is corrupt or not a PDF ({e}); repair it (e.g. `qpdf in.pdf out.pdf`)") from None
-    try:
-        pages = []
-        for i in range(len(doc)):
-            page = doc[i]
-            w, h = page.get_size()
-            scale = min(dpi / 72, (MAX_PIXELS / max(w * h, 1)) ** 0.5)
-            pages.append(page.render(scale=scale).to_pil().convert("RGB"))
-        return pages
+        return [doc[i].render(scale=pdf_text.page_scale(doc[i], dpi, MAX_PIXELS)).to_pil().convert("RGB")
+                for i in range(len(doc))]
     finally:
         doc.close()
+
+
+def is_pdf(path: Path) -> bool:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        return path.suffix.lower() in PDF_SUFFIXES or f.read(5) == b"%PDF-"
 
 
 # ---- line detection -------------------------------------------------------------------------
@@ -175,21 +181,107 @@ def quad_crop(image: Image.Image, quad: np.ndarray) -> Image.Image:
 # ---- reading ----------------------------------------------------------------------------------
 
 def read(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str | None = None, dpi: int = DPI,
-         model=None, regions: bool = False, **options) -> list[Page]:
-    """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence).
-    model: the folder of a page-reading VLM (GOT-OCR2, Qwen2-VL, Florence-2) that reads each page
-    whole instead (document/hf_reader.py), or, with regions=True, the page's detected text regions
-    as one batch of crops. detector: "auto" by default, "projection" with regions=True."""
+         model=None, regions: bool = False, ocr_mode: str = "auto", **options) -> list[Page]:
+    """Read a file (PNG/JPEG/TIFF/PDF) or a PIL image into pages of lines (box, text, confidence,
+    source). model: the folder of a page-reading VLM (GOT-OCR2, Qwen2-VL, Florence-2) that reads each
+    page whole instead (document/hf_reader.py), or, with regions=True, the page's detected text
+    regions as one batch of crops. detector: "auto" by default, "projection" with regions=True.
+    ocr_mode (PDFs): "auto" (a page's text layer where it has one, OCR elsewhere), "never", "always"."""
+    return list(iter_pages(source, ocr, decoder, detector, dpi, model, regions, ocr_mode, **options))
+
+
+def iter_pages(source, ocr=None, decoder: str = DEFAULT_DECODER, detector: str | None = None, dpi: int = DPI,
+               model=None, regions: bool = False, ocr_mode: str = "auto", **options):
+    """`read`, one page at a time."""
+    pdf_text.check_mode(ocr_mode)
     if regions and model is None:
         raise ValueError(REGIONS_NEED_MODEL)
+    reader = PixelReader(ocr, decoder, detector, model, regions, options)
+    if not isinstance(source, Image.Image) and ocr_mode != "always" and is_pdf(Path(source)):
+        yield from pdf_pages(Path(source), dpi, ocr_mode, reader)
+        return
     images = [source.convert("RGB")] if isinstance(source, Image.Image) else load_pages(source, dpi)
     images = [_check_size(img, f"page {i + 1}") for i, img in enumerate(images)]
-    if model is not None:
-        return read_with_model(images, model, decoder, regions=regions, detector=detector, **options)
-    if ocr is None:
-        from .ocr import load_ocr
-        ocr = load_ocr()
-    return [read_page(img, index, ocr, decoder, detector or "auto", **options) for index, img in enumerate(images)]
+    if model is not None:       # a VLM reads the pages as one batch
+        yield from reader.pages(list(enumerate(images)))
+        return
+    for index, img in enumerate(images):
+        yield from reader.pages([(index, img)])
+
+
+class PixelReader:
+    """Reads page images (or parts of pages) by OCR: our line model, loaded on first use, or a VLM."""
+
+    def __init__(self, ocr, decoder: str, detector: str | None, model, regions: bool, options: dict):
+        self.ocr, self.decoder, self.detector, self.model, self.regions, self.options = \
+            ocr, decoder, detector, model, regions, options
+
+    def pages(self, indexed: list[tuple[int, Image.Image]]) -> list[Page]:
+        if self.model is not None:
+            from .hf_reader import MAX_NEW_TOKENS, HFPageReader, load_reader
+            if not isinstance(self.model, HFPageReader):    # a folder: loaded once, not once per page
+                self.model = load_reader(self.model, self.options.pop("max_new_tokens", None) or MAX_NEW_TOKENS)
+            pages = read_with_model([img for _, img in indexed], self.model, self.decoder, regions=self.regions,
+                                    detector=self.detector, **self.options)
+            for (index, _), page in zip(indexed, pages):
+                page.index = index
+            return pages
+        if self.ocr is None:
+            from .ocr import load_ocr
+            self.ocr = load_ocr()
+        return [read_page(img, index, self.ocr, self.decoder, self.detector or "auto", **self.options)
+                for index, img in indexed]
+
+
+def pdf_pages(path: Path, dpi: int, mode: str, reader: PixelReader):
+    """The pages of a PDF, each from its text layer (ocr_mode "auto"/"never") and, in "auto", by OCR
+    where the layer has nothing: the whole page, or its images that no layer line covers."""
+    doc = pdf_text.open_pdf(path)
+    try:
+        for index in range(len(doc)):
+            page = doc[index]
+            scale = pdf_text.page_scale(page, dpi, MAX_PIXELS)
+            size = (math.ceil(page.get_width() * scale), math.ceil(page.get_height() * scale))
+            layer = pdf_text.layer_lines(page, size)
+            render = _renderer(path, index, scale)
+            if not layer and mode == "auto":
+                out = reader.pages([(index, _check_size(render(), f"page {index + 1}"))])[0]
+            else:
+                out = Page(index, size[0], size[1], [Line(box, text, 1.0, False, "text_layer") for box, text in layer],
+                           render=render)
+                if mode == "auto":
+                    _read_images(out, pdf_text.image_boxes(page, size), reader)
+            yield out
+    finally:
+        doc.close()
+
+
+def _renderer(path: Path, index: int, scale: float):
+    def render() -> Image.Image:
+        doc = pdf_text.open_pdf(path)
+        try:
+            return doc[index].render(scale=scale).to_pil().convert("RGB")
+        finally:
+            doc.close()
+    return render
+
+
+def _read_images(page: Page, boxes, reader: PixelReader) -> None:
+    """OCR lines found inside the page's images, where no text-layer line lies, added in reading order."""
+    boxes = [b for b in boxes if b[2] - b[0] >= MIN_SIDE and b[3] - b[1] >= MIN_SIDE]
+    if not boxes:
+        return
+    image, added = page.picture(), False
+    for box in boxes:
+        part = reader.pages([(page.index, image.crop(box))])[0]
+        for line in part.lines:
+            x0, y0, x1, y1 = line.box
+            line.box = (x0 + box[0], y0 + box[1], x1 + box[0], y1 + box[1])
+            if not any(pdf_text.overlaps(line.box, other.box) for other in page.lines if other.source == "text_layer"):
+                page.lines.append(line)
+                added = True
+    if added:
+        page.lines.sort(key=lambda line: (line.box[1], line.box[0]))
 
 
 def read_with_model(images: list[Image.Image], model, decoder: str, max_new_tokens: int | None = None,
@@ -251,7 +343,8 @@ def to_json(pages: list[Page], source: str | None = None) -> str:
 
 def overlay(page: Page) -> Image.Image:
     """The page, faded, with each line's box and recognised text drawn in it."""
-    base = page.image.convert("RGB") if page.image is not None else Image.new("RGB", (page.width, page.height), "white")
+    picture = page.picture()
+    base = picture.convert("RGB") if picture is not None else Image.new("RGB", (page.width, page.height), "white")
     out = Image.blend(base, Image.new("RGB", base.size, "white"), 0.6)
     draw = ImageDraw.Draw(out)
     for line in page.lines:

@@ -112,6 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
     ap.add_argument("--state", default=str(DEFAULT_STATE),
                     help="optimizer state file, written with each checkpoint (kept out of the weights folder)")
+    ap.add_argument("--continue-run", action="store_true",
+                    help="with --resume OUT and its --state: continue an interrupted run (its cosine goes on from "
+                         "where it stopped, no warm-up again); --minutes is then the time still to run")
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.batch < 1:
         print("error: --minutes and --batch must be positive", file=sys.stderr)
@@ -133,15 +136,24 @@ def main(argv=None) -> int:
         model = OCRModel(default_config(charset, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
         start_step = 0
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    run_before, step = 0.0, 0          # minutes and steps of the interrupted run this one continues
     if args.resume and Path(args.state).is_file():
         saved = torch.load(args.state, weights_only=True)
         if saved.get("train_steps") == start_step:
             opt.load_state_dict(saved["optimizer"])
             log(f"resumed optimizer state from {args.state}")
+            if args.continue_run:
+                run_before, step = schedule_before(saved, args.minutes), int(saved.get("run_steps", 0))
+                log(f"continuing the run after {step} steps and {run_before:.1f} min of its schedule")
+    if args.continue_run and not run_before:
+        print(f"error: --continue-run needs --resume FOLDER and the --state file its run wrote "
+              f"(train_steps {start_step} not found in {args.state})", file=sys.stderr)
+        return 2
     log(f"training from step {start_step} for {args.minutes} min")
     val = data.make_samples(64, seed=999, split="heldout")
     val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
-    budget, step = (cpu_budget(args.minutes) if args.cpu else Budget(args.minutes)), 0
+    budget = cpu_budget(args.minutes, minutes_before=run_before) if args.cpu else Budget(args.minutes, minutes_before=run_before)
+    first_step = step
     wall = Budget(args.wall_minutes) if args.cpu and args.wall_minutes else None
     progress = (lambda: max(budget.progress(), wall.progress())) if wall else budget.progress
     minutes_done = float(model.cfg.get("train_minutes", 0)) if args.resume else 0.0
@@ -159,15 +171,17 @@ def main(argv=None) -> int:
                 vc, vb, _ = losses(model, val_px, val_ids, random.Random(0))
             status = (f"step {step} causal {causal.item():.3f} block {block.item():.3f} "
                       f"val_causal {vc.item():.3f} val_block {vb.item():.3f}")
-            log(f"step {start_step + step} t={budget.elapsed_s:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
+            log(f"step {start_step + step - first_step} t={budget.elapsed_s:.0f}s lr={lr:.2e} ctc={ctc.item():.4f} causal={causal.item():.4f} "
                 f"block={block.item():.4f} val_causal={vc.item():.4f} val_block={vb.item():.4f}")
         if step % 500 == 0:
-            checkpoint(model, opt, args, start_step + step, minutes_done + budget.elapsed_s / 60)
+            checkpoint(model, opt, args, start_step + step - first_step, minutes_done + budget.elapsed_s / 60,
+                       (step, run_before + budget.elapsed_s / 60, progress()))
         bar.show(budget.elapsed_s, status)
     bar.close()
     model.eval()
-    checkpoint(model, opt, args, start_step + step, minutes_done + budget.elapsed_s / 60)
-    print(f"saved {args.out} after {start_step + step} steps ({step} in this run)")
+    checkpoint(model, opt, args, start_step + step - first_step, minutes_done + budget.elapsed_s / 60,
+               (step, run_before + budget.elapsed_s / 60, min(progress(), 1.0)))
+    print(f"saved {args.out} after {start_step + step - first_step} steps ({step - first_step} in this process)")
     return 0
 
 
@@ -198,14 +212,26 @@ def training_batch(n: int, kind: str, rng: random.Random, share: float = TYPESET
     return batch + typeset.make_samples(n_typeset, seed=rng.randrange(2 ** 31))
 
 
-def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float) -> None:
-    """Weights (+ training counters in config.json) to --out, optimizer state to --state."""
+def schedule_before(saved: dict, minutes: float) -> float:
+    """The minutes an interrupted run's schedule counts as done, so that its cosine continues where
+    it stopped and ends after `minutes` more: from its saved progress p (whichever budget, CPU or
+    wall, drove it), p / (1 - p) x minutes; from its saved minutes for a state without progress."""
+    p = saved.get("run_progress")
+    if p is None:
+        return float(saved.get("run_minutes", 0.0))
+    return float(p) / max(1.0 - float(p), 1e-6) * minutes
+
+
+def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float, run: tuple[int, float, float]) -> None:
+    """Weights (+ training counters in config.json) to --out, optimizer state to --state with the
+    run's (steps, schedule minutes, schedule progress) so far, which --continue-run resumes from."""
     model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch,
                           "train_cpu_minutes_last_run": round(time.process_time() / 60, 1)})
     state = Path(args.state)
     state.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(state) as tmp:
-        torch.save({"train_steps": steps, "optimizer": opt.state_dict()}, tmp)
+        torch.save({"train_steps": steps, "optimizer": opt.state_dict(), "run_steps": run[0], "run_minutes": run[1],
+                    "run_progress": run[2]}, tmp)
 
 
 if __name__ == "__main__":

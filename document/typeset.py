@@ -3,11 +3,13 @@
 The text (labels) comes from the same sources as `document.data` (standard-library docstrings and
 source, numbers) but is laid out the way manuals, specifications and man pages are: curly quotes,
 dashes, ellipses, bullets and numbered items, tables of contents with dot leaders, section
-headings, command-line options, code. It is rendered in the fonts documents are set in (TeX's
+headings, command-line options, code, hyphenated line ends, and the lines of real man pages as `man |
+col -b` prints them (printed in monospace). It is rendered in the fonts documents are set in (TeX's
 Latin Modern, the URW base35 PostScript clones, TeX Gyre, Liberation, DejaVu, FreeFont, Noto Mono,
 Computer Modern from KaTeX) in every weight and slant they come in, with ligatures, underlines and
-the neighbouring lines a detector's box takes in, then degraded as printing and scanning do
-(150-300 dpi, blur, JPEG, noise, thresholding, slight skew).
+the neighbouring lines a detector's box takes in, set word by word (document/line_layout.py:
+justified spaces, italic or bold runs, small caps, footnote sizes), then degraded as printing and
+scanning do (150-300 dpi, blur, JPEG, noise, thresholding, slight skew).
 
 The held-out split is the same as `document.data`'s (by text hash); the held-out set itself is
 still `data.heldout_set` (rendered in the base fonts), so old and new weights meet on one set.
@@ -23,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from . import data
+from . import data, line_layout
 
 # characters of typeset text beyond ASCII, each one a reader should write as itself
 EXTRA_CHARS = "\u2022\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u00a7\u00b0\u00a9\u00ae\u00d7\u00b1\u00b7\u00ab\u00bb\u00a3\u20ac"
@@ -140,8 +142,58 @@ def _symbols(rng: random.Random) -> str:
     return (s + " " + _words(rng, 4, max(4, data.MAX_CHARS - len(s) - 1))).strip()
 
 
+def _hyphenated(rng: random.Random) -> str:
+    """A justified line's end: running words, then the first part of a word broken by a hyphen."""
+    long_words = [w for w in data.docstring_words() if len(w) >= 7 and w.isalpha()]
+    w = rng.choice(long_words)
+    head = w[:rng.randrange(2, len(w) - 2)] + "-"
+    return (_words(rng, 4, max(4, data.MAX_CHARS - len(head) - 1)) + " " + head).strip()
+
+
+# man pages whose printed lines train the reader; `document.bench --real` reads tar and grep,
+# document.calibrate ls, and the development set (document/devset.py) its own: none of those here
+TRAIN_MAN_PAGES = ("cp", "mv", "rm", "cat", "chmod", "chown", "ln", "touch", "mkdir", "head", "tail", "wc", "sort",
+                   "uniq", "cut", "date", "df", "diff", "xargs", "gzip", "env", "kill", "nice", "tee", "tr", "rsync",
+                   "make", "less", "ps", "top", "git", "python3", "patch", "ip", "mount", "ssh-keygen")
+
+
+@lru_cache(maxsize=1)
+def man_lines() -> tuple[str, ...]:
+    """The lines of the training man pages as `man | col -b` prints them (80 columns), cut into
+    pieces of at most data.MAX_CHARS characters at spaces; empty when man is missing."""
+    import shutil
+    import subprocess
+    if shutil.which("man") is None:
+        return ()
+    out = []
+    for name in TRAIN_MAN_PAGES:
+        text = subprocess.run(f"MANWIDTH=80 man {name} 2>/dev/null | col -b", shell=True, capture_output=True,
+                              text=True).stdout
+        for raw in text.splitlines():
+            words = clean(raw).split()
+            while words:
+                take = []
+                while words and len(" ".join(take + words[:1])) <= data.MAX_CHARS:
+                    take.append(words.pop(0))
+                piece = " ".join(take) or words.pop(0)[:data.MAX_CHARS]
+                out.append(piece)
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _man_set() -> frozenset:
+    return frozenset(man_lines())
+
+
+def _man(rng: random.Random) -> str:
+    lines = man_lines()
+    return rng.choice(lines) if lines else _option(rng)
+
+
 STYLES = (   # (weight, text maker)
-    (0.30, lambda rng: _words(rng, 4, data.MAX_CHARS)),
+    (0.26, lambda rng: _words(rng, 4, data.MAX_CHARS)),
+    (0.05, _hyphenated),
+    (0.10, _man),
     (0.14, _punctuated),
     (0.12, lambda rng: rng.choice(data.code_lines())),
     (0.10, _bullet),
@@ -182,7 +234,7 @@ def missing_glyphs(path: str) -> frozenset:
 
 
 def _pick_font(text: str, rng: random.Random) -> str:
-    code_like = sum(c in "{}[]()=_;<>" for c in text) >= 2
+    code_like = sum(c in "{}[]()=_;<>" for c in text) >= 2 or text in _man_set()   # man pages print in mono
     pool = mono_font_paths() if code_like and rng.random() < 0.6 else font_paths()
     for _ in range(50):
         path = rng.choice(pool)
@@ -194,31 +246,24 @@ def _pick_font(text: str, rng: random.Random) -> str:
     return rng.choice(ok)
 
 
-def _drawn(text: str, path: str, rng: random.Random) -> str:
-    """The string drawn for a label: some letter pairs as the font's ligatures."""
-    if rng.random() < 0.5:
-        for letters, lig in LIGATURES:
-            if lig not in missing_glyphs(path):
-                text = text.replace(letters, lig)
-    return text
-
-
 def render(text: str, rng: random.Random) -> Image.Image:
     """One typeset line as a page crop: grayscale, the line in the middle, maybe parts of the lines
-    above and below, degraded as a printed and scanned page."""
+    above and below, degraded as a printed and scanned page. Words are set one by one (document.
+    line_layout): stretched spaces of a justified line, a run in the family's italic or bold, small
+    caps, a footnote's size."""
     path = _pick_font(text, rng)
-    size = rng.randrange(14, 46)                       # px per em: 8-12 pt at 150-300 dpi
+    size = rng.randrange(14, 46) if rng.random() < 0.85 else rng.randrange(11, 20)   # body 8-12 pt; footnotes
     font = data._font(path, size)
     bg = rng.randrange(200, 256) if rng.random() < 0.7 else 255
     fg = rng.randrange(0, 70)
     lead = int(size * rng.uniform(1.1, 1.5))
-    w = int(font.getlength(_drawn(text, path, random.Random(0))) + 4 * size)
+    pieces = line_layout.set_line(text, path, size, rng, font_paths(), missing_glyphs, LIGATURES)
+    w = int(line_layout.width(pieces) + 4 * size)
     img = Image.new("L", (w, 3 * lead + size), bg)
     draw = ImageDraw.Draw(img)
     x = size
     y = lead
-    draw.text((x, y), _drawn(text, path, rng), font=font, fill=fg)
-    left, top, right, bottom = draw.textbbox((x, y), _drawn(text, path, random.Random(0)), font=font)
+    left, top, right, bottom = line_layout.draw(draw, pieces, x, y + font.getmetrics()[0], fg)
     if rng.random() < 0.08:                            # underlined heading or link
         ul = y + int(font.getmetrics()[0] + size * 0.08)
         draw.line((left, ul, right, ul), fill=fg, width=max(1, size // 16))

@@ -63,6 +63,15 @@ class VEDAdapter(CrossAttentionAdapter):
                              "its tokenizer and its image processor, all saved with save_pretrained") from None
         return cls(model, tokenizer, processor)
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def cost_identity(self) -> list[str]:
+        """suite.cost's key for this checkpoint (and `auto`'s prior): its class, config, dtype, device."""
+        return [type(self.model).__name__, self.model.config.to_json_string(use_diff=False), str(self.model.dtype),
+                str(self.device)]
+
     # ---- the line-reader interface (see document.model.OCRAdapter) ---------------------------
 
     def pixels(self, images) -> torch.Tensor:

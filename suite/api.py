@@ -7,7 +7,7 @@ import torch
 
 from .models.adapters import as_adapter
 from .inputs import RequestInputs
-from .loop import DecodeState, decode, decode_steps
+from .loop import DecodeState, decode, decode_steps, step_width
 from .params import RequestParams
 from .registry import make_decoder
 from .stats import DecodeStats
@@ -62,15 +62,16 @@ def prepare(model, input_ids, attention_mask=None, params: RequestParams | None 
     eos = params.eos_token_id
     eos = adapter.config.eos_token_ids if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
     state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)), params=params.sampling,
-                        max_new_tokens=params.max_new_tokens, eos_token_ids=eos, max_length=limit, inputs=inputs)
+                        max_new_tokens=params.max_new_tokens, eos_token_ids=eos, max_length=limit, inputs=inputs,
+                        slots=step_width(adapter))
     return adapter, decoder, state
 
 
 def generate(model, input_ids, attention_mask=None, params: RequestParams | None = None, **kwargs) -> GenerateOutput:
     """Generate with any registered decoder. input_ids (B, P), left-padded with attention_mask
     for ragged prompts (as tokenizers give them for transformers' generate); the request's
-    `RequestParams`, or its fields as keywords: decoder="ar", max_new_tokens=64, temperature=0.0,
-    top_k, top_p, seed, eos_token_id, inputs, and the decoder's options."""
+    `RequestParams`, or its fields as keywords: decoder="ar", max_new_tokens=DEFAULT_MAX_NEW_TOKENS (128),
+    temperature=0.0, top_k, top_p, seed, eos_token_id, inputs, and the decoder's options."""
     adapter, dec, state = prepare(model, input_ids, attention_mask, params, **kwargs)
     result = decode(adapter, dec, state)
     return GenerateOutput(_sequences(input_ids, result.new_tokens, adapter.config.pad_token_id),

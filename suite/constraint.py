@@ -4,8 +4,11 @@
 plans it: the schema's draft (draft-04 to 2020-12), its size against the compile `Budget`, and the
 backend, chosen per schema by its keywords (suite/constraints/keywords.py): xgrammar 0.2.9 (the fastest
 masks here) when it enforces every keyword the schema uses, else llguidance 1.9.1, which refuses what it
-does not implement. A keyword neither enforces is refused by name, unless approximate=True: then it is
-left out and listed (`Grammar.relaxed`, `TextResult.relaxed`). JSON Schema as written: undeclared
+does not implement. A keyword neither enforces (uniqueItems, not, dependencies, ...) is left out and the rest
+enforced (approximate=True, the default): the grammar lists it (`Grammar.relaxed`, `TextResult.relaxed`), and
+every output is validated against the whole schema, its errors naming what was not enforced. A schema is
+refused where nothing of its top level would be enforced, or with approximate=False (every keyword
+enforced or none: the keywords named). JSON Schema as written: undeclared
 properties allowed unless `additionalProperties` (or strict=True, the closed form) says otherwise,
 `pattern` searched, `required` enforced; properties are written in the schema's order (a narrowing:
 never an invalid document). `Compiler(tokenizer, vocab_size, eos_token_ids)` compiles a plan into a
@@ -68,7 +71,7 @@ class Plan:
     source: str                  # the schema as JSON text (its closed form in strict mode), or the regex
     backend: str                 # "xgrammar" or "llguidance"
     grammar: str                 # the backend's grammar text
-    relaxed: tuple = ()          # keywords not enforced (approximate=True only), e.g. "uniqueItems"
+    relaxed: tuple = ()          # keywords not enforced (approximate=True, the default), e.g. "uniqueItems"
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class Grammar:
     vocab_size: int             # the model's logits width
     encode: Any = None          # text -> token ids (the tokenizer's own encoding), for forced spans
     backend: str = "xgrammar"   # which backend compiled it (suite/constraints/)
-    relaxed: tuple = ()         # keywords it does not enforce (an approximation the caller asked for)
+    relaxed: tuple = ()         # keywords it does not enforce (outputs are validated against them)
     new_matcher: Any = None     # compiled -> a matcher (xgrammar's GrammarMatcher by default)
 
     @property
@@ -114,7 +117,7 @@ class Grammar:
         try:
             return json.loads(text), None
         except json.JSONDecodeError as e:
-            return None, f"not complete JSON ({e.msg} at char {e.pos}): raise max_new_tokens"
+            return None, f"not complete JSON ({e.msg}: char {e.pos}): raise max_new_tokens"
 
     def validate(self, text: str) -> tuple[Any, str | None, bool, list[str]]:
         """(parsed, parse_error, valid, validation_errors) of an output: for a schema, the parsed object
@@ -126,7 +129,7 @@ class Grammar:
         if self.kind == "regex":
             return parsed, None, True, []
         from .constraints.validate import errors
-        found = errors(self.schema, parsed)
+        found = errors(self.schema, parsed, relaxed=self.relaxed)
         return parsed, None, not found, found
 
 
@@ -152,7 +155,7 @@ class Compiler:
         return self._backends[name]
 
     def compile(self, json_schema: dict | str | None = None, regex: str | None = None, *, backend: str = "auto",
-                strict: bool = False, approximate: bool = False) -> Grammar:
+                strict: bool = False, approximate: bool = True) -> Grammar:
         """A Grammar from exactly one of a JSON schema (a dict, or its JSON text) or a regex;
         ConstraintError naming the fix otherwise (see `check`: the backend choice, strict, approximate)."""
         with self._lock:
@@ -185,15 +188,17 @@ class Compiler:
 
 
 def check(json_schema: dict | str | None = None, regex: str | None = None, *, backend: str = "auto",
-          strict: bool = False, approximate: bool = False, budget: Budget = Budget()) -> Plan:
+          strict: bool = False, approximate: bool = True, budget: Budget = Budget()) -> Plan:
     """Check a request's constraint without a tokenizer (a CLI does it before loading the model) and
     choose its backend: ConstraintError naming the fix for a bad schema or regex, neither or both, an
-    unsupported draft, a schema over the budget, or keywords no backend enforces.
+    unsupported draft, a schema over the budget, or keywords no backend enforces (approximate=False, or
+    where nothing of the schema's top level is left).
 
     backend "auto" takes xgrammar (the fastest masks) when it enforces every keyword the schema uses,
     else llguidance (which refuses what it does not implement). strict: objects that list properties
-    take no others (the closed form, as OpenAI's strict: true). approximate: a schema using a keyword
-    no backend enforces is compiled without it, and the Plan (then the Grammar, the result) lists it."""
+    take no others (the closed form, as OpenAI's strict: true). approximate (default True): a schema using a
+    keyword no backend enforces is compiled without it, and the Plan (then the Grammar, the result) lists it;
+    False: such a schema is refused, naming the keywords."""
     if backend not in BACKENDS:
         raise ConstraintError(f"unknown constraint backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if (json_schema is None) == (regex is None):
@@ -214,45 +219,78 @@ def check(json_schema: dict | str | None = None, regex: str | None = None, *, ba
 
 
 def _schema_plan(source: str, schema: dict, used: set, backend: str, approximate: bool, budget: Budget) -> Plan:
-    """The plan of `schema` (the one to enforce: `source` less its annotation formats)."""
+    """The plan of `schema` (the one to enforce: `source` less its annotation formats): a backend that
+    enforces all of it, else (approximate) one that enforces the rest, else ConstraintError."""
     from .constraints import llguidance_backend as llg, xgrammar_backend as xgr
     refused = {}
+    missing = xgr.unenforced(used)
     if backend in ("auto", "xgrammar"):
-        missing = xgr.unenforced(used)
-        if not missing or (approximate and backend == "xgrammar"):
-            try:
-                return Plan("json_schema", source, "xgrammar", xgr.schema_ebnf(schema), tuple(sorted(missing)))
-            except RuntimeError as e:
-                refused["xgrammar"] = _reason(e)
-        else:
+        try:
+            if not missing:
+                return Plan("json_schema", source, "xgrammar", xgr.schema_ebnf(schema))
             refused["xgrammar"] = "it does not enforce " + ", ".join(sorted(missing))
+        except RuntimeError as e:
+            refused["xgrammar"] = _reason(e)
     if backend in ("auto", "llguidance"):
         try:
             grammar = llg.schema_grammar(schema)
             llg.check(grammar, budget)
             return Plan("json_schema", source, "llguidance", grammar)
         except ValueError as e:
-            if "Unsatisfiable" in str(e) or "too big" in str(e) or "limit" in str(e):
-                raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
+            _raise_if_hopeless(e)
             refused["llguidance"] = _reason(e)
-        if approximate:
-            grammar = llg.schema_grammar(schema, approximate=True)
-            try:
-                warnings = llg.check(grammar, budget)
-            except ValueError as e:
-                raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
-            relaxed = {k for w in warnings for k in llg.unimplemented(w)} | (
-                set(llg.unimplemented(refused["llguidance"])))
-            if not relaxed:         # never weakened unsaid: what llguidance refused, in its words
-                relaxed = {refused["llguidance"]}
-            return Plan("json_schema", source, "llguidance", grammar, tuple(sorted(relaxed)))
-    named = sorted({k for why in refused.values() for k in llg.unimplemented(why)})
+    if approximate:
+        for plan in _relaxed_plans(source, schema, missing, backend, refused, budget):
+            if _enforces_something(schema, plan.relaxed):
+                return plan
+            refused[plan.backend] = "it would enforce nothing of the schema's top level"
+    named = sorted({k for why in refused.values() for k in llg.unimplemented(why)} | set(missing))
     raise ConstraintError(
         "no constraint backend enforces this JSON schema as written"
         + (f" (it uses {', '.join(named)})" if named else "") + ": "
         + "; ".join(f"{name}: {why}" for name, why in refused.items())
-        + ". Drop those keywords, or pass approximate=True (--approximate) to generate without them "
-          "(the result lists what was relaxed)")
+        + (". Nothing sensible is left to enforce without them: drop or rewrite those keywords" if approximate else
+           ". You asked for every keyword enforced (approximate=False, --enforce-all): drop those keywords, or "
+           "leave approximate on (the default) to enforce the rest and have the result validated against all"))
+
+
+def _raise_if_hopeless(e: ValueError) -> None:
+    """An unsatisfiable schema, or one over the budget, is refused whatever else could be tried."""
+    if "Unsatisfiable" in str(e) or "too big" in str(e) or "limit" in str(e):
+        raise ConstraintError(_refusal("JSON schema", _reason(e))) from e
+
+
+def _relaxed_plans(source: str, schema: dict, missing: set, backend: str, refused: dict, budget: Budget):
+    """Plans that enforce what a backend can of the schema, each naming what it leaves out (`relaxed`):
+    llguidance leniently (it enforces the most), then xgrammar without the keywords it lacks."""
+    from .constraints import llguidance_backend as llg, xgrammar_backend as xgr
+    if backend in ("auto", "llguidance"):
+        grammar = llg.schema_grammar(schema, approximate=True)
+        try:
+            warnings = llg.check(grammar, budget)
+        except ValueError as e:
+            _raise_if_hopeless(e)
+            refused["llguidance"] = _reason(e)
+        else:
+            relaxed = {k for w in warnings for k in llg.unimplemented(w)} | set(
+                llg.unimplemented(refused.get("llguidance", "")))
+            if not relaxed and "llguidance" in refused:    # never weakened unsaid: what it refused, in its words
+                relaxed = {refused["llguidance"]}
+            yield Plan("json_schema", source, "llguidance", grammar, tuple(sorted(relaxed)))
+    if backend in ("auto", "xgrammar") and missing:
+        try:
+            yield Plan("json_schema", source, "xgrammar", xgr.schema_ebnf(schema), tuple(sorted(missing)))
+        except RuntimeError as e:
+            refused["xgrammar"] = _reason(e)
+
+
+def _enforces_something(schema: dict, relaxed: tuple) -> bool:
+    """Whether a grammar that leaves out `relaxed` still constrains the schema's top level: not when every
+    constraining keyword there is one it leaves out ({"not": {...}} alone would be any JSON at all)."""
+    from .constraints.keywords import CONSTRAINING, relaxed_keyword
+    top = {k for k in schema if k in CONSTRAINING}
+    left_out = {relaxed_keyword(r) for r in relaxed}
+    return not relaxed or not top or bool(top - left_out)
 
 
 def _regex_plan(regex, backend: str) -> Plan:

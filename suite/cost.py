@@ -15,6 +15,7 @@ drafting decoder asks `best_size` for the step's draft size: 0 means a plain one
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import time
@@ -81,6 +82,27 @@ def model_key(adapter) -> str:
     """The key of a model, its dtype, device, matmul forms, threads and machine (what the cost curve and
     auto's prior are kept under)."""
     return _key(adapter, False)
+
+
+@dataclass(frozen=True)
+class FixedStepCurve(CostCurve):
+    """The cost of a model whose every step scores `width` slots a row (suite.loop.step_width): a step
+    costs the same whatever it holds, up to `width` slots; a wider one is not run. Sizing over it fills
+    a row's slots with the drafts it has and never asks for more."""
+
+    width: int = 1
+
+    def __call__(self, n: float) -> float:
+        return self.seconds[0] if n <= self.width else math.inf
+
+    def step(self, batch: int, width: int) -> float:
+        return batch * self(width)
+
+
+def fixed_step_curve(adapter, width: int) -> FixedStepCurve:
+    """The fixed-step curve of `adapter` at `width` slots: the measured masked forward of that width."""
+    seconds = forward_cost(adapter, masked=True)(width)
+    return FixedStepCurve((width,), (seconds,), width)
 
 
 def forward_cost(adapter, masked: bool = False, refresh: bool = False, context: int = 256,
@@ -308,8 +330,11 @@ def target_curve(adapter, masked: bool = False) -> CostCurve | None:
     """The adapter's measured curve where it declares `capabilities.cost_model`, else None;
     PARASUITE_COST=0: None everywhere."""
     use = adapter.capabilities.cost_model and os.environ.get("PARASUITE_COST", "1") != "0"
-    return forward_cost(adapter, masked) if use else None
+    if not use:
+        return None
+    width = getattr(adapter, "step_width", None)
+    return fixed_step_curve(adapter, width) if width else forward_cost(adapter, masked)
 
 
-__all__ = ["AcceptanceRates", "CostCurve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
+__all__ = ["AcceptanceRates", "CostCurve", "FixedStepCurve", "fixed_step_curve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
            "forward_cost", "measure_curve", "model_key", "record", "target_curve"]

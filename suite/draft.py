@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -55,6 +55,25 @@ class Draft:
             if row_mask is not None:
                 mask[b, :len(tokens[b]), :len(tokens[b])] = row_mask
         return Draft(both[0], both[1], mask, valid, meta, logits_from, lengths=lengths, canvas=canvas)
+
+    def padded(self, width: int) -> "Draft":
+        """This draft with empty slots appended up to `width` (a step of fixed shape, suite.loop.advance):
+        token 0 at the row's first position, seeing itself only, not valid; the loop scores them and
+        drops their K/V and logits. Real slots never see them, so their logits are what they would be."""
+        b, n = self.tokens.shape
+        extra = width - n
+        if extra <= 0:
+            return self
+        dev = self.tokens.device
+        mask = torch.zeros(b, width, width, dtype=torch.bool, device=dev)
+        mask[:, :n, :n] = self.mask
+        mask[:, n:, n:] = torch.eye(extra, dtype=torch.bool, device=dev)
+        past = None if self.past_mask is None else torch.cat(
+            [self.past_mask, self.past_mask.new_zeros(b, extra, self.past_mask.shape[2])], 1)
+        return replace(self, tokens=torch.cat([self.tokens, self.tokens.new_zeros(b, extra)], 1),
+                       positions=torch.cat([self.positions, self.positions[:, :1].expand(b, extra)], 1),
+                       mask=mask, valid=torch.cat([self.valid, self.valid.new_zeros(b, extra)], 1), past_mask=past,
+                       causal=False)
 
 
 @dataclass

@@ -34,7 +34,7 @@ class Step:
     committed: list[list[int]]   # tokens each row committed in this forward (after EOS/budget cuts)
     draft_size: int              # slots scored per row in this forward
     done: list[bool]
-    stats: DecodeStats           # the request's running totals (live object)
+    stats: DecodeStats           # the request's totals: as of this step from the scheduler (a snapshot), live from decode_steps
     forced: list[int] | None = None   # of each row's committed tokens, how many a grammar forced (suite.constraint)
     canvas_tokens: list[list[int]] | None = None   # decoders that fill a grid out of order (their `grids`):
                                                    # each row's grid, -1 where undecided (set by suite.scheduler)
@@ -53,6 +53,7 @@ class DecodeState:
     rows: list = field(default_factory=list)   # the decoder's per-row bookkeeping: one of its Row dataclass per row
     shared: Any = None                         # the decoder's batch-wide bookkeeping (its own dataclass), if any
     stats: DecodeStats = field(default_factory=DecodeStats)
+    slots: int | None = None              # a fixed step's token slots a row (suite.models.step); None: any
 
     def __post_init__(self):
         self.prompt_lengths = [len(t) for t in self.tokens]
@@ -79,6 +80,11 @@ class DecodeState:
     def pending(self, b: int) -> list[int]:
         """Committed tokens of row b whose K/V is not cached yet (the prompt, then the last token)."""
         return self.tokens[b][self.num_cached[b]:]
+
+    def draft_slots(self, b: int) -> int | None:
+        """Slots row b's next step has for drafted tokens: a fixed step's slots less its pending
+        tokens; None: as many as the decoder likes."""
+        return None if self.slots is None else max(self.slots - len(self.pending(b)), 0)
 
     def new_tokens(self, b: int) -> list[int]:
         return self.tokens[b][self.prompt_lengths[b]:]
@@ -185,24 +191,58 @@ def begin(decoder: Decoder, state: DecodeState) -> Step | None:
 
 def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step:
     """One step over the rows not done: propose, score (one forward), accept, commit and discard
-    the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's."""
+    the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's.
+    On a model whose steps have a fixed shape (`step_width`), a prompt not cached yet is prefilled
+    first (`prefill`, in chunks of `prefill_width`), so every decode step scores `step_width` slots."""
+    width = step_width(model)
+    if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
+                     if not state.done[b]):
+        return prefill(model, state, model.prefill_width)
     t0 = time.perf_counter()
     grammar = structured.hook(state)
     draft = grammar.propose(decoder)
-    with torch.no_grad():
-        logits = score(model, state.cache, draft)
-    # a canvas model records the slots it wrote itself (only its committed text takes slots, and it all stays)
-    slots = None if draft.canvas is not None else state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+    logits, slots = _scored(model, state, draft, width)
     state.stats.num_forwards += 1
     grammar.mask(draft, logits)
     acc = grammar.accept(decoder, draft, logits)
     if slots is not None:
         _drop_rejected(state.cache, draft, acc, slots)
     committed = state.commit(acc)
-    state.cache.compact()
+    state.cache.compact(0.0 if width else 0.25)   # a fixed step: live slots always in front, as ar's are
     forced = grammar.follow(draft, acc, committed)
     _count(state, committed, t0)
     return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
+
+
+def step_width(model) -> int | None:
+    """The token slots every decode step of `model` scores (its `step_width`, chosen by text.load /
+    suite.models.step), or None: each step as wide as its draft."""
+    return getattr(model, "step_width", None)
+
+
+def fixed_width(width: int, n: int) -> int:
+    """The shape a draft of `n` slots runs at under a fixed step of `width`: `width`, or for a wider
+    draft (a grammar's forced span) the next multiple of it."""
+    return width * -(-n // width)
+
+
+def _scored(model, state: DecodeState, draft: Draft, width: int | None) -> tuple[torch.Tensor, slice | None]:
+    """One forward of `draft`, padded to the fixed step shape when the model has one: the logits of its
+    real slots, and the cache slots they took (None for a canvas model, which records its own)."""
+    n = draft.tokens.shape[1]
+    wide = draft.padded(fixed_width(width, n)) if width else draft
+    with torch.no_grad():
+        logits = score(model, state.cache, wide)
+    if wide is not draft:
+        logits = logits[:, :n - draft.logits_from]
+        draft.hidden = None if wide.hidden is None else wide.hidden[:, :n]
+    if draft.canvas is not None:
+        return logits, None
+    slots = state.cache.append(wide.positions, wide.valid, dense=draft.causal)
+    if wide is not draft:
+        state.cache.drop_tail(wide.tokens.shape[1] - n)
+        slots = slice(slots.start, slots.start + n)
+    return logits, slots
 
 
 def score(model, cache: KVCache, draft: Draft) -> torch.Tensor:
@@ -234,17 +274,15 @@ def decode_steps(model, decoder: Decoder, state: DecodeState) -> Iterator[Step]:
 def prefill(model, state: DecodeState, width: int) -> Step:
     """Cache up to `width` more pending tokens of each row (a long prompt's next chunk), keeping its
     last pending token for the decoder's own first step: one forward, nothing committed (chunked
-    prefill, suite.scheduler). For rows of single token ids on a causal adapter."""
+    prefill, suite.scheduler). For rows of single token ids on a causal adapter. A model with a fixed
+    step shape runs every chunk `prefill_width` wide."""
     t0 = time.perf_counter()
     take = [0 if state.done[b] else max(min(width, len(state.pending(b)) - 1), 0) for b in range(state.batch)]
     rows = [state.pending(b)[:n] for b, n in enumerate(take)]
     positions = [list(range(state.num_cached[b], state.num_cached[b] + n)) for b, n in enumerate(take)]
     draft = Draft.from_rows(rows, positions, device=state.device)
     draft.logits_from = draft.tokens.shape[1] - 1          # no logits are read: the least the adapter computes
-    with torch.no_grad():
-        model(draft.tokens, draft.positions, state.cache, forward_mask(model, state.cache, draft),
-              logits_from=draft.logits_from)
-    state.cache.append(draft.positions, draft.valid, dense=draft.causal)
+    _scored(model, state, draft, model.prefill_width if step_width(model) else None)
     for b, n in enumerate(take):
         state.num_cached[b] += n
     state.stats.num_forwards += 1

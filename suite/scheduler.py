@@ -27,6 +27,9 @@ run alone.
 """
 from __future__ import annotations
 
+import atexit
+import weakref
+
 from .api import prepare
 from .loop import DecodeResult
 from .models.adapters import as_adapter
@@ -48,6 +51,7 @@ class Scheduler:
         self.adapter = as_adapter(model)
         self.planner = Planner(self.adapter, max_rows, max_tokens, prefix_cache)
         self.engine = Engine(self.adapter, self.planner, name)
+        atexit.register(_close_at_exit, weakref.ref(self.engine))
 
     def submit(self, input_ids, params: RequestParams | None = None, *, attention_mask=None, stream: bool = False,
                bound=None, **kwargs) -> Request:
@@ -119,3 +123,12 @@ class Scheduler:
     @idle_exit_s.setter
     def idle_exit_s(self, seconds: float) -> None:
         self.engine.idle_exit_s = seconds
+
+
+def _close_at_exit(engine_ref, timeout: float = 10.0) -> None:
+    """At interpreter exit, stop a scheduler's stepping thread before Python finalizes: a daemon thread
+    still inside native code then (torch, llama.cpp) was killed mid-call and aborted the process once in
+    about ten runs ("terminate called without an active exception")."""
+    engine = engine_ref()
+    if engine is not None:
+        engine.close(timeout)

@@ -1,6 +1,7 @@
 """What every decode reports."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 
@@ -16,6 +17,14 @@ class DecodeStats:
     num_forced_tokens: int = 0     # of num_new_tokens, those a grammar forced (suite.constraint: single allowed
                                    # tokens committed without a forward, forced spans verified in one)
     mask_time_s: float = 0.0       # of wall_time_s, the time spent in grammar constraints (masks, matchers)
+
+    def snapshot(self) -> "DecodeStats":
+        """A copy as of now, with lists of its own: what a streamed step carries, so that a reader who keeps
+        a step (or reads it late) sees that step's figures, not the running totals."""
+        out = copy.copy(self)
+        out.accepted_lengths = [list(step) for step in self.accepted_lengths]
+        out.events = dict(self.events)
+        return out
 
     def count(self, event: str, n: int = 1) -> None:
         self.events[event] = self.events.get(event, 0) + n

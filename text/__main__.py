@@ -17,6 +17,7 @@ examples:
   python -m text --input prompts.txt --output out.jsonl --chat --decoder ngram
   cat prompts.txt | python -m text --input - --output out.jsonl
   python -m text "Hello" --model ./my-model-folder
+  python -m text "Hello" --model model.Q8_0.gguf --chat                 # on llama.cpp (--runtime torch: on torch)
   python -m text "def fib(n):" --decoder ngram --compare
   python -m text "caption en" --model ./paligemma-folder --image photo.jpg --decoder ngram
   python -m text "Why is the sky blue?" --model ./diffusiongemma-folder --seed 0       # its own sampler
@@ -37,8 +38,8 @@ pool (--workers N) with the same records. Exit status: 0 done, 1 some prompts fa
 arguments. With --model a vision-language folder (Florence-2, PaliGemma, Kosmos-2, GOT-OCR2,
 Qwen2-VL), --image PATH is the image the prompt asks about (one prompt; the answer prints whole).
 The default model is the embedded SmolLM2-135M-Instruct (offline; converted once into
-~/.cache/parasuite, or $PARASUITE_CACHE). Put the prompt before --option, or end the options
-with --.
+~/.cache/parasuite, or $PARASUITE_CACHE). --option's items are KEY=VALUE: a last word without "=" after
+them is the prompt (or end the options with --).
 """
 
 
@@ -47,6 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from suite.registry import CANVAS_DECODERS
     from suite.runtime.jobs.cli import add_batch_arguments
     from suite.models.dtypes import add_dtype_argument
+    from suite.params import DEFAULT_MAX_NEW_TOKENS
     from text.generator import DEFAULT_DECODER        # the app's default too (apps/text.py)
 
     names = sorted(set(TEXT_DECODERS) | {"eagle", "auto"} | set(CANVAS_DECODERS))
@@ -57,7 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decoder", default=None, choices=names,
                    help=f"decoding algorithm (default: {DEFAULT_DECODER}, the fastest lossless one measured per request; "
                         f"{VLM_DECODER} for a vision-language folder)")
-    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="new tokens at most (default: 128)")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N",
+                   help=f"new tokens at most (default: {DEFAULT_MAX_NEW_TOKENS}, as every front end)")
     p.add_argument("--model", metavar="PATH", help="a local transformers causal LM, vision-language or DiffusionGemma "
                                                    "model folder, or a causal LM's .gguf file (default: embedded SmolLM2)")
     p.add_argument("--image", metavar="PATH", help="with a vision-language --model: the image to ask about")
@@ -75,8 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "keyword of the schema)")
     p.add_argument("--strict", action="store_true", help="--json-schema: objects take only the properties they "
                    "list (the closed form, as OpenAI's strict: true)")
-    p.add_argument("--approximate", action="store_true", help="--json-schema: generate even where no backend "
-                   "enforces some keywords (uniqueItems, not, ...); the output names them as relaxed")
+    p.add_argument("--enforce-all", action="store_true", help="--json-schema: refuse a schema with keywords no "
+                   "backend enforces (uniqueItems, not, ...) instead of enforcing the rest, validating the output "
+                   "against all of it and naming them as relaxed (the default)")
+    p.add_argument("--approximate", action="store_true", help=argparse.SUPPRESS)      # the default now
     p.add_argument("--stream", action="store_true", help="print text as it is committed (single prompt)")
     p.add_argument("--compare", action="store_true",
                    help="also decode with ar: print the speedup over ar and whether the text equals ar's")
@@ -84,17 +89,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
     add_dtype_argument(p)
+    p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
+                   help="what runs a .gguf --model: llama.cpp (the file at its own type, through llama-cpp-python) "
+                        "or torch (dequantised once to float32); default: llama.cpp where installed "
+                        "(--engine chooses local or Ray batch workers)")
     p.add_argument("--compile", default=None, metavar="SETTING",
                    choices=("default", "freezing", "cpp_wrapper", "max-autotune"),
                    help="compiled decode steps with this inductor setting (suite.models.compiled; the first run "
                         "compiles for minutes, later runs reuse the on-disk cache; default: eager)")
+    p.add_argument("--step", default=None, choices=("fixed", "free"),
+                   help="fixed: every decode step the same width over a static cache (lossless decoders give ar's "
+                        "tokens bitwise in bf16 too; --compile compiles that one step); free: each step as wide as "
+                        "its draft (default: $PARASUITE_STEP or free)")
     add_batch_arguments(p)
     args = p.parse_args(argv)
+    prompt_after_options(args)
     if (args.prompt is None) == (args.input is None):
         p.error("give either a prompt or --input FILE (not both)")
     args.decoder = args.decoder or (VLM_DECODER if model_vlm(args.model) else
                                     CANVAS_DECODERS[0] if model_diffusion_gemma(args.model) else DEFAULT_DECODER)
     return args
+
+
+def prompt_after_options(args: argparse.Namespace) -> None:
+    """--option takes every word after it (nargs="+"), the prompt too: without a prompt before it (or
+    --input), its last word is the prompt when it is no KEY=VALUE item."""
+    if args.prompt is None and args.input is None and args.option and "=" not in args.option[-1]:
+        args.prompt, args.option = args.option[-1], args.option[:-1]
 
 
 def model_diffusion_gemma(model) -> bool:
@@ -176,11 +197,12 @@ class TextWorker:
 
     concurrency = 16
 
-    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", compile=None, **kwargs):
+    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", compile=None,
+                 runtime=None, step=None, **kwargs):
         kwargs.setdefault("json_schema", None), kwargs.setdefault("regex", None)
         import text
         from text.generator import DEFAULT_DECODER
-        self.gen = text.load(model, dtype=dtype, compile=compile)
+        self.gen = text.load(model, dtype=dtype, compile=compile, engine=runtime, step=step)
         decoder = decoder or DEFAULT_DECODER
         self.decoder, self.compare, self.kwargs = decoder, compare, kwargs
 
@@ -234,8 +256,8 @@ def check_constraint(args, schema) -> None:
 
 
 def constraint_options(args) -> dict:
-    """--constraint-backend, --strict, --approximate as suite.constraint.check's options."""
-    return {"backend": args.constraint_backend, "strict": args.strict, "approximate": args.approximate}
+    """--constraint-backend, --strict, --enforce-all as suite.constraint.check's options."""
+    return {"backend": args.constraint_backend, "strict": args.strict, "approximate": not args.enforce_all}
 
 
 def finish_reason(gen, prompt: str, res, kwargs: dict) -> str:
@@ -298,7 +320,7 @@ def run_one(args, kwargs, image=None) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    gen = text.load(args.model, dtype=args.dtype, compile=args.compile)
+    gen = text.load(args.model, dtype=args.dtype, compile=args.compile, engine=args.runtime, step=args.step)
     if image is not None:
         return summarise(args, *answer_image(gen, args, kwargs, image))
     gen.decoder(args.decoder, **{k: v for k, v in kwargs.items() if k not in COMMON})  # bad options: before decoding
@@ -321,7 +343,8 @@ def run_one(args, kwargs, image=None) -> int:
         print("note: the output is valid under the " + ("schema" if kwargs.get("json_schema") else "regex"),
               file=sys.stderr)
     if getattr(res, "relaxed", ()):
-        print(f"note: --approximate: not enforced while generating: {', '.join(res.relaxed)}", file=sys.stderr)
+        print(f"note: not enforced while generating (the output is checked against them): {', '.join(res.relaxed)}",
+              file=sys.stderr)
     return summarise(args, res, finish_reason(gen, args.prompt, res, kwargs), ar)
 
 
@@ -396,7 +419,8 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     if parts:
         restore_parts(target, items)
     worker_args = {"model": args.model, "decoder": args.decoder, "compare": args.compare, "threads": args.threads,
-                   "dtype": args.dtype, "compile": args.compile, **kwargs}
+                   "dtype": args.dtype, "compile": args.compile, "runtime": args.runtime,
+                   "step": args.step, **kwargs}
     job = BatchJob("text", items, TextWorker, worker_args, write, unit="prompt", ordered=parts is None,
                    fields=("prompt", "text", "token_ids", "decoder", "finish_reason", "stats"),
                    manifest=target.with_name(target.name + ".manifest.jsonl") if target else None)
@@ -416,12 +440,8 @@ def run_many(args, prompts: list[str], kwargs) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     where = f" -> {args.output}" if args.output else ""
-    from suite.runtime.options import guarantee_note
-    total = total_stats(done)     # prompts share forwards: their own counts add up to more than the job ran
-    print(f"{len(done)} prompts{where}: {total.num_new_tokens} tokens, {total.tokens_per_forward:.2f} per prompt's "
-          f"forward ({total.num_forwards} in all, shared in batches), {summary.seconds:.1f} s for the job, loading "
-          f"included ({total.num_new_tokens / max(summary.seconds, 1e-9):.1f} tok/s); "
-          f"{guarantee_note(args.decoder)}", file=sys.stderr)
+    ran = [records[o.item.key] for o in summary.outcomes if o.status == "ok"]
+    print(job_line(len(done), ran, summary, where, args.decoder), file=sys.stderr)
     if args.compare and done:
         ar_s = sum(r["compare"]["ar_wall_time_s"] for r in done)
         same = sum(r["compare"]["same_as_ar"] for r in done)
@@ -429,6 +449,22 @@ def run_many(args, prompts: list[str], kwargs) -> int:
               f"{same} of {len(done)} the same text as ar", file=sys.stderr)
     print(summary.line(), file=sys.stderr)
     return summary.exit_code
+
+
+def job_line(done: int, ran: list[dict], summary, where: str, decoder: str) -> str:
+    """The job's summary line: tokens, forwards and speed of the prompts decoded in this run only (a resumed
+    job's skipped prompts were decoded by an earlier run: their tokens are not this run's)."""
+    from suite.runtime.options import guarantee_note
+    skipped = summary.count("skipped")
+    before = f", {skipped} done by an earlier run (skipped)" if skipped else ""
+    if not ran:
+        return (f"{done} prompts{where}{before}: none decoded in this run ({summary.seconds:.1f} s); "
+                f"{guarantee_note(decoder)}")
+    total = total_stats(ran)      # prompts share forwards: their own counts add up to more than the job ran
+    return (f"{done} prompts{where}{before}: {total.num_new_tokens} tokens decoded in this run, "
+            f"{total.tokens_per_forward:.2f} per prompt's forward ({total.num_forwards} in all, shared in batches), "
+            f"{summary.seconds:.1f} s for the job, loading included "
+            f"({total.num_new_tokens / max(summary.seconds, 1e-9):.1f} tok/s); {guarantee_note(decoder)}")
 
 
 def restore_parts(target: Path, items) -> None:

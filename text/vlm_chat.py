@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suite.models.vlm import VLM
+from suite.params import DEFAULT_MAX_NEW_TOKENS
 
 
 @dataclass
@@ -31,7 +32,7 @@ class VLMChat:
             return self.vlm.processor.apply_chat_template(turn, add_generation_prompt=True)
         return text
 
-    def generate(self, prompt: str, image=None, decoder="ar", max_new_tokens: int = 128, **options) -> ChatResult:
+    def generate(self, prompt: str, image=None, decoder="ar", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, **options) -> ChatResult:
         if image is None:
             raise ValueError(f"{self.vlm.family} is a vision-language model: pass image= (a PIL image) with the prompt")
         res = self.vlm.generate([image], [self.prompt(prompt)], decoder=decoder, max_new_tokens=max_new_tokens, **options)

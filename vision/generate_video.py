@@ -44,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="motion names or ids (default: right); with --labels every label gets every motion")
     p.add_argument("--num-frames", type=int, default=None,
                    help="frames per clip (default: what the prior was trained on)")
-    p.add_argument("--first-frame", choices=["video", "image"], default="video",
-                   help="who draws frame 0: the video prior (default), or the image prior (weights/prior), the video "
-                        "prior continuing from it (clips keep their class far more often: vision/weights/video/README.md)")
+    p.add_argument("--first-frame", choices=["auto", "image", "video"], default="auto",
+                   help="who draws frame 0: the image prior (weights/prior), the video prior continuing from it "
+                        "(clips keep their class far more often: vision/weights/video/README.md), or the video prior; "
+                        "default auto: the image prior where the weights have one")
     p.add_argument("--input", default=None, metavar="FILE",
                    help="requests, one per line (see above), instead of --labels")
     p.add_argument("--out", required=True, help="output folder (created; an existing one is resumed)")
@@ -249,17 +250,17 @@ def build_job(args):
     from .video.pipeline import load_video_pipeline
     pipe = load_video_pipeline(args.weights)
     pipe.check(decoder, **options)                 # option values, before any folder exists
-    pipe.check_first_frame(args.first_frame)
+    first_frame = pipe.first_frame_of(args.first_frame)
     defaults = {"motion": (args.motions or ["right"])[0], "seed": args.seed,
                 "num_frames": int(meta["frames"]) if args.num_frames is None else args.num_frames}
     canonical(meta, meta["classes"][0], defaults["motion"], defaults["num_frames"], args.seed)   # the flags
     requests = file_requests(args.input, meta, defaults) if args.input else flag_requests(args, meta, defaults)
     sampling = {k: v for k, v in (("guidance_scale", args.guidance_scale), ("temperature", args.temperature),
                                   ("top_k", args.top_k)) if v is not None}
-    if args.first_frame != "video":
-        sampling["first_frame"] = args.first_frame
     head = job_head(args, decoder, options)
-    fp = fingerprint({**head, "sampling": sampling, "gif": args.gif, "weights_id": weights_id(args.weights)})
+    chosen = sampling if first_frame == "video" else {**sampling, "first_frame": first_frame}   # video: as before
+    fp = fingerprint({**head, "sampling": chosen, "gif": args.gif, "weights_id": weights_id(args.weights)})
+    sampling["first_frame"] = first_frame
     out = Path(args.out)
 
     def outputs(stem: str) -> tuple[Path, ...]:

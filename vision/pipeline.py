@@ -42,10 +42,11 @@ class ImageResult:
 @dataclass
 class ImageStep:
     index: int
-    images: list                     # partial PIL images (grey where nothing is generated yet)
+    images: list | None              # partial PIL images (grey where nothing is generated yet); None: not asked
     known: torch.Tensor              # (B, H, W) bool: generated cells
-    stats: suite.DecodeStats
+    stats: suite.DecodeStats         # a snapshot at this step (its own object)
     done: bool
+    tokens: torch.Tensor | None = None   # (B, H, W) codes, 0 where `known` is False
 
 
 class PriorSchedulers:
@@ -162,9 +163,10 @@ class ImagePipeline:
         return ImageResult(self.decode_tokens(tokens), tokens, ids, result.stats, settings)
 
     def stream(self, labels, decoder=DEFAULT_DECODER, guidance_scale: float | None = None, temperature: float | None = None,
-               top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None,
+               top_k: int | None = None, top_p: float | None = None, seed: int = 0, grid=None, pictures: bool = True,
                **decoder_options) -> Iterator[ImageStep]:
-        """Yield partial images after every forward of the request (the scheduler's steps, as __call__)."""
+        """Yield partial images after every forward of the request (the scheduler's steps, as __call__);
+        pictures=False: the steps' codes only (`images` None: no decode per step)."""
         _, request, _ = self._submit(labels, decoder, guidance_scale, temperature, top_k, top_p, seed, grid,
                                      decoder_options, stream=True)
         shown = [[] for _ in range(request.batch)]       # each row's committed tokens, or its canvas
@@ -176,7 +178,8 @@ class ImagePipeline:
                     elif step.canvas_tokens[b] is not None:    # a row that left keeps its last canvas
                         shown[b] = step.canvas_tokens[b]
                 tokens, known = self._partial(shown)
-                yield ImageStep(step.index, self.decode_tokens(tokens, known), known, step.stats, all(step.done))
+                images = self.decode_tokens(tokens, known) if pictures else None
+                yield ImageStep(step.index, images, known, step.stats.snapshot(), all(step.done), tokens)
         finally:
             if not request.done:        # the reader left early (closed the stream): free the rows
                 request.cancel()

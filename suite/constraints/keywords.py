@@ -150,3 +150,12 @@ def without_annotations(schema: dict) -> dict:
         if isinstance(s.get("format"), str) and s["format"] not in known:
             del s["format"]
     return out
+
+
+def relaxed_keyword(name: str) -> str:
+    """The keyword a relaxation names ("format:regex" -> "format", "items (array form)" -> "items"); a name
+    that is no keyword's ("anyOf beside other keywords": its siblings, a backend's message) as it is."""
+    if "beside" in name:
+        return name
+    base = name.split(":")[0].split(" ")[0].split("/")[0]
+    return base if base in CONSTRAINING else name

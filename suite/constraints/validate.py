@@ -13,14 +13,17 @@ def validator(schema: dict):
     return cls(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-def errors(schema: dict, instance, checker=None) -> list[str]:
+def errors(schema: dict, instance, checker=None, relaxed=()) -> list[str]:
     """Why the instance is not valid under the schema ([] when it is): at most MAX_ERRORS messages,
-    each with the place in the instance."""
+    each with the place in the instance, and a keyword the grammar left out (`relaxed`) named as such."""
+    from .keywords import relaxed_keyword
     checker = checker or validator(schema)
+    unenforced = {relaxed_keyword(r) for r in relaxed}
     out = []
     for e in sorted(checker.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
         where = "/" + "/".join(str(p) for p in e.absolute_path)
-        out.append(f"at {where}: {e.message}" if len(out) < MAX_ERRORS else "... and more")
+        note = f" ({e.validator}: not enforced while generating)" if e.validator in unenforced else ""
+        out.append(f"at {where}: {e.message}{note}" if len(out) < MAX_ERRORS else "... and more")
         if len(out) > MAX_ERRORS:
             break
     return out

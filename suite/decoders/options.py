@@ -50,7 +50,8 @@ def describe(f: Field) -> str:
     if kind is str:
         return "a string"
     lo, hi = bounds(f)
-    return f"{'an integer' if kind is int else 'a number'} in [{lo}, {hi}]"
+    none = " or none" if "None" in str(f.type) else ""
+    return f"{'an integer' if kind is int else 'a number'} in [{lo}, {hi}]{none}"
 
 
 def _short(value) -> str:

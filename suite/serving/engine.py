@@ -212,7 +212,7 @@ class Engine:
                 grids = None if canvases is None else [canvases[where[request][r]] if r in where[request] else None
                                                        for r in range(request.batch)]
                 request.put(Step(len(request.stats.accepted_lengths), committed, step.draft_size,
-                                 list(request.row_done), request.stats, canvas_tokens=grids))
+                                 list(request.row_done), request.stats.snapshot(), canvas_tokens=grids))
 
     def _retire(self) -> None:
         """Rows that are done, or whose request was cancelled or failed, leave their batch; a

@@ -204,7 +204,7 @@ def expect_cleared(page, prefix: str, outputs: list[str]) -> None:
 
 
 def expect_readable_error(page, message: str) -> None:
-    page.get_by_text(message, exact=False).first.wait_for()
+    page.get_by_text(message, exact=False).locator("visible=true").first.wait_for()   # not a hidden copy
     body = page.locator("body").inner_text()
     assert "Traceback" not in body and 'File "' not in body and "/tmp/gradio" not in body
 

@@ -32,6 +32,23 @@ def test_text_default_is_the_clis_and_the_apis():
     assert default_decoder() == parse_args(["hi"]).decoder == DEFAULT_DECODER == "auto"
 
 
+def test_text_max_new_tokens_is_one_default_everywhere():
+    """One budget for every text front end: the API's calls, the CLI, the Text tab, a VLM folder's chat."""
+    import apps.text
+    from suite.models.vlm.model import VLM
+    from suite.params import DEFAULT_MAX_NEW_TOKENS, RequestParams
+    from text.__main__ import parse_args
+    from text.generator import TextGenerator
+    from text.vlm_chat import VLMChat
+    assert RequestParams().max_new_tokens == parse_args(["hi"]).max_new_tokens == DEFAULT_MAX_NEW_TOKENS
+    for call in (TextGenerator.generate, TextGenerator.stream, TextGenerator.submit_rows, VLMChat.generate,
+                 VLM.generate, VLM.submit, VLM.reference):
+        assert inspect.signature(call).parameters["max_new_tokens"].default == DEFAULT_MAX_NEW_TOKENS, call
+    demo = apps.text.build_demo(Untouchable())
+    slider = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "text-max-new-tokens")
+    assert slider.value == DEFAULT_MAX_NEW_TOKENS
+
+
 def test_image_and_video_defaults_are_the_clis_and_the_apis():
     import apps.image
     import apps.video

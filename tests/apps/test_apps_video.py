@@ -45,7 +45,7 @@ def test_video_tab_races_video_zipar_against_ar_like_the_library(open_app, requi
     for picture in ("video-frames-output", "video-steps", "video-ar-frames-output", "video-ar-steps"):
         page.locator(f"#{picture} img").wait_for()
     checks.says_what_it_is(page, "video", "video_zipar", compared=True)
-    note = f"class {label}, motion {motion}, {frames} frames, seed 0"
+    note = f"class {label}, motion {motion}, {frames} frames, seed 0, frame 0 by the image prior"
     assert page.locator("#video-stats .ps-note").inner_text() == note
     screenshot(page, "app-video.png")
 

@@ -13,9 +13,8 @@ WEIGHTS = os.path.join(os.path.dirname(__file__), "..", "..", "vision", "weights
 
 
 @pytest.fixture(scope="module")
-def handler():
-    """The tab's /generate_video endpoint, as the app calls it."""
-    from apps.video import build_demo
+def pipe():
+    """A tiny random 2-frame video prior behind the shipped tokenizer, without an image prior."""
     from vision.tokenizer import VQTokenizer
     from vision.video import data as vdata
     from vision.video.pipeline import VideoPipeline
@@ -24,8 +23,19 @@ def handler():
             "grid": [16, 16], "radius": 1}
     torch.manual_seed(0)
     model = build_video_prior(VideoLayout.from_meta(meta), hidden=32, layers=2, heads=4).eval()
-    demo = build_demo(VideoPipeline(VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer")), VideoPrior(model, meta)))
-    return next(f.fn for f in demo.fns.values() if f.api_name == "generate_video")
+    return VideoPipeline(VQTokenizer.load(os.path.join(WEIGHTS, "tokenizer")), VideoPrior(model, meta))
+
+
+def endpoint(pipe):
+    """The tab's /generate_video endpoint, as the app calls it, and the demo."""
+    from apps.video import build_demo
+    demo = build_demo(pipe)
+    return next(f.fn for f in demo.fns.values() if f.api_name == "generate_video"), demo
+
+
+@pytest.fixture(scope="module")
+def handler(pipe):
+    return endpoint(pipe)[0]
 
 
 def last(views):
@@ -66,9 +76,28 @@ def test_video_tab_exact_decoder_equals_ar_and_streams_frame_by_frame(handler):
     (("star", "spin", 1, "ar", "", 2.0, 0.7, 0, False), "unknown motion 'spin': pick one of left, right"),
     (("star", "left", 1, "lpd", "", 2.0, 0.7, 0, False), "unknown decoder 'lpd': pick one of ar, sjd"),
     (("star", "left", 1, "video_zipar", "window=wide", 2.0, 0.7, 0, False), "option window must be an integer"),
+    (("star", "left", 1, "ar", "", 2.0, 0.7, 0, False, "image"), "first_frame='image' needs the image prior"),
 ])
 def test_video_tab_errors_clear_the_outputs_and_name_the_fix(handler, args, message):
     views = handler(*args)
     with pytest.raises(gr.Error, match=message):
         for view in views:
             assert view == (None,) * 6 + ("",)                             # the blank comes first, then the error
+
+
+def test_video_tab_draws_frame_0_by_the_image_prior_where_there_is_one(pipe):
+    """With an image prior the tab's default is frame 0 from it (the library's default too), and says so;
+    the video prior's own frame 0 stays one click away."""
+    from vision.prior import ImagePrior
+    from vision.video.pipeline import VideoPipeline
+    both = VideoPipeline(pipe.tokenizer, pipe.prior, ImagePrior.load(os.path.join(WEIGHTS, "prior")))
+    run, demo = endpoint(both)
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "video-first-frame")
+    assert radio.value == "image" and [v for _, v in radio.choices] == ["image", "video"]
+    args = ("star", "left", 2, "video_zipar", "", 2.0, 0.7, 0, False)
+    clip, *_, table = last(run(*args))
+    assert clip is not None and "frame 0 by the image prior" in table
+    assert "frame 0 by the video prior" in last(run(*args, "video"))[-1]
+    _, plain = endpoint(pipe)
+    radio = next(b for b in plain.blocks.values() if getattr(b, "elem_id", None) == "video-first-frame")
+    assert radio.value == "video" and [v for _, v in radio.choices] == ["video"]

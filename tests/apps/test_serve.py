@@ -240,3 +240,19 @@ def test_a_seeded_fuzz_of_every_field_gets_no_500(base_url):
             if r.status_code != 200:
                 assert r.json()["error"]["message"], content[:300]
     assert statuses.get(200, 0) > 20 and statuses.get(400, 0) > 200
+
+
+def test_requests_share_the_models_global_suffix_tree_and_stats_report_it(client, base_url):
+    """Requests decoded with `suffix` feed one global tree per model (the Text tab's too); /v1/stats shows it grow."""
+    def stats():
+        return httpx.get(f"{base_url}/stats", headers={"Authorization": f"Bearer {KEY}"}).json()["suffix_tree"]
+    before = stats()
+    for _ in range(2):
+        client.completions.create(model=MODEL, prompt="List the days of the week:", temperature=0, max_tokens=12,
+                                  extra_body={"decoder": "suffix"})
+    after = stats()
+    assert after["tokens"] > before["tokens"] and after["lookups"] > before["lookups"]
+    assert after["max_tokens"] == before["max_tokens"] and "hit_rate" in after
+    with pytest.raises(openai.BadRequestError):           # the cap is the operator's
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2,
+                                  extra_body={"decoder": "suffix", "decoder_options": {"global_tokens": 10 ** 9}})

@@ -36,7 +36,7 @@ SETTINGS = {"t1": dict(temperature=1.0), "topk": dict(temperature=1.0, top_k=3),
 def decoder_options(name: str) -> dict:
     """What each in-distribution decoder needs beyond the model (a new one without an entry fails)."""
     return {"ar": {}, "sjd": {}, "mc_sjd": {}, "ngram": {}, "lookahead": {}, "auto": {}, "token_recycling": {},
-            "sam_decoding": {"corpus": [[1, 2, 3, 4, 1, 2], [3, 2, 1]]},
+            "sam_decoding": {"corpus": [[1, 2, 3, 4, 1, 2], [3, 2, 1]]}, "suffix": {},
             "speculative": {"draft_model": tiny_model("llama", vocab=V, seed=1, sharpen=3.0)},
             "s2d2": {"mask_token_id": 3, "block_size": 3, "route_threshold": 0.0},
             "ngram_prior": {"inputs": suite.RequestInputs(prior_tokens=(PROMPT + PROMPT[:4],) * ROWS)}}[name]

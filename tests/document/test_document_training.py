@@ -43,3 +43,28 @@ def test_diffusion_targets_only_where_unseen():
                 # the target of noisy slot p is token p+1: masked in the input or in the next block
                 assert noisy[b, p + 1] == MASK or masks[b, 0, n + p, n + p + 1] == 0
     assert (targets[:, :n] != -100).sum() == sum(len(s) + 1 for s in ["hello world, block diffusion", "x = 1"])
+
+
+def test_an_interrupted_run_continues_its_schedule(tmp_path, monkeypatch):
+    """--continue-run resumes from the checkpoint and its state: steps and schedule minutes go on
+    (no second warm-up), and without a matching state it is a clear error."""
+    import torch
+
+    from document import train
+    from document.model import OCRModel, default_config
+    from document import data
+    start = tmp_path / "start"
+    OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH)).save(start)
+    out, state = tmp_path / "run", tmp_path / "run-state.pt"
+    common = ["--batch", "2", "--threads", "1", "--out", str(out), "--state", str(state)]
+    assert train.main(["--resume", str(start), "--minutes", "0.05", *common]) == 0
+    first = torch.load(state, weights_only=True)
+    assert first["run_steps"] > 0 and first["run_minutes"] > 0 and first["run_progress"] == 1.0
+    assert train.main(["--resume", str(out), "--continue-run", "--minutes", "0.05", *common]) == 0
+    second = torch.load(state, weights_only=True)
+    assert second["run_steps"] > first["run_steps"] and second["run_minutes"] > first["run_minutes"]
+    assert second["train_steps"] == first["train_steps"] + second["run_steps"] - first["run_steps"]
+    assert train.main(["--resume", str(start), "--continue-run", "--minutes", "0.05", *common]) == 2
+    # a run stopped a quarter into its cosine, continued for 30 more minutes: 10 minutes count as done
+    assert train.schedule_before({"run_progress": 0.25, "run_minutes": 3.0}, 30) == 10.0
+    assert train.schedule_before({"run_minutes": 3.0}, 30) == 3.0          # a state written before progress was

@@ -50,3 +50,43 @@ def test_typeset_training_batch_mixes_both_generators():
     batch = training_batch(16, "typeset", random.Random(1))
     assert len(batch) == 16
     assert any(any(c in typeset.EXTRA_CHARS for c in s.text) for s in training_batch(64, "typeset", random.Random(2)))
+
+
+def test_a_line_is_set_word_by_word_on_one_baseline():
+    from PIL import Image, ImageDraw
+
+    from document import line_layout
+    text = "Parallel decoding reads faster"
+    path = next(p for p in typeset.font_paths() if os.path.basename(p) == "lmroman10-regular.otf")   # fonts-lmodern
+    faces, spaces = set(), []
+    for seed in range(60):
+        pieces = line_layout.set_line(text, path, 30, random.Random(seed), typeset.font_paths(), typeset.missing_glyphs,
+                                      typeset.LIGATURES)
+        drawn = "".join(s for _, _, s, _ in pieces)
+        for letters, glyph in typeset.LIGATURES:
+            drawn = drawn.replace(glyph, letters)
+        assert drawn.upper() == text.replace(" ", "").upper()        # the label's letters, small caps in capitals
+        faces |= {f.path for *_, f in pieces}
+        spaces.append(max(b[0] - (a[0] + a[3].getlength(a[2])) for a, b in zip(pieces, pieces[1:])))   # a word gap
+        canvas = Image.new("L", (int(line_layout.width(pieces)) + 20, 80), 255)
+        box = line_layout.draw(ImageDraw.Draw(canvas), pieces, 10, 55, 0)
+        assert box[3] <= 55 + 15 and box[1] >= 55 - 40                # all pieces on the baseline at y = 55
+    assert len(faces) >= 2                                           # a run in another face of the family
+    assert min(spaces) > 0 and max(spaces) > 1.25 * min(spaces)      # justified lines stretch their spaces
+
+
+def test_font_families_group_the_faces_of_one_typeface():
+    from document.line_layout import family_key, variants
+    paths = ("/f/lmroman10-regular.otf", "/f/lmroman10-italic.otf", "/f/lmroman10-bold.otf", "/f/lmsans10-regular.otf",
+             "/g/FreeSerif.ttf", "/g/FreeSerifBoldItalic.ttf", "/g/DejaVuSans-Bold.ttf")
+    assert family_key(paths[1]) == family_key(paths[0]) != family_key(paths[3])
+    assert set(variants(paths[0], paths)) == {paths[1], paths[2]}
+    assert variants("/g/FreeSerif.ttf", paths) == ["/g/FreeSerifBoldItalic.ttf"]
+    assert variants("/g/DejaVuSans-Bold.ttf", paths) == []
+
+
+def test_man_page_lines_are_never_the_bench_or_development_pages():
+    from document import bench_real, calibrate, devset
+    held = set(bench_real.MAN_PAGES) | set(calibrate.VALIDATION_MAN_PAGES) | {n for n, _ in devset.DEV_MAN_PAGES}
+    assert not held & set(typeset.TRAIN_MAN_PAGES)
+    assert all(len(line) <= data.MAX_CHARS for line in typeset.man_lines())

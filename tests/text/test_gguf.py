@@ -81,7 +81,7 @@ def loaded(tiny_gguf, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("PARASUITE_CACHE", str(tmp_path_factory.mktemp("cache")))
     try:
-        yield text.load(tiny_gguf[0], progress=False)
+        yield text.load(tiny_gguf[0], progress=False, engine="torch")
     finally:
         mp.undo()
 
@@ -106,7 +106,7 @@ def test_gguf_model_decodes_with_chain_decoders_exactly(loaded):
 
 def test_gguf_second_load_reads_the_converted_folder(tiny_gguf, loaded, monkeypatch):
     monkeypatch.setattr(tm, "_convert", lambda *a: pytest.fail("converted twice"))
-    again = text.load(tiny_gguf[0], progress=False)      # the module's cache folder (the `loaded` fixture)
+    again = text.load(tiny_gguf[0], progress=False, engine="torch")      # the module's cache folder (the `loaded` fixture)
     assert tm.is_converted(tm.gguf_cache_dir(tiny_gguf[0]))
     assert again.generate("hello", decoder="ar", max_new_tokens=4).token_ids == \
         loaded.generate("hello", decoder="ar", max_new_tokens=4).token_ids

@@ -129,6 +129,17 @@ def test_bad_decoder_options_are_one_line_errors(tiny_dir, capsys, decoder, opti
     assert err == f"error: {message}\n" or (err.startswith("error: ") and message in err and err.count("\n") == 1)
 
 
+def test_a_prompt_after_option_is_the_prompt_and_a_bad_option_is_named(tiny_dir, capsys):
+    from text.__main__ import parse_args
+    args = parse_args(["--decoder", "jacobi", "--option", "window=3", "Hello there"])
+    assert args.prompt == "Hello there" and args.option == ["window=3"]
+    assert main(["--model", str(tiny_dir), "--option", "bogus=1", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "does not take 'bogus'" in err and "give either" not in err and err.count("\n") == 1
+    assert main(["--model", str(tiny_dir), "--decoder", "jacobi", "--option", "window=3", "hi", "there"]) == 2
+    assert "'hi' is not key=value" in capsys.readouterr().err
+
+
 def test_whitespace_prompt_is_refused(capsys):
     assert main(["   ", "--decoder", "ar"]) == 2
     assert "empty prompt" in capsys.readouterr().err
@@ -170,13 +181,17 @@ def test_a_rerun_of_a_finished_job_skips_every_prompt_and_leaves_the_output(tiny
     real, calls = TextGenerator.generate, []
     monkeypatch.setattr(TextGenerator, "generate", lambda self, prompt, **kw: calls.append(prompt) or real(self, prompt, **kw))
     assert main(argv) == 0
-    assert calls == [] and "0 done, 3 skipped, 0 failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert calls == [] and "0 done, 3 skipped, 0 failed" in err
+    assert "3 done by an earlier run (skipped): none decoded in this run" in err and "tok/s" not in err
     assert (dst.read_bytes(), dst.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.manifest.jsonl", "prompts.txt"]
     src.write_text("one\ntwo\none\nthree\n")                           # a prompt added: only it runs
     assert main(argv) == 0
     assert calls == ["three"]
-    assert [json.loads(line)["prompt"] for line in dst.read_text().splitlines()] == ["one", "two", "one", "three"]
+    records = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["prompt"] for r in records] == ["one", "two", "one", "three"]
+    assert f"{len(records[-1]['token_ids'])} tokens decoded in this run" in capsys.readouterr().err    # three's only
 
 
 def test_text_cut_inside_a_multibyte_character_ends_before_it(tiny):

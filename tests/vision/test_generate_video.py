@@ -96,7 +96,7 @@ def test_a_bad_request_is_an_error_row_and_the_batch_goes_on(weights, tmp_path, 
     (["--labels", "star", "--num-frames", "3"], "num_frames must be 1..2 (the prior was trained on 2-frame clips)"),
     (["--labels", "star", "--num-frames", "0"], "num_frames must be 1..2"),
     (["--labels", "star", "--option", "window=wide"], "option window must be an integer, got 'wide'"),
-    (["--labels", "star", "--option", "window=-1"], "window must be >= 1 or None (whole rows), got -1"),   # values
+    (["--labels", "star", "--option", "window=-1"], "option window must be an integer in [1, 4096] or none, got -1"),   # values
     (["--labels", "star", "3"], "star right #0 asked for twice"),
     (["--labels", "star", "--first-frame", "image"], "first_frame='image' needs the image prior"),
     ([], "give --labels"),

@@ -84,6 +84,9 @@ def test_stream_yields_each_frame_once_complete(pipe):
         assert diff.max() <= 2          # the VQ decoder on one frame vs a batch: float round-off
     first = {(f.clip, f.index): f.forward for f in frames}
     assert first[(0, 0)] < first[(0, 1)]
+    assert len({id(f.stats) for f in frames}) == len(frames)          # each frame's own snapshot
+    assert [f.stats.num_forwards for f in frames] == sorted(f.stats.num_forwards for f in frames)
+    assert frames[-1].stats.num_forwards == res.stats.num_forwards
 
 
 def test_exact_decoders_agree_greedy_under_cfg(pipe):
@@ -115,6 +118,29 @@ def test_first_frame_from_the_image_prior(pipe):
         pipe("star", num_frames=1, first_frame="image")
     with pytest.raises(ValueError, match="unknown first_frame"):
         both("star", num_frames=1, first_frame="last")
+
+
+def test_frame_0_from_the_image_prior_is_the_default_and_streams(pipe):
+    """Where an image prior is present it draws frame 0 by default, in __call__ and in stream() alike (the
+    stream's frames, forwards and stats continue from the image's); without one, the video prior does."""
+    from vision.prior import ImagePrior
+    from vision.video.pipeline import VideoPipeline
+    both = VideoPipeline(pipe.tokenizer, pipe.prior, ImagePrior.load(os.path.join(WEIGHTS, "prior")))
+    args = dict(motion="left", num_frames=2, decoder="video_zipar", seed=5)      # frame 0 by zipar: few forwards
+    res = both(["star", "ring"], **args)
+    assert res.settings["first_frame"] == "image"
+    frames = list(both.stream(["star", "ring"], **args))
+    assert sorted((f.clip, f.index) for f in frames) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for f in frames:
+        assert torch.equal(f.codes.cpu(), res.tokens[f.clip, f.index].cpu())
+        assert int(f.decided_at.min()) >= 1 and int(f.decided_at.max()) == f.forward
+    last = max(frames, key=lambda f: f.forward)
+    assert last.stats.num_forwards == last.forward == res.stats.num_forwards
+    assert [f.index for f in both.stream("star", num_frames=1, decoder="video_zipar", seed=5)] == [0]
+    assert pipe("star", **args).settings["first_frame"] == "video"          # no image prior: the video prior's
+    assert torch.equal(pipe("star", **args).tokens, pipe("star", first_frame="video", **args).tokens)
+    with pytest.raises(ValueError, match="needs the image prior"):
+        next(pipe.stream("star", first_frame="image", **args))
 
 
 def test_bad_input_is_a_clear_error(pipe):

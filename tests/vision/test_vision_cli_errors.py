@@ -37,5 +37,5 @@ def test_generate_refuses_a_bad_option_value_before_the_job_starts(tmp_path, cap
     out = tmp_path / "out"
     assert main(["--labels", "circle", "--decoder", "zipar", "--option", "window=-1", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "window must be >= 1, got -1" in err and err.count("\n") == 1
+    assert "option window must be an integer in [1, 4096], got -1" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []                                      # no .out.partial left behind

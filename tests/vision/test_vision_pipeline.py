@@ -76,6 +76,25 @@ def test_stream_yields_partial_images(pipe):
     assert steps[-1].stats.num_forwards == len(steps)
 
 
+def test_a_streamed_step_keeps_its_own_stats(pipe):
+    """Each step carries a snapshot: a reader who keeps one sees its figures, not the running totals."""
+    steps = pipe.stream(["star"], decoder="lpd", seed=0)
+    first = next(steps)
+    seen = (first.stats.num_forwards, first.stats.num_new_tokens, len(first.stats.accepted_lengths))
+    rest = list(steps)
+    assert (first.stats.num_forwards, first.stats.num_new_tokens, len(first.stats.accepted_lengths)) == seen
+    assert first.stats is not rest[-1].stats and rest[-1].stats.num_forwards == 20 > seen[0]
+
+
+def test_a_slow_reader_sees_each_steps_own_figures(pipe):
+    """A reader slower than the stepping thread (the apps' throttled views) still sees, at every step, the
+    forwards and tokens of that step: ar, one token per forward (prefill included)."""
+    import time
+    for step in pipe.stream(["star"], decoder="ar", seed=0):
+        time.sleep(0.002)
+        assert step.stats.num_new_tokens == int(step.known.sum()) == step.stats.num_forwards == step.index
+
+
 def test_same_seed_same_image(pipe):
     a = pipe(["ring"], decoder="sjd", seed=5)
     b = pipe(["ring"], decoder="sjd", seed=5)

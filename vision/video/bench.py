@@ -145,8 +145,9 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--frames", type=int, default=None, help="frames per clip (default: the prior's)")
     p.add_argument("--batch", type=int, default=12, help="clips decoded together")
-    p.add_argument("--first-frame", choices=["video", "image"], default="video",
-                   help="who draws frame 0: the video prior, or the image prior (the video prior continues)")
+    p.add_argument("--first-frame", choices=["auto", "image", "video"], default="auto",
+                   help="who draws frame 0: the image prior (the video prior continues), or the video prior; default "
+                        "auto: the image prior where the weights have one")
     return run_bench(p, argv, _main)
 
 
@@ -163,7 +164,7 @@ def _main(args) -> int:
     if parse_spec(specs[0])[0] != "ar":
         specs = ["ar"] + specs
     sampling = {"guidance_scale": args.guidance_scale, "temperature": args.temperature, "top_k": args.top_k,
-                "first_frame": args.first_frame}
+                "first_frame": pipe.first_frame_of(args.first_frame)}
     labels, motions = prompts(args.clips)
     classifier = load_classifier(os.path.join(weights, "classifier"))
     motion_net = load_motion_classifier(os.path.join(weights, "video", "motion"))
@@ -181,7 +182,7 @@ def _main(args) -> int:
     header = (f"{len(labels)} prompts x {len(seeds)} seeds = {len(labels) * len(seeds)} clips per decoder, "
               f"{frames} frames of {lay.height}x{lay.width} codes ({frames * lay.cells} tokens a clip), batches of "
               f"{args.batch}, guidance {s.get('guidance_scale')}, temperature {s.get('temperature')}, top_k "
-              f"{s.get('top_k')}, frame 0 by the {args.first_frame} prior, {torch.get_num_threads()} CPU thread(s). forwards/clip: forwards until the clip was "
+              f"{s.get('top_k')}, frame 0 by the {sampling['first_frame']} prior, {torch.get_num_threads()} CPU thread(s). forwards/clip: forwards until the clip was "
               "done (ragged batches advance each clip by its own accepted length); tok/forward per clip; wall time "
               "for the whole batches; class acc over every frame; motion acc ± its binomial standard error; FD of "
               "the frames vs held-out real frames; codes = ar: clips whose codes equal ar's (same seed)")

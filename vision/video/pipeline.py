@@ -12,11 +12,12 @@ Decoder names: every registered one that samples ("ar", "sjd", "mc_sjd", ...), "
 frame inside each row, lossless), "video_zipar" (and its alias "zipar": rows inside a frame as
 ZipAR, lossy). sjd and mc_sjd draft each new frame from the previous one (init="frame").
 
-first_frame="image" (`__call__`): the image prior (weights/prior, the same tokenizer and classes)
-draws frame 0 and the video prior continues from it, its codes in the prompt. Frame 0 is where
-the video prior loses most of its class likeness (weights/video/README.md); the image prior draws
-its class far more often. Frame 0 is decoded with `ar` (lossless video decoders: the clip is
-still exactly `ar`'s) or `zipar` (under the lossy `video_zipar`).
+first_frame="image" (`__call__` and `stream`; "auto", the default, where the pipeline has an image prior
+of its classes and grid): the image prior (weights/prior, the same tokenizer and classes) draws frame 0
+and the video prior continues from it, its codes in the prompt. Frame 0 is where the video prior loses
+most of its class likeness (weights/video/README.md); the image prior draws its class far more often.
+Frame 0 is decoded with `ar` (lossless video decoders: the clip is still exactly `ar`'s) or `zipar`
+(under the lossy `video_zipar`). first_frame="video": the video prior draws every frame.
 """
 from __future__ import annotations
 
@@ -41,8 +42,13 @@ ALIASES = {"zipar": "video_zipar"}     # the image name for the 3-D decoder
 # the CLI's and the Video tab's: the fastest lossless video decoder measured (BENCHMARKS.md, Video: diagonal 2.83x ar's
 # wall time (3.19x with the 1-D weights), 5.36x fewer forwards, greedy equal to ar and sampling in distribution)
 DEFAULT_DECODER = "diagonal"
-FIRST_FRAMES = ("video", "image")            # who draws frame 0: the video prior, or the image prior
+FIRST_FRAMES = ("auto", "image", "video")    # who draws frame 0: auto = the image prior where there is one
 FIRST_FRAME_DECODER = {"video_zipar": "zipar"}     # the image decoder of frame 0 (others: ar)
+
+
+def first_frame_decoder(decoder) -> str:
+    """The image decoder that draws frame 0 under the video decoder `decoder` (zipar under video_zipar, else ar)."""
+    return FIRST_FRAME_DECODER.get(ALIASES.get(decoder, decoder), "ar") if isinstance(decoder, str) else "ar"
 
 
 def video_decoder(name: str, **options):
@@ -94,7 +100,7 @@ class VideoFrame:
     image: object                     # PIL image
     codes: torch.Tensor               # (H, W)
     forward: int                      # forwards done when the frame was complete
-    stats: suite.DecodeStats          # the request's running totals (live)
+    stats: suite.DecodeStats          # a snapshot of the request's totals at this frame (its own object)
     decided_at: torch.Tensor | None = None   # (H, W) the forward (1-based) that decided each code
 
 
@@ -182,18 +188,24 @@ class VideoPipeline:
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
         return ids, motions, request, settings
 
-    def check_first_frame(self, first_frame: str) -> None:
-        """ValueError naming the fix when this pipeline cannot draw frame 0 as `first_frame` says."""
+    def first_frame_of(self, first_frame: str) -> str:
+        """Who draws frame 0, "image" or "video", for `first_frame` ("auto": the image prior where this
+        pipeline has one of its classes and grid); ValueError naming the fix where it cannot be as asked."""
         if first_frame not in FIRST_FRAMES:
             raise ValueError(f"unknown first_frame {first_frame!r}; choose one of: {', '.join(FIRST_FRAMES)}")
-        if first_frame == "video":
-            return
-        if self.image is None:
+        if first_frame == "auto":
+            return "image" if self.image is not None and self._image_fits() else "video"
+        if first_frame == "image" and self.image is None:
             raise ValueError("first_frame='image' needs the image prior (weights/prior, trained with "
                              "`python -m vision.train prior`); or use first_frame='video'")
-        if self.image.classes != self.classes or self.image.grid != (self.prior.layout.height, self.prior.layout.width):
+        if first_frame == "image" and not self._image_fits():
             raise ValueError("first_frame='image' needs an image prior of the video prior's classes and grid; "
                              "or use first_frame='video'")
+        return first_frame
+
+    def _image_fits(self) -> bool:
+        return self.image.classes == self.classes and self.image.grid == (self.prior.layout.height,
+                                                                         self.prior.layout.width)
 
     def check(self, decoder: str, **options) -> None:
         """ValueError naming the fix when `decoder` would refuse these option values (a batch job checks
@@ -204,8 +216,10 @@ class VideoPipeline:
 
     def __call__(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                  guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0, first_frame: str = "video", **decoder_options) -> VideoResult:
+                 top_p: float | None = None, seed: int = 0, first_frame: str = "auto",
+                 **decoder_options) -> VideoResult:
         num_frames = self.max_frames if num_frames is None else num_frames
+        first_frame = self.first_frame_of(first_frame)
         check_num_frames(num_frames, self.max_frames)
         ids, motions = self.prompt_ids(labels, motion)         # bad input fails before any forward
         first = self._first_frames(first_frame, ids, decoder, guidance_scale, temperature, top_k, top_p, seed)
@@ -233,39 +247,73 @@ class VideoPipeline:
     def _first_frames(self, first_frame, ids, decoder, guidance_scale, temperature, top_k, top_p, seed):
         """The image prior's frames 0 of classes `ids` (an ImageResult) for first_frame="image", None for
         "video"."""
-        self.check_first_frame(first_frame)
-        if first_frame == "video":
+        if self.first_frame_of(first_frame) == "video":
             return None
-        name = FIRST_FRAME_DECODER.get(ALIASES.get(decoder, decoder), "ar") if isinstance(decoder, str) else "ar"
-        return self.image(ids, decoder=name, guidance_scale=guidance_scale, temperature=temperature, top_k=top_k,
-                          top_p=top_p, seed=seed)
+        return self.image(ids, decoder=first_frame_decoder(decoder), guidance_scale=guidance_scale,
+                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
     def stream(self, labels, motion="right", num_frames: int | None = None, decoder=DEFAULT_DECODER,
                guidance_scale: float | None = None, temperature: float | None = None, top_k: int | None = None,
-               top_p: float | None = None, seed: int = 0, **decoder_options) -> Iterator[VideoFrame]:
+               top_p: float | None = None, seed: int = 0, first_frame: str = "auto",
+               **decoder_options) -> Iterator[VideoFrame]:
         """Yield each frame as soon as all its codes are committed (the scheduler's steps, as __call__;
         frames of a batch and, with `diagonal`, of one clip complete at different forwards), with
         the forward that decided each of its codes (decoders that fill cells out of order, such as
-        video_zipar, decide a code when it lands on their canvas, before the frame is complete)."""
+        video_zipar, decide a code when it lands on their canvas, before the frame is complete).
+        first_frame as in __call__: frames 0 from the image prior come first, the forwards and stats of
+        the later frames counted on from theirs."""
+        num_frames = self.max_frames if num_frames is None else num_frames
+        check_num_frames(num_frames, self.max_frames)
+        ids, _ = self.prompt_ids(labels, motion)              # bad input fails before any forward
+        dec = video_decoder(decoder, **decoder_options) if isinstance(decoder, str) else decoder
+        first = None
+        if self.first_frame_of(first_frame) == "image":
+            first = yield from self._stream_first_frames(ids, decoder, guidance_scale, temperature, top_k, top_p,
+                                                         seed)
+            if num_frames == 1:
+                return
         _, _, request, settings = self._submit(
-            labels, motion, self.max_frames if num_frames is None else num_frames, decoder, guidance_scale,
-            temperature, top_k, top_p, seed, decoder_options, stream=True)
+            labels, motion, num_frames, dec, guidance_scale, temperature, top_k, top_p, seed, {}, stream=True,
+            first=None if first is None else first[0].reshape(len(ids), -1))
+        yield from self._stream_request(request, settings["num_frames"], first)
+
+    def _stream_first_frames(self, ids, decoder, guidance_scale, temperature, top_k, top_p, seed):
+        """Frames 0 of clips `ids` from the image prior, each yielded once complete; returns their (B, H, W)
+        codes and the image request's stats."""
+        decided = None
+        step = None
+        for step in self.image.stream(ids, decoder=first_frame_decoder(decoder), guidance_scale=guidance_scale,
+                                      temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, pictures=False):
+            decided = torch.zeros_like(step.tokens) if decided is None else decided
+            decided[step.known & (decided == 0)] = step.index
+            for b in range(len(ids)):
+                if step.known[b].all() and (decided[b] == step.index).any():     # complete at this step
+                    yield VideoFrame(b, 0, self.decode_frames(step.tokens[b][None])[0], step.tokens[b], step.index,
+                                     step.stats, decided[b].clone())
+        return step.tokens, step.stats
+
+    def _stream_request(self, request, num_frames: int, first=None) -> Iterator[VideoFrame]:
+        """The frames of a queued streaming request, as they complete; after `first` (frames 0 drawn by the
+        image prior: their codes and stats) the frame numbers, forwards and stats continue theirs."""
         cells, h, w = self.prior.layout.cells, self.prior.layout.height, self.prior.layout.width
         dev = self.prior.device
+        skip, before = (0, None) if first is None else (1, first[1])
+        offset = 0 if before is None else before.num_forwards
         new = [[] for _ in range(request.batch)]
         shown = [0] * request.batch
-        decided = torch.zeros(request.batch, settings["num_frames"] * cells, dtype=torch.long, device=dev)
+        decided = torch.zeros(request.batch, num_frames * cells, dtype=torch.long, device=dev)
         try:
             for step in request.steps():
                 for b, tokens in enumerate(step.committed):
                     new[b] += tokens
-                decided[self._known(step, new, decided.shape[1]) & (decided == 0)] = step.index   # the forwards so far
+                decided[self._known(step, new, decided.shape[1]) & (decided == 0)] = offset + step.index
                 for b in range(request.batch):
                     while shown[b] < len(new[b]) // cells:
                         t = shown[b]
                         codes = torch.tensor(new[b][t * cells:(t + 1) * cells], device=dev).reshape(h, w)
-                        yield VideoFrame(b, t, self.decode_frames(codes[None])[0], codes, step.index,
-                                         step.stats, decided[b, t * cells:(t + 1) * cells].reshape(h, w).clone())
+                        stats = step.stats.snapshot() if before is None else before.then(step.stats)
+                        yield VideoFrame(b, t + skip, self.decode_frames(codes[None])[0], codes, offset + step.index,
+                                         stats, decided[b, t * cells:(t + 1) * cells].reshape(h, w).clone())
                         shown[b] += 1
         finally:
             if not request.done:        # the reader left early (closed the stream): free the rows

@@ -1,7 +1,7 @@
 """`auto`: picks, every step, the lossless decoder that makes the live batch progress fastest, by the
 cost model: the expected tokens a row commits per step over the price of that step's forward.
 
-Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, ar by default) is judged by
+Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, suffix, ar by default) is judged by
 what it did before (`Seen`: tokens a live row committed per step, draft tokens a row per forward,
 a step's wall time over its forward's price: drafting, acceptance, load), first from the model's prior
 (what the candidates did in earlier requests on this model: `prior`, kept per process and, where the cost
@@ -109,7 +109,7 @@ def as_candidate(state: DecodeState, dec):
 
 @dataclass(frozen=True, eq=False)
 class Auto(DecoderBase):
-    candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "ar")
+    candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "suffix", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
     probe: int = 1            # steps a candidate never run on this model gets before it is judged
@@ -148,13 +148,14 @@ class Auto(DecoderBase):
         for name in self.candidates:
             if name == "auto":
                 raise ValueError("auto cannot be its own candidate")
+            if name == "eagle" and self.draft_head is None:
+                continue        # a model without a draft head: eagle is no candidate (nothing to warn about)
             options = {"draft_head": self.draft_head} if name == "eagle" else {}
             options.update((self.options or {}).get(name, {}))
             try:
                 dec = make_decoder(name, **options)
-                missing = [c for c in dec.requires if not adapter.capabilities.has(c)]
-                if missing:
-                    raise ValueError(f"the model adapter lacks {', '.join(missing)}")
+                if any(not adapter.capabilities.has(c) for c in dec.requires):
+                    continue    # this adapter declares it cannot run it (e.g. trees on llama.cpp): no candidate
                 bound.append(dec.bind(target))
             except ValueError as e:
                 _say_once(f"auto runs without {name}: {e}")

@@ -160,8 +160,10 @@ def chain_acceptance(draft: Draft, committed: list[list[int]], accepted: list[in
 
 
 def room_for_guesses(state: DecodeState, b: int, want: int) -> int:
-    """Guesses worth scoring: at most `want`, and one less than the row's room (the bonus token)."""
-    return max(0, min(want, state.room(b) - 1))
+    """Guesses worth scoring: at most `want`, one less than the row's room (the bonus token), and
+    what a fixed step's slots leave."""
+    free = state.draft_slots(b)
+    return max(0, min(want, state.room(b) - 1, want if free is None else free))
 
 
 def accept_point_masses(state: DecodeState, draft: Draft, logits: torch.Tensor

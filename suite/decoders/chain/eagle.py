@@ -257,14 +257,14 @@ class Eagle(DecoderBase):
             seen = vis.gather(1, slot[..., None].expand(-1, -1, vis.shape[-1]))     # the parent's ancestry
             vis = torch.cat([seen, torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)], 2)
         trees = self._select(torch.cat(tok, 1), torch.cat(par, 1), torch.cat(dep, 1), torch.cat(scores, 1),
-                             caps, calib, rows)
+                             caps, calib, rows, [state.draft_slots(b) for b in rows])
         return trees, forwards
 
-    def _select(self, tok, par, dep, score, caps, calib, rows) -> dict[int, Tree]:
+    def _select(self, tok, par, dep, score, caps, calib, rows, free) -> dict[int, Tree]:
         """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
         laid out by depth so every parent comes before its children."""
         key = torch.where(dep <= caps[:, None], score - 1e-4 * dep, torch.full_like(score, -float("inf")))
-        n_max = min(self.max_nodes, tok.shape[1])
+        n_max = min([self.max_nodes, tok.shape[1]] + [f for f in free if f is not None])   # a fixed step's slots
         key, order = key.topk(n_max, -1)                                             # (R, n)
         probs = key.exp() * calib                                                    # 0 for too-deep nodes
         gains = [[0.0] + row for row in probs.cumsum(1).tolist()]

@@ -15,6 +15,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import INIT
 from .base import ChainRow, chain_acceptance, chain_draft, greedy_chain_verdicts, room_for_guesses
 from ..base import DecoderBase
+from ..options import option
 
 
 INIT_SCHEMES = ("prompt", "repeat", "left", "frame", "motion")
@@ -79,7 +80,7 @@ class JacobiRow(ChainRow):
 
 @dataclass(frozen=True)
 class Jacobi(DecoderBase):
-    window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
+    window: int = option(4, 1)       # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # "prompt" (random prompt tokens), "repeat" (the last token) or "left" (last new token)
     cost: Any = "auto"     # the target's cost curve: the window shrinks to what pays (suite.cost); None: fixed
 

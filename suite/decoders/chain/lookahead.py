@@ -26,6 +26,7 @@ from ...random_streams import ACCEPT
 from ...sampling import logits_to_probs
 from .jacobi import init_guesses
 from ..base import DecoderBase
+from ..options import option
 
 
 class _SlotLogits:
@@ -103,7 +104,7 @@ class LookaheadShared:
 class Lookahead(DecoderBase):
     # small on purpose: on a CPU every extra slot costs (W, N, G = 3, 3, 3 scores at most 12 slots;
     # the paper's GPU setting 7, 5, 7 scores 56)
-    window: int = 3      # W: columns of the Jacobi window
+    window: int = option(3, 1)     # W: columns of the Jacobi window
     level: int = 3       # N: n-gram size (level - 1 trajectories)
     guesses: int = 3     # G: candidates verified per step (and pool entries per key)
     cost: Any = "auto"   # the target's cost curve: each step runs the mode that pays best (full step,
@@ -133,18 +134,23 @@ class Lookahead(DecoderBase):
         state.shared = LookaheadShared()
 
     def _mode(self, state: DecodeState) -> str:
-        """The step's mode with the best expected tokens per second under the cost curve."""
-        if self.cost is None:
-            return "full"
+        """The step's mode with the best expected tokens per second under the cost curve (a fixed
+        step's slots too narrow for the Jacobi window: verification only)."""
         active = [b for b in range(state.batch) if not state.done[b] and state.room(b) > 1]
+        fits = all(state.draft_slots(b) is None or state.draft_slots(b) >= (self.level - 1) * self.window
+                   for b in active)
+        if self.cost is None:
+            return "full" if fits else "verify"
         if not active:
             return "plain"
         rows = len(active)
         width = max(len(self._candidates(state, b)) * (self.level - 1) for b in active)
         slots = {"full": (self.level - 1) * self.window + width, "verify": width, "plain": 0}
+        if not fits:
+            slots.pop("full")
         gain = {"full": state.shared.full.value, "verify": state.shared.verify.value, "plain": 1.0}
         rate = {m: gain[m] / self.cost.step(rows, 1 + slots[m]) for m in self.MODES
-                if m == "plain" or slots[m] > 0}
+                if m == "plain" or slots.get(m, 0) > 0}
         return max(rate, key=rate.get)
 
     def _candidates(self, state: DecodeState, b: int):
@@ -184,9 +190,15 @@ class Lookahead(DecoderBase):
                     parents.append(base + seen + [len(tokens)])
                     tokens.append(t), positions.append(last + 1 + i + lvl)
                 layout.window_slots.append(slots)
+        free = state.draft_slots(b)
+        budget = None if free is None else free - (len(tokens) - len(pending))   # a fixed step's slots left
         if room > 0:
             for cand in self._candidates(state, b):
-                cand = list(cand[:room])
+                cand = list(cand[:room if budget is None else min(room, budget)])
+                if not cand:
+                    break
+                if budget is not None:
+                    budget -= len(cand)
                 slots = []
                 for d, t in enumerate(cand):
                     slots.append(len(tokens))

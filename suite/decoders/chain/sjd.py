@@ -23,6 +23,7 @@ from .base import (chain_acceptance, chain_draft, chain_probs, padded_guesses, r
                    speculative_chain_verdicts)
 from .jacobi import INIT_SCHEMES, JacobiRow, frame_shape, init_guesses, jacobi_accept
 from ..base import DecoderBase
+from ..options import option
 
 
 def draft_uniforms(state: DecodeState, width: int) -> torch.Tensor:
@@ -64,7 +65,7 @@ class SJDRow(JacobiRow):
 
 @dataclass(frozen=True)
 class SJD(DecoderBase):
-    window: int = 4        # guesses per forward (small: extra slots are not free on a CPU)
+    window: int = option(4, 1)       # guesses per forward (small: extra slots are not free on a CPU)
     init: str = "prompt"   # fresh drafts: "prompt" (random prompt tokens), "repeat" (the last token),
                            # "left" (images: the last generated token, i.e. the left neighbour)
                            # "frame" (video: the same cell of the previous frame) or "motion"

@@ -20,6 +20,7 @@ from ...loop import Acceptance, DecodeState, Draft, forward_mask
 from ...random_streams import DRAFT
 from ...sampling import logits_to_probs, sample
 from ..base import DecoderBase
+from ..options import option
 from .base import (ChainMeta, ChainRow, chain_acceptance, chain_draft, chain_probs, padded_draft_q,
                    room_for_guesses, speculative_chain_verdicts)
 
@@ -57,7 +58,7 @@ class SpeculativeMeta(ChainMeta):
 class Speculative(DecoderBase):
     draft_model: Any = None      # a causal LM (or adapter) with the target's tokenizer
     draft: str | None = None     # "self:N" builds a layer-truncated draft of the target
-    num_draft: int = 4
+    num_draft: int = option(4, 1)
     cost: Any = "auto"           # the target's cost curve: drafts cut to what pays (suite.cost); None: fixed
 
     name: ClassVar[str] = "speculative"

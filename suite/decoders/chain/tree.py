@@ -97,6 +97,8 @@ def cut_trees(state: DecodeState, trees: dict[int, DraftTree], curve, max_nodes:
     depth) is weighed against the tree too, and the batch takes whichever pays more."""
     if not trees:
         return {}
+    free = [state.draft_slots(b) for b in trees]
+    max_nodes = min([max_nodes] + [f for f in free if f is not None])     # a fixed step's slots
     order = {}
     for b, t in trees.items():
         depth = t.depth()

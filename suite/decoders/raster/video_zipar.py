@@ -26,6 +26,7 @@ from typing import ClassVar
 
 from ...loop import DecodeState
 from .zipar import RasterCanvas, ZipAR
+from ..options import option
 
 
 def video_grid_of(model) -> tuple[tuple[int, int], int | None]:
@@ -41,7 +42,7 @@ def video_grid_of(model) -> tuple[tuple[int, int], int | None]:
 
 @dataclass(frozen=True)
 class VideoZipAR(ZipAR):
-    window: int | None = 4                 # cells of row r before row r+1 starts (None: whole rows)
+    window: int | None = option(4, 1)                # cells of row r before row r+1 starts (None: whole rows)
     grid: tuple[int, int] | None = None    # (H, W) of a frame; None = the adapter's video_grid
     radius: int | None = None              # the model's reach into frame t-1 (None after bind: whole frame)
 

@@ -27,11 +27,12 @@ from ..chain.mc_sjd import coupled_redraws, raster_redraw_uniforms
 from ..chain.sjd import draft_q
 from .video_zipar import VideoZipAR
 from .zipar import RasterCanvas, RowChain
+from ..options import option
 
 
 @dataclass(frozen=True)
 class VideoZipARSJD(VideoZipAR):
-    window: int | None = None     # None: whole rows inside a frame (exact)
+    window: int | None = option(None, 1)    # None: whole rows inside a frame (exact)
     draft_len: int = 8            # guesses per active row and forward
     coupled: bool = True          # redraw unaccepted guesses coupled to the old ones (MC-SJD)
 

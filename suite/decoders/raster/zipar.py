@@ -32,6 +32,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...random_streams import ACCEPT, DRAFT, SAMPLE
 from ...sampling import logits_to_probs, sample
 from ..base import DecoderBase
+from ..options import option
 
 REAL, PLACEHOLDER = -1, -2     # slot kinds; a kind >= 0 is a draft guess of that image row
 
@@ -141,7 +142,7 @@ def slot_mask(slots: list[tuple[int, int, int]], above_reach: int | None = None,
 
 @dataclass(frozen=True)
 class ZipAR(DecoderBase):
-    window: int = 4
+    window: int = option(4, 1)
     grid: tuple[int, int] | None = None    # (H, W); None = read from the adapter's config.extra
     adaptive: bool = False                 # rows start once their first token passes a rejection test
     max_window: int | None = None          # adaptive: a row starts at the latest after this many above (None = W)

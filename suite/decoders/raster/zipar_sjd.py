@@ -31,6 +31,7 @@ from ...sampling import sample
 from ..chain.mc_sjd import coupled_redraws, raster_redraw_uniforms
 from ..chain.sjd import draft_q
 from .zipar import RasterCanvas, RowChain, ZipAR, ZipARRow
+from ..options import option
 
 
 @dataclass
@@ -40,7 +41,7 @@ class ZipARSJDRow(ZipARRow):
 
 @dataclass(frozen=True)
 class ZipARSJD(ZipAR):
-    window: int = 4
+    window: int = option(4, 1)
     draft_len: int = 4
     coupled: bool = True
     cross_rows: bool = True    # guesses may stand on the row above's guesses of the same forward

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...params import DEFAULT_MAX_NEW_TOKENS
 from ..hf_fields import ConfigFields
 from .adapter import VLMAdapter
 from .families import FAMILIES, known_families
@@ -85,7 +86,7 @@ class VLM:
             raise ValueError(f"draft='self:{num_layers}' needs 1 <= N < {len(layers)} (the text decoder's layer count)")
         return _with_layers(self.model, path, torch.nn.ModuleList(list(layers)[:num_layers]))
 
-    def generate(self, images, prompts, decoder="ar", max_new_tokens: int = 64, temperature: float = 0.0,
+    def generate(self, images, prompts, decoder="ar", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0,
                  top_k=None, top_p=None, seed=None, batch=None, **options) -> VLMResult:
         """Decode the answers to `prompts` about `images` with any chain decoder; speculative
         takes draft='self:N' (the first N text layers) or draft_model= (a VLM of the family)."""
@@ -97,7 +98,7 @@ class VLM:
                     "temperature": temperature, "seed": seed}
         return VLMResult(texts, res.new_tokens, res.stats, settings)
 
-    def submit(self, images, prompts, decoder="ar", max_new_tokens: int = 64, temperature: float = 0.0,
+    def submit(self, images, prompts, decoder="ar", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0,
                top_k=None, top_p=None, seed=None, batch=None, stream: bool = False, **options):
         """`generate`'s request, queued on the model's scheduler (its images encoded here, in the
         caller's thread): a suite.scheduler.Request (steps(), result(), cancel()). Concurrent
@@ -119,7 +120,7 @@ class VLM:
         return options
 
     @torch.no_grad()
-    def reference(self, images, prompts, max_new_tokens: int = 64, batch=None) -> list[list[int]]:
+    def reference(self, images, prompts, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch=None) -> list[list[int]]:
         """The family's own greedy `generate` (the oracle the tests hold every decoder to): new
         tokens per row, cut after the first EOS."""
         batch = batch if batch is not None else self.inputs(images, prompts)

@@ -1,0 +1,295 @@
+"""The llama.cpp engine: a GGUF file at its own type (F32, BF16, Q8_0, Q4_K_M, ...) behind the adapter contract.
+
+`LlamaCppLM(path)` is a `ModelAdapter` over llama-cpp-python's low-level API: one llama.cpp context holds
+every row of every request as a sequence (`seq_id`); a forward is one `llama_decode` of a batch whose
+tokens carry their row's sequence, their logical position and a logits flag (slots from `logits_from` on);
+`llama_get_logits_ith` reads them back. Rejected tails leave with `llama_memory_seq_rm`
+(suite.models.llama_cpp_cache). Chain decoders (ar, jacobi, ngram, sjd, sam_decoding without trees, auto)
+run on it unchanged; llama.cpp masks by sequence and position only, so `custom_mask` is False and tree
+decoders are refused by `suite.prepare` (or fall back to chains where they can).
+
+Exactness: llama.cpp multiplies one token with vec_dot and two or more with its tiled GEMM, whose sums
+differ in the last bits. `min_width` (default: `exact_width` of the file) pads every forward to at least that many tokens with
+scratch tokens in a sequence of their own (removed at once), so a plain step and a verification take the
+same kernels and every lossless decoder gives `ar`'s tokens. K-quant tensors (Q4_K_M files) would switch to a
+tiled kernel from eight tokens on: the engine turns it off ($GGML_CPU_TILED_MM=0, unless set otherwise, then
+such files pad to eight: `exact_width`).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+import weakref
+from pathlib import Path
+
+import torch
+
+from .adapters import AdapterBase, AdapterConfig
+from .capabilities import Capabilities
+from .llama_cpp_cache import LlamaCppCache
+
+INSTALL_FIX = ("the llama.cpp engine needs llama-cpp-python, built from source: "
+               "bash scripts/setup.sh (or see requirements/optional/llama-cpp.txt for the pip command)")
+BATCH = 256        # tokens per llama_decode (a longer prefill goes in several)
+UBATCH = 64        # tokens per graph llama.cpp computes: its compute buffer holds UBATCH rows of logits
+N_CTX = 2048       # default context: its K/V (F16) and the weights stay within 1.5x a small file's size
+SCRATCH_TOKEN = 0  # what pads a forward to min_width (any id: its logits are never read)
+
+
+def import_llama_cpp():
+    """llama_cpp, with llama.cpp's own log lines off and its tiled K-quant matmul off (`exact_width`);
+    ImportError naming the install command."""
+    os.environ.setdefault(TILED_ENV, "0")    # read once, at llama.cpp's first matmul in this process
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ImportError(INSTALL_FIX) from e
+    _quiet(llama_cpp)
+    return llama_cpp
+
+
+_LOG_OFF = None
+
+
+def _quiet(llama_cpp) -> None:
+    """Send llama.cpp's log (model metadata, buffer sizes) nowhere; errors still raise here."""
+    global _LOG_OFF
+    if _LOG_OFF is None:
+        _LOG_OFF = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(_LOG_OFF, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+
+
+class LlamaCppEngine:
+    """One GGUF model and one llama.cpp context: sequences handed out to rows, batches decoded.
+    Every call into llama.cpp happens in the thread that steps (the scheduler's); sequences freed
+    by a cache's finaliser (any thread) are only queued here and removed before the next decode."""
+
+    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = 64,
+                 flash_attn: bool = True, extra_buffers: bool = False):
+        ll = self.ll = import_llama_cpp()
+        self.path = Path(path).expanduser()
+        if not self.path.is_file():
+            raise ValueError(f"no GGUF file at {str(path)!r}: pass an existing local .gguf file")
+        mp = ll.llama_model_default_params()
+        mp.use_extra_bufts = extra_buffers    # repacked weights: another kernel per batch width (see module doc)
+        self.model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not self.model:
+            raise ValueError(f"llama.cpp cannot read {str(path)!r}: pass a GGUF file of an architecture llama.cpp "
+                             "knows (llama, qwen2, mistral, gemma, phi3, ...)")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.threads = threads or torch.get_num_threads()
+        self.flash_attn = flash_attn
+        cp = ll.llama_context_default_params()
+        cp.n_ctx = n_ctx or min(ll.llama_model_n_ctx_train(self.model), N_CTX)
+        cp.n_batch, cp.n_ubatch = BATCH, UBATCH
+        cp.n_seq_max = max_rows + 1                 # the last sequence holds scratch tokens
+        cp.kv_unified = True                        # rows share the cells: any mix of lengths fits
+        cp.n_threads = cp.n_threads_batch = self.threads
+        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.no_perf = True
+        self.ctx = ll.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            ll.llama_model_free(self.model)
+            raise ValueError(f"llama.cpp cannot make a context of {cp.n_ctx} tokens for {str(path)!r}")
+        self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self.memory = ll.llama_get_memory(self.ctx)
+        atexit.register(_close_at_exit, weakref.ref(self))   # freed before Python tears its modules down
+        self.scratch_seq = max_rows
+        self._free = list(range(max_rows))
+        self._released: list[int] = []
+        self._lock = threading.Lock()
+        self._batch, self._capacity = None, 0
+
+    # -- sequences ---------------------------------------------------------------------------------
+
+    def take_seqs(self, n: int) -> list[int]:
+        self._drain()
+        with self._lock:
+            if n > len(self._free):
+                raise ValueError(f"the llama.cpp context holds {self.scratch_seq} rows at once and {n} more are "
+                                 "asked: load it with more max_rows, or send fewer rows at a time")
+            seqs, self._free = self._free[:n], self._free[n:]
+        for s in seqs:
+            self.seq_rm(s, -1, -1)
+        return seqs
+
+    def release_seqs(self, seqs: list[int]) -> None:
+        """Queue sequences for reuse (safe from any thread: removed before the next decode)."""
+        with self._lock:
+            self._released.extend(seqs)
+
+    def _drain(self) -> None:
+        with self._lock:
+            gone, self._released = self._released, []
+        for s in gone:
+            self.seq_rm(s, -1, -1)
+        with self._lock:
+            self._free.extend(gone)
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        if not self.ll.llama_memory_seq_rm(self.memory, seq, p0, p1):
+            raise RuntimeError(f"llama.cpp could not remove positions {p0}.. of sequence {seq}")
+
+    # -- forwards ----------------------------------------------------------------------------------
+
+    def decode(self, entries: list[tuple[int, int, int, bool]], min_width: int) -> list[torch.Tensor]:
+        """entries: (token, position, sequence, wants logits) in order -> the logits (V,) of those that want
+        them. Padded to `min_width` tokens with scratch tokens (removed after); split into BATCH-sized decodes."""
+        self._drain()
+        out, padded = [], False
+        for start in range(0, len(entries), BATCH):
+            chunk = entries[start:start + BATCH]
+            if len(chunk) < min_width:       # only a lone or last chunk is this narrow: one padded per call
+                chunk = chunk + [(SCRATCH_TOKEN, i, self.scratch_seq, False) for i in range(min_width - len(chunk))]
+                padded = True
+            out += self._decode_chunk(chunk)
+        if padded:
+            self.seq_rm(self.scratch_seq, -1, -1)
+        return out
+
+    def _decode_chunk(self, chunk) -> list[torch.Tensor]:
+        ll, batch = self.ll, self._batch_for(len(chunk))
+        for i, (token, pos, seq, logits) in enumerate(chunk):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, int(logits)
+        batch.n_tokens = len(chunk)
+        rc = ll.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed ({rc}): the context ({self.n_ctx} tokens) may be full; "
+                               "load the model with a larger n_ctx or decode fewer tokens")
+        rows = []
+        for i, (_, _, _, logits) in enumerate(chunk):
+            if logits:
+                ptr = ll.llama_get_logits_ith(self.ctx, i)
+                rows.append(torch.frombuffer(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.n_vocab)).contents,
+                                             dtype=torch.float32).clone())
+        return rows
+
+    def _batch_for(self, n: int):
+        if n > self._capacity:
+            if self._batch is not None:
+                self.ll.llama_batch_free(self._batch)
+            self._batch, self._capacity = self.ll.llama_batch_init(max(n, BATCH), 0, 1), max(n, BATCH)
+        return self._batch
+
+    # -- the file ----------------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self.ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def eos_ids(self) -> frozenset[int]:
+        ids = (self.ll.llama_vocab_eos(self.vocab), self.ll.llama_vocab_eot(self.vocab))
+        return frozenset(int(i) for i in ids if i >= 0)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            if self._batch is not None:
+                self.ll.llama_batch_free(self._batch)
+                self._batch = None
+            self.ll.llama_free(self.ctx)
+            self.ll.llama_model_free(self.model)
+            self.ctx = self.model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:      # interpreter shutdown: llama_cpp may be gone already
+            pass
+
+
+def _close_at_exit(engine_ref) -> None:
+    engine = engine_ref()
+    if engine is not None:
+        engine.close()
+
+
+class LlamaCppLM(AdapterBase):
+    """A GGUF file on llama.cpp as a ModelAdapter. Logits (B, N - logits_from, V) float32 on the CPU; rows
+    are sequences of one context of `n_ctx` tokens shared by all rows (default: the file's training
+    context, at most N_CTX); `min_width` pads every forward to that many tokens (exactness, module doc;
+    None: `exact_width` of the file, 2 or 8)."""
+
+    capabilities = Capabilities(row_moves=True, plain_mask=True, cost_model=True)
+
+    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = 64,
+                 min_width: int | None = None, flash_attn: bool = True, extra_buffers: bool = False,
+                 eos_token_id=None, pad_token_id=None):
+        self.engine = LlamaCppEngine(path, n_ctx, threads, max_rows, flash_attn, extra_buffers)
+        self.min_width = int(min_width) if min_width is not None else exact_width(self.engine.path)
+        eos = self.engine.eos_ids() if eos_token_id is None else frozenset(
+            [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
+        pad = pad_token_id if pad_token_id is not None else min(eos, default=0)
+        self.config = AdapterConfig(vocab_size=self.engine.n_vocab, eos_token_ids=eos, pad_token_id=int(pad),
+                                    max_length=self.engine.n_ctx, extra={"engine": "llama.cpp"})
+
+    device = torch.device("cpu")
+
+    def eval(self):
+        return self
+
+    def cost_identity(self) -> list[str]:
+        st = os.stat(self.engine.path)
+        return [type(self).__name__, str(self.engine.path.resolve()), str(st.st_size), str(st.st_mtime_ns),
+                f"threads {self.engine.threads} ctx {self.engine.n_ctx} fa {self.engine.flash_attn} w {self.min_width}"]
+
+    def new_cache(self, batch: int, max_len: int | None = None) -> LlamaCppCache:
+        return LlamaCppCache(batch, self.engine)
+
+    def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        need = sum(len(r) for r in rows) + len(rows) * max_new_tokens
+        if need > self.engine.n_ctx:
+            raise ValueError(f"the llama.cpp context holds {self.engine.n_ctx} tokens and this request needs up to "
+                             f"{need} (its prompts + max_new_tokens per row): load the GGUF with a larger n_ctx, or "
+                             "ask for fewer new tokens")
+
+    def __call__(self, tokens, positions, cache: LlamaCppCache, attention_mask, logits_from: int = 0, **kwargs):
+        if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:
+            raise ValueError("the llama.cpp engine returns logits only (no hidden states, no canvas)")
+        toks, pos = tokens.tolist(), positions.tolist()
+        entries, wanted = [], []
+        for b, (row, at) in enumerate(zip(toks, pos)):
+            n = _chain_length(at, cache.filled[b])
+            for j in range(n):
+                entries.append((row[j], at[j], cache.seqs[b], j >= logits_from))
+                if j >= logits_from:
+                    wanted.append((b, j - logits_from))
+            cache.filled[b] += n
+            cache.submitted[b] = n
+        out = torch.zeros(len(toks), max(tokens.shape[1] - logits_from, 0), self.config.vocab_size)   # host: llama.cpp's logits live in host memory
+        if entries:
+            for (b, j), row in zip(wanted, self.engine.decode(entries, self.min_width)):
+                out[b, j] = row
+        return out
+
+
+# GGUF tensor types whose matmul takes llama.cpp's tiled K-quant kernel from TILED_WIDTH tokens on (vec_dot below),
+# unless $GGML_CPU_TILED_MM is 0: this engine sets it so (a forward padded to 8 tokens cost 4x one of 2 here)
+TILED_ENV = "GGML_CPU_TILED_MM"
+TILED_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+               "IQ1_S", "IQ1_M"}
+TILED_WIDTH = 8
+
+
+def exact_width(path) -> int:
+    """The narrowest forward whose kernels are those of every wider one, for this file's tensor types: two
+    tokens (llama.cpp's GEMM instead of one token's vec_dot), eight where a K-quant tensor takes the tiled
+    kernel from eight tokens on (Q4_K_M, Q6_K, IQ* files) and $GGML_CPU_TILED_MM does not turn it off."""
+    if os.environ.get(TILED_ENV, "1") == "0":
+        return 2
+    from gguf import GGUFReader
+    types = {t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+    return TILED_WIDTH if types & TILED_TYPES else 2
+
+
+def _chain_length(positions: list[int], filled: int) -> int:
+    """The row's real slots: those continuing its cached positions one by one (padding sits at position 0)."""
+    n = 0
+    while n < len(positions) and positions[n] == filled + n:
+        n += 1
+    return n

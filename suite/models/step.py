@@ -1,0 +1,30 @@
+"""The step's shape: every decode step of a model scores the same number of token slots a row.
+
+A decoder never picks a width: under a fixed step of W slots it fills its row's slots (the committed
+token plus up to W-1 drafted ones) because sizing over `suite.cost.FixedStepCurve` finds every slot up
+to W free and none past it; `ar` runs in the same shape with its slots empty (suite.loop.advance pads
+every draft, and prefills prompts in chunks of PREFILL_WIDTH first). With one shape, a token scored at
+slot k runs the same kernels as at slot 0 (a GEMM's path depends on its row count, a CPU attention
+kernel's blocks on the query length), and over a static cache the attention reads the same number of
+slots whatever the decoder, so lossless decoders give `ar`'s tokens bitwise in bf16 as in fp32; and
+one graph is compiled once. Changing W, or how it is chosen, is a change in this file.
+"""
+from __future__ import annotations
+
+STEP_WIDTH = 8         # token slots of a decode step: measured on SmolLM2 (BENCHMARKS.md, "The fixed step")
+PREFILL_WIDTH = 64     # token slots of a prefill chunk
+CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
+
+
+def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,
+               setting: str | None = None):
+    """A StaticHFCausalLM over `model` whose decode steps are `width` slots and prefill chunks
+    `prefill_width`; with an inductor `setting` (suite.models.compiled) the decode step is compiled
+    (`warm` it), else eager."""
+    from .static_cache import StaticHFCausalLM
+    if not 1 <= width <= prefill_width:
+        raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
+    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=(width,) if setting else (), setting=setting)
+    if adapter.static:                      # a model without a static cache keeps free widths
+        adapter.step_width, adapter.prefill_width = width, prefill_width
+    return adapter

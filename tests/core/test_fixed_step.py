@@ -1,0 +1,73 @@
+"""The fixed step (suite.models.step): every decode step scores the same number of slots, so a token
+scored at slot k gets bitwise the logits it gets at slot 0, and every lossless decoder gives `ar`'s tokens
+bitwise, in float32 and in bfloat16, on three architectures (unsharpened random models: near ties are
+common, so only bitwise-equal logits pass), with the per-width matmul forms the embedded model uses
+(suite.models.linear_forms: without a fixed step, a one-token and an eight-token forward take different
+forms, and in float32 no slot's logits match bitwise)."""
+import pytest
+import torch
+from tinymodels import tiny_model
+
+import suite
+from suite.api import prepare
+from suite.draft import Draft
+from suite.loop import _scored, prefill
+from suite.models.linear_forms import swap_linears
+from suite.models.step import fixed_step
+
+WIDTH, PREFILL, NEW = 8, 16, 20
+FORMS = {1: "wxt", 2: "onednn", 4: "linear", 8: "onednn", 16: "wxt", 32: "onednn"}   # a form per width
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 12, 5, 6, 7], [20, 21, 22, 20, 21, 23, 24, 20, 21, 22, 20]]
+
+
+@pytest.fixture(scope="module", params=[(a, d) for a in ("llama", "qwen2", "gpt2") for d in ("float32", "bfloat16")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def fixed(request):
+    arch, dtype = request.param
+    model = tiny_model(arch, sharpen=1.0).to(getattr(torch, dtype))
+    swap_linears(model, forms=FORMS)
+    return fixed_step(model, WIDTH, PREFILL, max_cache_len=96)
+
+
+def _prefilled(model, prompt):
+    _, _, state = prepare(model, [prompt], decoder="ar", max_new_tokens=NEW)
+    prefill(model, state, PREFILL)
+    return state
+
+
+def test_a_token_at_slot_k_gets_the_logits_it_gets_at_slot_0(fixed):
+    tokens = PROMPTS[0] + [30, 31, 32, 33, 34, 35, 36, 37]
+    prompt, follow = tokens[:len(PROMPTS[0])], tokens[len(PROMPTS[0]) - 1:-1]   # the last prompt token, then 7
+    one_by_one = _prefilled(fixed, prompt)
+    alone = []
+    for i, t in enumerate(follow):                           # ar's steps: one real slot, seven empty ones
+        draft = Draft.from_rows([[t]], [[len(prompt) - 1 + i]], device=one_by_one.device)
+        alone.append(_scored(fixed, one_by_one, draft, WIDTH)[0][0, 0])
+    together = _prefilled(fixed, prompt)                     # one step of eight real slots
+    draft = Draft.from_rows([follow], [list(range(len(prompt) - 1, len(prompt) - 1 + len(follow)))],
+                            device=together.device)
+    wide = _scored(fixed, together, draft, WIDTH)[0][0]
+    for k, logits in enumerate(alone):
+        assert torch.equal(logits, wide[k]), f"slot {k}"
+
+
+@pytest.mark.parametrize("rows", [[0, 1]], ids=["ragged2"])
+def test_lossless_decoders_give_ar_tokens_bitwise(fixed, rows):
+    prompts = [PROMPTS[r] for r in rows]
+    ar = suite.generate(fixed, prompts, decoder="ar", max_new_tokens=NEW)
+    assert ar.stats.num_new_tokens == NEW * len(rows)
+    for name in suite.TEXT_DECODERS:
+        options = {"draft": "self:1"} if name == "speculative" else {}
+        if name == "speculative" and "gpt2" in type(fixed.model).__name__.lower():
+            continue                                   # gpt2 has no layer-truncated self-draft here
+        out = suite.generate(fixed, prompts, decoder=name, max_new_tokens=NEW, **options)
+        assert torch.equal(out.sequences, ar.sequences), name
+
+
+def test_drafts_fill_the_step_and_never_pass_it(fixed):
+    """Sized over the fixed step's curve, a drafting decoder's steps are at most WIDTH slots a row."""
+    from suite.loop import decode_steps
+    _, decoder, state = prepare(fixed, [PROMPTS[0] * 3], decoder="ngram", max_new_tokens=NEW)
+    steps = list(decode_steps(fixed, decoder, state))
+    widths = [step.draft_size for step in steps if any(step.committed)]          # decode steps, not prefill chunks
+    assert max(widths) <= WIDTH and max(widths) > 1 and len(steps) - len(widths) == 3   # 41 prompt tokens: 3 chunks

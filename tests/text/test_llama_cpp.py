@@ -1,0 +1,124 @@
+"""The llama.cpp engine (suite.models.llama_cpp) on GGUF files of the embedded SmolLM2 at several types:
+logits equal to the torch engine's on the same weights (F32), every lossless chain decoder's greedy tokens
+equal to the engine's own `ar` (F32, Q8_0, Q4_K_M: the quantized types once crashed a native build),
+rejected tails gone from llama.cpp's memory, tree decoders refused, a missing package named with its fix."""
+import sys
+
+import pytest
+import torch
+
+import text
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (bash scripts/setup.sh)")
+
+from suite.models.llama_cpp import LlamaCppLM  # noqa: E402
+from text.gguf_quantize import embedded_gguf  # noqa: E402
+
+PROMPTS = ["def fib(n):\n    if n < 2:\n        return n\n    return", "The capital of France is Paris. The capital of"]
+LOSSLESS = ("jacobi", "ngram", "sam_decoding", "auto")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The embedded SmolLM2 requantized (once, into a temp cache) as F32, Q8_0 and Q4_K_M."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARASUITE_CACHE", str(tmp_path_factory.mktemp("cache")))
+    try:
+        yield {kind: embedded_gguf(kind) for kind in ("F32", "Q8_0", "Q4_K_M")}
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def engines(files):
+    return {kind: text.load(path, engine="llama.cpp") for kind, path in files.items()}
+
+
+def test_f32_logits_match_the_torch_engine_on_the_same_weights(engines, smol):
+    ids = smol.rows(PROMPTS[1])[0]
+    adapter = engines["F32"].model
+    cache = adapter.new_cache(1)
+    n = len(ids)
+    got = adapter(torch.tensor([ids]), torch.arange(n)[None], cache, None)
+    with torch.no_grad():
+        want = smol.model(input_ids=torch.tensor([ids])).logits
+    # llama.cpp keeps K/V in float16: logits agree to a few hundredths, the next token everywhere
+    torch.testing.assert_close(got, want, atol=5e-2, rtol=1e-2)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("kind", ["F32", "Q8_0", "Q4_K_M"])
+def test_lossless_decoders_equal_the_engines_own_ar(engines, kind):
+    gen = engines[kind]
+    for prompt in PROMPTS:
+        ar = gen.generate(prompt, decoder="ar", max_new_tokens=20)
+        assert len(ar.token_ids) > 0 and ar.text.strip()
+        for name in LOSSLESS:
+            assert gen.generate(prompt, decoder=name, max_new_tokens=20).token_ids == ar.token_ids, (kind, name)
+
+
+def test_a_ragged_batch_equals_each_row_alone(engines):
+    gen = engines["Q8_0"]
+    alone = [gen.generate(p, decoder="ar", max_new_tokens=12).token_ids for p in PROMPTS]
+    for name in ("ar", "ngram"):
+        assert gen.generate(PROMPTS, decoder=name, max_new_tokens=12).token_ids == alone, name
+
+
+def test_rejected_tails_leave_llama_cpp_memory(engines):
+    adapter = engines["Q8_0"].model
+    ids = engines["Q8_0"].rows(PROMPTS[0])[0]
+    adapter_cache = adapter.new_cache(1)
+    seq = adapter_cache.seqs[0]
+    mem = adapter.engine.memory
+    assert llama_cpp.llama_memory_seq_pos_max(mem, seq) == -1     # a fresh row starts empty
+    n = len(ids)
+    adapter(torch.tensor([ids + [1, 2, 3]]), torch.arange(n + 3)[None], adapter_cache, None)
+    adapter_cache.append(torch.arange(n + 3)[None], torch.ones(1, n + 3, dtype=torch.bool), dense=True)
+    adapter_cache.drop_tail(3)                                     # a rejected draft of 3
+    assert llama_cpp.llama_memory_seq_pos_max(mem, seq) == n - 1
+    assert adapter_cache.filled == [n]
+
+
+def test_tree_decoders_are_refused_with_the_fix(engines):
+    with pytest.raises(ValueError, match="custom_mask"):
+        engines["Q8_0"].generate("hello", decoder="token_recycling", max_new_tokens=4)
+
+
+def test_chat_uses_the_files_template_and_stops_at_im_end(engines):
+    gen = engines["Q8_0"]
+    assert gen.tokenizer.eos_token == "<|im_end|>"
+    assert gen.eos_token_ids == frozenset({gen.tokenizer.convert_tokens_to_ids("<|im_end|>")})
+    res = gen.generate("What is 2+2?", decoder="ar", chat=True, max_new_tokens=48)
+    assert res.text.strip()
+
+
+def test_missing_package_names_the_fix(files, monkeypatch):
+    from suite.models import llama_cpp as engine
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    with pytest.raises(ImportError, match="scripts/setup.sh"):
+        engine.LlamaCppLM(files["Q8_0"])
+
+
+def test_engine_choice_is_checked(files, tmp_path):
+    with pytest.raises(ValueError, match="unknown engine"):
+        text.load(files["Q8_0"], engine="onnx")
+    with pytest.raises(ValueError, match="GGUF"):
+        text.load(tmp_path, engine="llama.cpp")
+    assert isinstance(text.load(files["Q8_0"]).model, LlamaCppLM)    # the default where llama.cpp is installed
+
+
+def test_exit_stops_the_stepping_thread_before_python_finalizes(files):
+    """The hook registered for interpreter exit closes the scheduler (its thread joined) and then frees the
+    llama.cpp context: a daemon thread killed inside native code aborted one CLI run in ten."""
+    import weakref
+
+    from suite.models import llama_cpp as engine_module
+    from suite.scheduler import _close_at_exit
+    gen = text.load(files["Q8_0"])
+    gen.generate("hello", decoder="ar", max_new_tokens=4)
+    engine = gen.scheduler.engine
+    assert engine._thread is not None and engine._thread.is_alive()
+    _close_at_exit(weakref.ref(engine))
+    assert engine.closed and (engine._thread is None or not engine._thread.is_alive())
+    engine_module._close_at_exit(weakref.ref(gen.model.engine))
+    assert gen.model.engine.ctx is None
