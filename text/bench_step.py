@@ -38,10 +38,10 @@ def _timed(run, rows):
 
 
 def _decoder_run(gen, adapter, name, new):
-    options = gen._options(name, {})
+    decoder = gen.decoder(name)          # with the model's own options (eagle's head, sam_decoding's corpus)
 
     def run(row):
-        out = suite.generate(adapter, [row], decoder=name, max_new_tokens=new, **options)
+        out = suite.generate(adapter, [row], decoder=decoder, max_new_tokens=new)
         return out.sequences[0, len(row):].tolist(), out.stats.num_forwards
     return run
 

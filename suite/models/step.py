@@ -11,7 +11,8 @@ one graph is compiled once. Changing W, or how it is chosen, is a change in this
 """
 from __future__ import annotations
 
-STEP_WIDTH = 8         # token slots of a decode step: measured on SmolLM2 (BENCHMARKS.md, "The fixed step")
+STEP_WIDTH = 8         # token slots of a decode step (its cost against free widths: BENCHMARKS.md, "The fixed step";
+                       # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
 
