@@ -135,7 +135,9 @@ def test_browser_model_folder_outside_the_root_is_refused_naming_no_server_path(
     url, log, models = app_server
     page = checks.open_tab(open_app, "Text")
     page.get_by_text("Your own model").click()
-    page.locator("#text-model-folder textarea").fill(typed)
+    folder = page.locator("#text-model-folder textarea")
+    folder.wait_for(state="visible")                     # the accordion opens, then renders its fields
+    folder.fill(typed)
     page.locator("#text-run").click()
     checks.readable_error(page, f"model folder '{typed}' is outside this server's models folder")
     body = page.locator("body").inner_text()
