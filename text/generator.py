@@ -50,7 +50,8 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     llama-cpp-python: text.llama_cpp_engine); None: llama.cpp where it is installed, else torch. step: "fixed"
     (every decode step the same number of slots over a static cache: suite.models.step; lossless decoders
     then give ar's tokens bitwise in bf16 too, and `compile` compiles that one step) or "free" (each step as
-    wide as its draft); None: $PARASUITE_STEP if set, else "free"."""
+    wide as its draft); None: $PARASUITE_STEP if set, else "fixed" in bfloat16 (where free widths round
+    differently from `ar`'s one-token steps) and "free" in float32 (exact either way; every slot costs)."""
     from suite.models.dtypes import default_dtype, resolve_dtype
 
     from .llama_cpp_engine import check_engine, default_engine
@@ -82,7 +83,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         model.to(device)
     gen = TextGenerator(model, tokenizer, name=name, draft_folder=EAGLE_WEIGHTS if path is None else None)
     compile = compile if compile is not None else os.environ.get("PARASUITE_COMPILE") or None
-    step = step or os.environ.get("PARASUITE_STEP") or "free"
+    step = step or os.environ.get("PARASUITE_STEP") or ("fixed" if dtype == torch.bfloat16 else "free")
     if step not in ("fixed", "free"):
         raise ValueError(f"step must be 'fixed' or 'free', got {step!r}")
     if step == "fixed":

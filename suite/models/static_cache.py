@@ -15,6 +15,7 @@ forward tells) falls back to the dynamic cache and eager forwards, without an er
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import StaticLayer
 
 from .adapters import HFCausalLM
 from .hf_fields import ConfigFields
@@ -25,6 +26,17 @@ class StaticKVCache(KVCache):
     def __init__(self, batch: int, backend, capacity: int, fanout: int = 1, device=None):
         super().__init__(batch, backend, fanout, device)
         self.capacity = capacity
+
+    def read_window(self, n: int, whole: bool = False) -> int:
+        """Before a forward of `n` slots (room made): the slots its attention reads, filled ones and its
+        own rounded up to a bucket (suite.models.step.attention_window), or all of them (`whole`), set
+        on every layer."""
+        from .step import attention_window
+        window = self.capacity if whole else attention_window(self.num_slots + n, self.capacity)
+        for layer in self.backend.layers:
+            if isinstance(layer, WindowedLayer):
+                layer.window = None if whole else window
+        return window
 
     def make_room(self, n: int) -> None:
         """Before a forward of `n` slots (its mask already built over the slots as they are, so none
@@ -83,6 +95,29 @@ class StaticKVCache(KVCache):
                     for j in (0, 1))
             _seat(mine, k, v)
             mine.cumulative_length.fill_(length)
+
+
+class WindowedLayer(StaticLayer):
+    """A transformers `StaticLayer` whose forward reads only its first `window` slots (the filled ones
+    and the step's, rounded up to `suite.models.step.attention_window`'s bucket): attention, and a
+    grouped-query model's K/V repeat, cost what the request has filled, not the whole capacity.
+    None: all slots (transformers' own)."""
+
+    window: int | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        if self.window is None:
+            return keys, values
+        return keys[:, :, :self.window], values[:, :, :self.window]
+
+
+def windowed(backend):
+    """A StaticCache whose full-attention layers are `WindowedLayer`s (sliding ones are left as they are:
+    `_static_layers` refuses them)."""
+    backend.layers = [WindowedLayer(max_cache_len=layer.max_cache_len) if type(layer) is StaticLayer else layer
+                      for layer in backend.layers]
+    return backend
 
 
 def _static_layers(backend):
@@ -207,7 +242,7 @@ class StaticHFCausalLM(HFCausalLM):
             self._ready.add(w)
 
     def cost_identity(self) -> list[str]:
-        """A static cache: every forward attends over all its slots, so its size is part of the cost."""
+        """A static cache: a compiled forward attends over all its slots, so its size is part of the cost."""
         return [*super().cost_identity(), f"{type(self).__name__} {self.max_cache_len}"]
 
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
@@ -223,7 +258,7 @@ class StaticHFCausalLM(HFCausalLM):
         if not self.static:
             return super().new_cache(batch, max_len)
         from transformers import StaticCache
-        backend = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        backend = windowed(StaticCache(config=self.model.config, max_cache_len=self.max_cache_len))
         return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
@@ -235,9 +270,10 @@ class StaticHFCausalLM(HFCausalLM):
             causal = torch.ones(n, n, dtype=torch.bool, device=cache.valid.device).tril().expand(tokens.shape[0], n, n)
             attention_mask = cache.attention_mask(causal)
         dev = self.device
-        mask = torch.zeros(*attention_mask.shape[:-1], cache.capacity, dtype=torch.bool, device=dev)
-        mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, capacity)
         compiled = self._compiled is not None and n in self._ready and logits_from == 0
+        window = cache.read_window(n, whole=compiled)     # a compiled graph reads every slot: one graph a width
+        mask = torch.zeros(*attention_mask.shape[:-1], window, dtype=torch.bool, device=dev)
+        mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, window)
         forward = self._compiled if compiled else self.model
         out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
                       attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from,

@@ -15,6 +15,13 @@ STEP_WIDTH = 8         # token slots of a decode step (its cost against free wid
                        # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
+WINDOW_BUCKET = 64     # attention reads the filled slots rounded up to a multiple of this (one graph per multiple)
+
+
+def attention_window(end: int, capacity: int) -> int:
+    """The cache slots a forward whose last slot is `end` attends over: `end` rounded up to a multiple of
+    WINDOW_BUCKET, at most `capacity` (masked slots past `end` add exact zeros)."""
+    return min(capacity, -(-end // WINDOW_BUCKET) * WINDOW_BUCKET)
 
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,
