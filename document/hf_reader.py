@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import suite
 from suite import DecodeStats
-from suite.models.vlm import VLM, VLMResult, load_vlm
+from suite.vlm import VLM, VLMResult, load_vlm
 
 FAMILIES = ("got_ocr2", "qwen2_vl", "florence2")
 MAX_NEW_TOKENS = 1024
@@ -52,7 +52,7 @@ class HFPageReader:
         return self.vlm.inputs(list(images), [text] * len(images))
 
     def __call__(self, images, decoder="ar", **options):
-        """Page images (PIL) -> suite.models.vlm.VLMResult: texts (special tokens dropped), tokens, stats."""
+        """Page images (PIL) -> suite.vlm.VLMResult: texts (special tokens dropped), tokens, stats."""
         if isinstance(decoder, str) and decoder not in self.decoders:
             raise ValueError(f"unknown decoder {decoder!r} for whole-page reading with {self.family}; use one of: "
                              f"{', '.join(self.decoders)}")
@@ -75,7 +75,7 @@ class HFPageReader:
 
 def load_reader(model, max_new_tokens: int = MAX_NEW_TOKENS, device: str | None = None,
                 generation: dict | None = None) -> HFPageReader:
-    """A folder (or a loaded suite.models.vlm.VLM / HFPageReader) as a page reader."""
+    """A folder (or a loaded suite.vlm.VLM / HFPageReader) as a page reader."""
     if isinstance(model, HFPageReader):
         return model
     vlm = model if isinstance(model, VLM) else load_vlm(model, device=device, generation=generation)

@@ -1,4 +1,4 @@
-"""Concurrent requests to a transformers VLM folder share forwards (suite.models.vlm through its
+"""Concurrent requests to a transformers VLM folder share forwards (suite.vlm through its
 scheduler): the same calls one at a time, then all at once in threads, round after round.
 
     python scripts/vlm_batching.py FOLDER [--users 4] [--rounds 3] [--max-new-tokens 32] [--decoder ar]
@@ -33,7 +33,7 @@ def main() -> None:
     if (args.folder is None) == (args.tiny is None):
         p.error("give a VLM folder or --tiny FAMILY")
     torch.set_num_threads(args.threads)
-    from suite.models.vlm import load_vlm
+    from suite.vlm import load_vlm
     folder = args.folder
     if args.tiny:
         import tiny_vlm

@@ -61,7 +61,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
         return _load_llama_cpp(path, device, compile)
     dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
-        from suite.models.vlm import load_vlm
+        from suite.vlm import load_vlm
 
         from .vlm_chat import VLMChat
         with quiet_transformers():

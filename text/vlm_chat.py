@@ -1,10 +1,10 @@
 """Vision-language chat: what `text.load(folder)` returns for an image-text-to-text folder, over
-suite.models.vlm's VLM adapters."""
+suite.vlm's VLM front end."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suite.models.vlm import VLM
+from suite.vlm import VLM
 from suite.params import DEFAULT_MAX_NEW_TOKENS
 
 

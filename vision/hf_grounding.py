@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import suite
-from suite.models.vlm import load_vlm
+from suite.vlm import load_vlm
 
 FAMILIES = ("florence2", "paligemma", "kosmos-2")
 BOX_DECODERS = ("parallel_box", "hybrid", "locus")   # need a MASK-trained box block

@@ -22,6 +22,16 @@ from .hf_fields import ConfigFields
 from ..cache import KVCache, join_rows, refuse_sliding
 
 
+WINDOW_BUCKET = 64     # attention reads the filled slots rounded up to a multiple of this
+
+
+def attention_window(end: int, capacity: int) -> int:
+    """The cache slots an eager forward whose last slot is `end` attends over: `end` rounded up to a
+    multiple of WINDOW_BUCKET, at most `capacity`. The masked slots past `end` add exact zeros, so the
+    logits do not depend on the window (tests/core/test_fixed_step.py: bitwise, windows of 4 slots)."""
+    return min(capacity, -(-end // WINDOW_BUCKET) * WINDOW_BUCKET)
+
+
 class StaticKVCache(KVCache):
     def __init__(self, batch: int, backend, capacity: int, fanout: int = 1, device=None):
         super().__init__(batch, backend, fanout, device)
@@ -29,9 +39,8 @@ class StaticKVCache(KVCache):
 
     def read_window(self, n: int, whole: bool = False) -> int:
         """Before a forward of `n` slots (room made): the slots its attention reads, filled ones and its
-        own rounded up to a bucket (suite.models.step.attention_window), or all of them (`whole`), set
+        own rounded up to a bucket (`attention_window`), or all of them (`whole`), set
         on every layer."""
-        from .step import attention_window
         window = self.capacity if whole else attention_window(self.num_slots + n, self.capacity)
         for layer in self.backend.layers:
             if isinstance(layer, WindowedLayer):
@@ -99,7 +108,7 @@ class StaticKVCache(KVCache):
 
 class WindowedLayer(StaticLayer):
     """A transformers `StaticLayer` whose forward reads only its first `window` slots (the filled ones
-    and the step's, rounded up to `suite.models.step.attention_window`'s bucket): attention, and a
+    and the step's, rounded up to `attention_window`'s bucket): attention, and a
     grouped-query model's K/V repeat, cost what the request has filled, not the whole capacity.
     None: all slots (transformers' own)."""
 

@@ -5,9 +5,9 @@ token plus up to W-1 drafted ones) because sizing over `suite.cost.FixedStepCurv
 to W free and none past it; `ar` runs in the same shape with its slots empty (suite.loop.advance pads
 every draft, and prefills prompts in chunks of PREFILL_WIDTH first). With one shape, a token scored at
 slot k runs the same kernels as at slot 0 (a GEMM's path depends on its row count, a CPU attention
-kernel's blocks on the query length), and over a static cache the attention reads the same number of
-slots whatever the decoder, so lossless decoders give `ar`'s tokens bitwise in bf16 as in fp32; and
-one graph is compiled once. Changing W, or how it is chosen, is a change in this file.
+kernel's blocks on the query length), and attention reads the cache's filled slots rounded up to a
+bucket (suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless
+decoders give `ar`'s tokens bitwise in bf16 as in fp32; and one graph is compiled once. Changing W, or how it is chosen, is a change in this file.
 """
 from __future__ import annotations
 
@@ -15,13 +15,6 @@ STEP_WIDTH = 8         # token slots of a decode step (its cost against free wid
                        # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
-WINDOW_BUCKET = 64     # attention reads the filled slots rounded up to a multiple of this (one graph per multiple)
-
-
-def attention_window(end: int, capacity: int) -> int:
-    """The cache slots a forward whose last slot is `end` attends over: `end` rounded up to a multiple of
-    WINDOW_BUCKET, at most `capacity` (masked slots past `end` add exact zeros)."""
-    return min(capacity, -(-end // WINDOW_BUCKET) * WINDOW_BUCKET)
 
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,

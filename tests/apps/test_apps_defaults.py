@@ -35,7 +35,7 @@ def test_text_default_is_the_clis_and_the_apis():
 def test_text_max_new_tokens_is_one_default_everywhere():
     """One budget for every text front end: the API's calls, the CLI, the Text tab, a VLM folder's chat."""
     import apps.text
-    from suite.models.vlm.model import VLM
+    from suite.vlm import VLM
     from suite.params import DEFAULT_MAX_NEW_TOKENS, RequestParams
     from text.__main__ import parse_args
     from text.generator import TextGenerator

@@ -54,9 +54,9 @@ def test_a_token_at_slot_k_gets_the_logits_it_gets_at_slot_0(fixed):
 @pytest.mark.parametrize("bucket", [64, 4], ids=["one-window", "window-every-4-slots"])
 @pytest.mark.parametrize("rows", [[0, 1]], ids=["ragged2"])
 def test_lossless_decoders_give_ar_tokens_bitwise(fixed, rows, bucket, monkeypatch):
-    """Also when attention's window (suite.models.step.attention_window) changes every few slots, so that
+    """Also when attention's window (suite.models.static_cache.attention_window) changes every few slots, so that
     `ar` and a drafting decoder score the same token over windows of different lengths."""
-    monkeypatch.setattr("suite.models.step.WINDOW_BUCKET", bucket)
+    monkeypatch.setattr("suite.models.static_cache.WINDOW_BUCKET", bucket)
     prompts = [PROMPTS[r] for r in rows]
     ar = suite.generate(fixed, prompts, decoder="ar", max_new_tokens=NEW)
     assert ar.stats.num_new_tokens == NEW * len(rows)

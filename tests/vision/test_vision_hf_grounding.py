@@ -155,7 +155,7 @@ def test_cli_unknown_family_lists_the_known_ones(tmp_path, capsys):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_concurrent_requests_share_forwards_and_get_their_alone_tokens(folders, family):
-    from suite.models.vlm import load_vlm
+    from suite.vlm import load_vlm
     from vision.hf_grounding import prompt
     vlm = load_vlm(folders[family])
     queries = QUERIES + ["a bird on a wire"]

@@ -1,9 +1,6 @@
 """Vision-language models of transformers (image-text-to-text) as suite ModelAdapters, through
-their public forward, from a local folder saved with `save_pretrained` (processor included).
-
-    vlm = suite.models.vlm.load_vlm("/models/paligemma")              # offline, local folder
-    res = vlm.generate(image, "detect cat", decoder="lookahead", max_new_tokens=64)
-    res.texts, res.tokens, res.stats
+their public forward, from a local folder saved with `save_pretrained` (processor included). Their
+front end (`VLM`, `load_vlm`: images + prompts in, text out) is suite.vlm, above the scheduler.
 
 The images of a request are encoded once, and what a row reads besides its tokens (its image
 features, prompt length, M-RoPE table or encoder states) travels in its cache, so every `generate`
@@ -13,7 +10,6 @@ honoured where they depend only on the position (`rules`); settings that depend 
 on beams are refused, naming them, with the override that lifts them
 (`load_vlm(folder, generation={...})`).
 
-    model.py         VLM (images + prompts in, text out; requests, drafts, the reference) and load_vlm
     adapter.py       VLMAdapter: the one suite adapter, bound to a request's batch; the family runs the forward
     family.py        Family: what a family supplies (binding, start rows, cache, forward)
     decoder_only.py  GOT-OCR2, PaliGemma, Qwen2-VL, Kosmos-2: image features spliced into the prompt
@@ -22,7 +18,6 @@ on beams are refused, naming them, with the override that lifts them
     rules.py         GenerationRules: the position-wise settings of a generation config
 """
 from .families import FAMILIES, known_families
-from .model import VLM, VLMResult, load_vlm, vlm_family
 from .rules import GenerationRules
 
-__all__ = ["FAMILIES", "VLM", "GenerationRules", "VLMResult", "known_families", "load_vlm", "vlm_family"]
+__all__ = ["FAMILIES", "GenerationRules", "known_families"]

@@ -1,4 +1,11 @@
-"""A loaded image-text-to-text model (`VLM`) and its loader (`load_vlm`): see suite.models.vlm."""
+"""The front end of image-text-to-text models: a loaded model (`VLM`: images + prompts in, text out, every
+`generate` a request of its scheduler) and its loader (`load_vlm`). The model layer under it (the adapter
+bound to a request's batch, the families) is suite.models.vlm.
+
+    vlm = suite.vlm.load_vlm("/models/paligemma")              # offline, local folder
+    res = vlm.generate(image, "detect cat", decoder="lookahead", max_new_tokens=64)
+    res.texts, res.tokens, res.stats
+"""
 from __future__ import annotations
 
 import copy
@@ -8,11 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ...params import DEFAULT_MAX_NEW_TOKENS
-from ..hf_fields import ConfigFields
-from .adapter import VLMAdapter
-from .families import FAMILIES, known_families
-from .rules import GenerationRules
+from .models.hf_fields import ConfigFields
+from .models.vlm.adapter import VLMAdapter
+from .models.vlm.families import FAMILIES, known_families
+from .models.vlm.rules import GenerationRules
+from .params import DEFAULT_MAX_NEW_TOKENS
+from .scheduler import Scheduler
 
 
 @dataclass
@@ -45,7 +53,6 @@ class VLM:
     def scheduler(self):
         """The model's stepping thread (suite.scheduler), made on first use: every `generate` is a
         request of it, so concurrent callers share forwards."""
-        from ...scheduler import Scheduler
         with self._lock:
             if self._scheduler is None:
                 self._scheduler = Scheduler(VLMAdapter(self), name=f"parasuite-vlm-{self.family}")
@@ -168,7 +175,7 @@ def load_vlm(folder, device: str | None = None, generation: dict | None = None) 
 
 def vlm_family(folder) -> str | None:
     """The model_type of a folder's config.json, or None when it has none."""
-    from ...runtime.storage import read_json
+    from .runtime.storage import read_json
     path = os.path.join(str(folder), "config.json")
     if not os.path.isfile(path):
         raise ValueError(f"{folder} has no config.json: pass a model folder saved with save_pretrained")
