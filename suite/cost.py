@@ -332,7 +332,7 @@ def target_curve(adapter, masked: bool = False) -> CostCurve | None:
     use = adapter.capabilities.cost_model and os.environ.get("PARASUITE_COST", "1") != "0"
     if not use:
         return None
-    width = getattr(adapter, "step_width", None)
+    width = adapter.capabilities.step_width
     return fixed_step_curve(adapter, width) if width else forward_cost(adapter, masked)
 
 

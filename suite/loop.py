@@ -197,7 +197,7 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     width = step_width(model)
     if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
                      if not state.done[b]):
-        return prefill(model, state, model.prefill_width)
+        return prefill(model, state, model.capabilities.prefill_width)
     t0 = time.perf_counter()
     grammar = structured.hook(state)
     draft = grammar.propose(decoder)
@@ -215,9 +215,9 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
 
 
 def step_width(model) -> int | None:
-    """The token slots every decode step of `model` scores (its `step_width`, chosen by text.load /
-    suite.models.step), or None: each step as wide as its draft."""
-    return getattr(model, "step_width", None)
+    """The token slots every decode step of `model` scores (`capabilities.step_width`, chosen by
+    text.load / suite.models.step), or None: each step as wide as its draft."""
+    return model.capabilities.step_width
 
 
 def fixed_width(width: int, n: int) -> int:
@@ -282,7 +282,7 @@ def prefill(model, state: DecodeState, width: int) -> Step:
     positions = [list(range(state.num_cached[b], state.num_cached[b] + n)) for b, n in enumerate(take)]
     draft = Draft.from_rows(rows, positions, device=state.device)
     draft.logits_from = draft.tokens.shape[1] - 1          # no logits are read: the least the adapter computes
-    _scored(model, state, draft, model.prefill_width if step_width(model) else None)
+    _scored(model, state, draft, model.capabilities.prefill_width if step_width(model) else None)
     for b, n in enumerate(take):
         state.num_cached[b] += n
     state.stats.num_forwards += 1

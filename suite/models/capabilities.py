@@ -18,6 +18,8 @@ class Capabilities:
     fills_cross: bool = False      # `fill_cross(cache)` computes a newcomer's cross-attention K/V (encoder-decoders)
     canvas: bool = False           # denoises a canvas (drafts carry suite.draft.Canvas): only `only_decoders` drive it
     only_decoders: tuple[str, ...] | None = None     # the decoders that run on it (None: any)
+    step_width: int | None = None  # every decode step scores this many slots a row (suite.models.step); None: free
+    prefill_width: int | None = None               # with step_width: a prompt is prefilled in chunks of this many
 
     def has(self, name: str) -> bool:
         """Whether the capability `name` (a decoder's `requires` entry) is declared."""
@@ -26,4 +28,4 @@ class Capabilities:
         return bool(getattr(self, name))
 
 
-_NAMES = {f.name for f in fields(Capabilities)} - {"only_decoders"}
+_NAMES = {f.name for f in fields(Capabilities)} - {"only_decoders", "step_width", "prefill_width"}

@@ -183,9 +183,6 @@ class StaticHFCausalLM(HFCausalLM):
     compactions) may push the fill pointer past it: the cache then grows (`StaticKVCache.grow`: new
     buffers, so a compiled step recompiles once) rather than fail."""
 
-    step_width: int | None = None      # a fixed step shape (suite.models.step.fixed_step sets it); None: free widths
-    prefill_width: int | None = None
-
     def __init__(self, model, max_cache_len: int, compiled_widths=(1,), mode: str | None = None,
                  eos_token_id=None, pad_token_id=None, setting: str | None = None):
         """setting: a named inductor setting (suite.models.compiled: "default", "freezing", "cpp_wrapper",
@@ -257,7 +254,7 @@ class StaticHFCausalLM(HFCausalLM):
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
         """A request whose longest prompt + max_new_tokens exceeds the cache: refused (suite.prepare
         calls this before any forward), naming the size that fits."""
-        need = max(map(len, rows)) + max_new_tokens + (self.prefill_width or 0)   # a fixed step's padded chunk too
+        need = max(map(len, rows)) + max_new_tokens + (self.capabilities.prefill_width or 0)   # a fixed step's padded chunk too
         if self.static and need > self.max_cache_len:
             raise ValueError(f"the static cache holds {self.max_cache_len} slots and this request needs {need} "
                              f"(its longest prompt + max_new_tokens): build StaticHFCausalLM with a larger "

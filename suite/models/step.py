@@ -11,6 +11,8 @@ decoders give `ar`'s tokens bitwise in bf16 as in fp32; and one graph is compile
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 STEP_WIDTH = 8         # token slots of a decode step (its cost against free widths: BENCHMARKS.md, "The fixed step";
                        # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
@@ -27,5 +29,5 @@ def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDT
         raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
     adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=(width,) if setting else (), setting=setting)
     if adapter.static:                      # a model without a static cache keeps free widths
-        adapter.step_width, adapter.prefill_width = width, prefill_width
+        adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width)
     return adapter
