@@ -221,8 +221,8 @@ def step_width(model) -> int | None:
 
 
 def fixed_width(width: int, n: int) -> int:
-    """The shape a draft of `n` slots runs at under a fixed step of `width`: `width`, or for a wider
-    draft (a grammar's forced span) the next multiple of it."""
+    """The shape a draft of `n` slots runs at under a fixed step of `width`: `width` (drafts and forced
+    spans are cut to the row's slots: DecodeState.draft_slots), or the next multiple of it for a wider one."""
     return width * -(-n // width)
 
 

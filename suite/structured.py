@@ -103,7 +103,8 @@ def forced_spans(state) -> Draft | None:
                 continue
             if c is None or not c.forced or c.finished:
                 return None
-            spans.append(c.span(min(FORCED_SPAN_MAX, state.room(b) - 1)))
+            slots = state.draft_slots(b)            # a fixed step: the span fits the row's slots
+            spans.append(c.span(min(FORCED_SPAN_MAX, state.room(b) - 1, FORCED_SPAN_MAX if slots is None else slots)))
             live.append(len(spans[-1]))
     finally:
         state.stats.mask_time_s += time.perf_counter() - t0

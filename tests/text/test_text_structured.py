@@ -188,3 +188,32 @@ def test_cli_input_records_carry_the_json(tiny_dir, tmp_path):
     assert [r["prompt"] for r in records] == PROMPTS
     assert all(valid(SCHEMA, r["json"]) and r["parse_error"] is None and json.loads(r["text"]) == r["json"]
                for r in records)
+
+
+@pytest.fixture(scope="module")
+def tiny_fixed_bf16(tiny_dir):
+    """The tiny model in bfloat16, every decode step 8 slots (text.load's default in bf16)."""
+    import text
+    gen = text.load(tiny_dir, dtype="bfloat16")
+    assert gen.adapter.capabilities.step_width == 8
+    return gen
+
+
+def test_forced_spans_fit_the_fixed_step_and_stay_exact_in_bf16(tiny_fixed_bf16, monkeypatch):
+    """Under a fixed step no forward is wider than the step (a forced span is cut to the row's slots: a wider one rounds
+    differently from ar's steps): forced spans and every lossless decoder give constrained ar's tokens bitwise."""
+    import suite.loop
+    gen, widths, score = tiny_fixed_bf16, [], suite.loop.score
+    monkeypatch.setattr(suite.loop, "score", lambda model, cache, draft: widths.append(draft.tokens.shape[1])
+                        or score(model, cache, draft))
+    schema = {"type": "object", "properties": {"the_full_name_of_the_person_named_in_the_text": SCHEMA["properties"]["name"],
+                                               "role": SCHEMA["properties"]["role"]},
+              "required": ["the_full_name_of_the_person_named_in_the_text", "role"], "additionalProperties": False}
+    ar = gen.generate(PROMPTS, decoder="ar", max_new_tokens=BUDGET, json_schema=schema)
+    spans = gen.generate(PROMPTS, decoder="ar", max_new_tokens=BUDGET, json_schema=schema, forced_spans=True)
+    assert spans.token_ids == ar.token_ids and spans.stats.num_forced_tokens > 8
+    assert set(widths) <= {8, 64}, widths            # decode steps and prefill chunks only
+    assert spans.stats.num_forwards < ar.stats.num_forwards
+    for decoder, options in LOSSLESS:
+        res = gen.generate(PROMPTS, decoder=decoder, max_new_tokens=BUDGET, json_schema=schema, **options)
+        assert res.token_ids == ar.token_ids, decoder
