@@ -6,7 +6,8 @@ with every step W slots over a static cache (eager, or compiled with --compile S
     python -m text.bench --step --widths 4 8 --compile freezing --max-new-tokens 64
 
 Each row: tokens/s, speed against transformers float32, against free-width `ar` of its dtype, forwards,
-and on how many prompts its tokens equal its own `ar`'s (the same dtype and step: bitwise exactness)."""
+on how many prompts its tokens equal its own `ar`'s (the same dtype and step: bitwise exactness), and on how
+many they equal transformers float32 `generate`'s (what a dtype costs in agreement with the float32 model)."""
 from __future__ import annotations
 
 import time
@@ -53,9 +54,9 @@ def main(argv=None) -> None:
     prompts = [p for p, chat in held_out_group(args.prompts) if chat][:args.prompts]
     lines = [f"Command: `python -m text.bench --step {' '.join(argv or [])}`; {torch.get_num_threads()} threads, "
              f"{len(prompts)} held-out chat prompts, max_new_tokens={args.max_new_tokens}, greedy.", "",
-             "| dtype | step | decoder | tok/s | vs transformers fp32 | vs free ar | forwards | = own ar |",
-             "|---|---|---|---|---|---|---|---|"]
-    plain = None
+             "| dtype | step | decoder | tok/s | vs transformers fp32 | vs free ar | forwards | = own ar "
+             "| = transformers fp32 |", "|---|---|---|---|---|---|---|---|---|"]
+    plain = truth = None
     for dtype in args.dtypes:
         gen = text.load(dtype=dtype, progress=False)
         rows = [gen.encode([p], chat=True)[0][0].tolist() for p in prompts]
@@ -68,9 +69,9 @@ def main(argv=None) -> None:
                                      do_sample=False, pad_token_id=gen.tokenizer.eos_token_id)
                 return out[0, len(row):].tolist(), out.shape[1] - len(row)
             generate(rows[0][:4])
-            outs, _, seconds = _timed(generate, rows)
-            plain = sum(map(len, outs)) / seconds
-            lines.append(f"| float32 | transformers generate | - | {plain:.1f} | 1.00x | | | |")
+            truth, _, seconds = _timed(generate, rows)
+            plain = sum(map(len, truth)) / seconds
+            lines.append(f"| float32 | transformers generate | - | {plain:.1f} | 1.00x | | | | |")
         steps = [("free", suite.as_adapter(gen.model))] + [
             (f"fixed W={w}" + (f", {args.compile}" if args.compile else ""), fixed_step(gen.model, w, setting=args.compile))
             for w in args.widths]
@@ -86,8 +87,8 @@ def main(argv=None) -> None:
                 rate = sum(map(len, outs)) / seconds
                 reference = outs if name == "ar" else reference
                 free_ar = rate if (label, name) == ("free", "ar") else free_ar
-                same = sum(a == b for a, b in zip(outs, reference))
+                same, agree = (sum(a == b for a, b in zip(outs, other)) for other in (reference, truth))
                 lines.append(f"| {dtype} | {label} | {name} | {rate:.1f} | {rate / plain:.2f}x | {rate / free_ar:.2f}x "
-                             f"| {forwards} | {same}/{len(rows)} |")
+                             f"| {forwards} | {same}/{len(rows)} | {agree}/{len(rows)} |")
                 print(lines[-1], flush=True)
     print("\n".join(lines))
