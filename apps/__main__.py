@@ -176,7 +176,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-folder-gb", type=float, default=None, metavar="G",
                    help="largest model folder loaded, in GB of files (default: 4)")
     p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES,
-                   help="the dtype every tab's models run in (default: $PARASUITE_DTYPE or float32); auto = bfloat16 "
+                   help="the dtype every tab's models run in (default: $PARASUITE_DTYPE, else auto in the Text tab and float32 in "
+                        "the others); auto = bfloat16 "
                         "where the CPU runs it natively or on CUDA. In bfloat16 lossless decoders agree with ar computed "
                         "in bfloat16, up to ties within bf16's rounding.")
     return p.parse_args(argv)

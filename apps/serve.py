@@ -555,7 +555,7 @@ def main(argv=None) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get("PARASUITE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $PARASUITE_API_KEY; none: no key)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or auto (default: $PARASUITE_DTYPE or float32)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or auto (default: $PARASUITE_DTYPE or auto: bfloat16 where the CPU runs it natively)")
     p.add_argument("--max-queue", type=int, default=64, help="requests in flight before 503 (default 64)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--prefix-cache-mb", type=int, default=512,

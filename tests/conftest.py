@@ -5,6 +5,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Drafts keep their fixed sizes in tests: a cost curve measured on a loaded machine would make the
 # decoders' choices (and so the tests) depend on the load; the sizing tests pass their curves explicitly.
 os.environ.setdefault("PARASUITE_COST", "0")
+# Models load in float32 unless a test asks for a dtype: text's own default ("auto", bf16 where the CPU runs it
+# natively) would make the same test run bf16 on one machine and fp32 on another (tests/text/test_text_dtype.py
+# tests that default).
+os.environ.setdefault("PARASUITE_DTYPE", "float32")
 import sys
 from pathlib import Path
 

@@ -88,7 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--input", metavar="FILE", help="prompts, one per line ('-' = stdin)")
     p.add_argument("--output", metavar="FILE.jsonl", help="write one JSON object per prompt here")
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads (default: torch's)")
-    add_dtype_argument(p)
+    add_dtype_argument(p, default=None)
     p.add_argument("--runtime", default=None, choices=("torch", "llama.cpp"),
                    help="what runs a .gguf --model: llama.cpp (the file at its own type, through llama-cpp-python) "
                         "or torch (dequantised once to float32); default: llama.cpp where installed "
@@ -197,7 +197,7 @@ class TextWorker:
 
     concurrency = 16
 
-    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype="float32", compile=None,
+    def __init__(self, model=None, decoder=None, compare=False, threads=None, dtype=None, compile=None,
                  runtime=None, step=None, **kwargs):
         kwargs.setdefault("json_schema", None), kwargs.setdefault("regex", None)
         import text

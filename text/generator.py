@@ -42,8 +42,8 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     """The embedded SmolLM2-135M-Instruct (no path), any local transformers causal LM folder
     (config, weights and tokenizer), or a GGUF file (dequantised once into the cache, then run on the
     torch engine: text.model.load_gguf). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
-    CUDA or where the CPU runs bf16 natively, else fp32); None: the process default ($PARASUITE_DTYPE
-    or float32). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
+    CUDA or where the CPU runs bf16 natively, else fp32); None: $PARASUITE_DTYPE if set, else "auto"
+    (native precision: bf16 on a fixed step, exact against bf16 `ar`, measured in BENCHMARKS.md, "The fixed step"). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
     (suite.models.compiled: "default", "freezing", "cpp_wrapper", "max-autotune") for compiled decode steps
     (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default). engine: what runs a
     GGUF file, "torch" (dequantised once into a float32 folder) or "llama.cpp" (the file as it is, through
@@ -59,7 +59,7 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     check_engine(engine, gguf)
     if gguf and (engine or default_engine(path)) == "llama.cpp":
         return _load_llama_cpp(path, device, compile)
-    dtype = resolve_dtype(default_dtype() if dtype is None else dtype, device)
+    dtype = resolve_dtype(default_dtype("auto") if dtype is None else dtype, device)
     if path is not None and vlm_family(path):          # an image-text-to-text family: text.vlm_chat.VLMChat
         from suite.vlm import load_vlm
 

@@ -52,9 +52,10 @@ def resolve_dtype(dtype="auto", device=None) -> torch.dtype:
     return chosen
 
 
-def default_dtype() -> str:
-    """The process default: $PARASUITE_DTYPE (set by `python -m apps --dtype`), else float32."""
-    return os.environ.get(DTYPE_ENV) or "float32"
+def default_dtype(fallback: str = "float32") -> str:
+    """The process default: $PARASUITE_DTYPE (set by `python -m apps --dtype`), else the domain's
+    `fallback` (text's is "auto": native precision; the other domains' float32)."""
+    return os.environ.get(DTYPE_ENV) or fallback
 
 
 def cast(model: torch.nn.Module, dtype=None) -> torch.dtype:
@@ -66,12 +67,13 @@ def cast(model: torch.nn.Module, dtype=None) -> torch.dtype:
     return chosen
 
 
-def add_dtype_argument(parser, default: str = "float32") -> None:
-    """A CLI's --dtype option."""
+def add_dtype_argument(parser, default: str | None = "float32") -> None:
+    """A CLI's --dtype option (default None: the loader's, $PARASUITE_DTYPE or auto)."""
     parser.add_argument("--dtype", default=default, choices=CHOICES,
-                        help=f"the model's dtype (default: {default}); auto = bfloat16 where the CPU runs it natively "
+                        help=f"the model's dtype (default: {default or '$PARASUITE_DTYPE, else auto'}); auto = bfloat16 where the CPU runs it natively "
                              "(avx512_bf16 / amx_bf16) or on CUDA, else float32. In bfloat16 lossless decoders agree "
-                             "with ar computed in bfloat16, up to ties within bf16's rounding.")
+                             "with ar computed in bfloat16 (bitwise on a fixed step, text's default in bfloat16; "
+                             "elsewhere up to ties within bf16's rounding).")
 
 
 __all__ = ["CHOICES", "DTYPE_ENV", "DTYPES", "add_dtype_argument", "cast", "default_dtype", "resolve_dtype"]

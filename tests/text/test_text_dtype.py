@@ -37,7 +37,7 @@ def test_bf16_without_native_support_runs_and_says_so_once(monkeypatch):
 
 
 def test_cli_dtype_option(capsys):
-    assert parse_args(["Hi"]).dtype == "float32"
+    assert parse_args(["Hi"]).dtype is None                      # text.load's default
     assert parse_args(["Hi", "--dtype", "auto"]).dtype == "auto"
     with pytest.raises(SystemExit) as e:
         parse_args(["Hi", "--dtype", "half8"])
@@ -58,3 +58,19 @@ def test_load_a_folder_in_bfloat16(tiny_dir):
     assert next(gen.model.parameters()).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
         text.load(str(tiny_dir), dtype="float8")
+
+
+def test_text_runs_at_native_precision_by_default_and_on_a_fixed_step_in_bf16(tiny_dir, monkeypatch):
+    """No dtype and no $PARASUITE_DTYPE: bf16 where the CPU runs it natively (on a fixed step, exact
+    against bf16 ar), float32 elsewhere (free widths); $PARASUITE_DTYPE and dtype= override."""
+    import text
+    monkeypatch.delenv(dtypes.DTYPE_ENV, raising=False)
+    monkeypatch.delenv("PARASUITE_STEP", raising=False)
+    for native, dtype, width in ((True, torch.bfloat16, 8), (False, torch.float32, None)):
+        monkeypatch.setattr(linear_forms, "native_bf16", lambda native=native: native)
+        gen = text.load(str(tiny_dir))
+        assert next(gen.model.parameters()).dtype == dtype
+        assert gen.adapter is None if width is None else gen.adapter.capabilities.step_width == width
+    monkeypatch.setenv(dtypes.DTYPE_ENV, "float32")
+    assert next(text.load(str(tiny_dir)).model.parameters()).dtype == torch.float32
+    assert dtypes.default_dtype() == "float32"
