@@ -183,15 +183,16 @@ def load_mode(mode: str):
 
 def runners(args) -> list[tuple[str, object]]:
     """(label, run) for every peer this machine has; the first is our fp32 `ar`."""
-    from suite.models.dtypes import default_dtype
+    from suite.models.dtypes import default_dtype, resolve_dtype
 
     from text.model import ensure_converted, gguf_path, quiet_transformers
     out = []
     args.gens = {}
+    default = str(resolve_dtype(default_dtype("auto"))).removeprefix("torch.")     # text.load()'s dtype here
     for mode in args.dtypes + (["bf16-operands"] if args.numerics else []):
         gen = args.gens[mode] = load_mode(mode)
         out += [(f"ours {d} ({mode})", ours(gen, d)) for d in args.decoders]
-        if mode == default_dtype():
+        if mode == default:
             out.append((f"ours default path ({mode}, text.load().generate)", default_path(gen)))
         if mode == "float32" and args.compile:
             out += compiled_runners(gen, args.compile, args.capacity)
