@@ -110,3 +110,35 @@ def test_one_global_tree_per_model():
     stats = global_tree_stats(a)
     assert stats["sequences"] == before + 1 and {"tokens", "max_tokens", "hit_rate", "acceptance"} <= set(stats)
     assert SuffixDecoding(global_tree=None).bind(a).global_tree is None
+
+
+def test_auto_runs_suffix_where_its_forecast_pays_and_feeds_its_global_tree():
+    """auto asks suffix what its draft would promise each step (the same draft its propose then makes): with a
+    request already in suffix's global tree, auto runs suffix for most of the repeat, still ar's tokens; the
+    global tree also learns the requests whose last steps another candidate ran."""
+    from suite.decoders.chain.auto import Auto
+    model = tiny_model("qwen2")
+    prompt = torch.tensor([[3, 17, 29, 41, 8, 66]])
+    ar = suite.generate(model, prompt, decoder="ar", max_new_tokens=40)
+    shared = SuffixTree(10_000)
+    dec = Auto(candidates=("ngram", "suffix", "ar"), options={"suffix": {"global_tree": shared, "cost": None}})
+    first = suite.generate(model, prompt, decoder=dec, max_new_tokens=40)
+    assert shared.stats()["tokens"] == 40                  # the whole output, whoever ran its last step
+    again = suite.generate(model, prompt, decoder=dec, max_new_tokens=40)
+    assert first.new_tokens == again.new_tokens == ar.new_tokens
+    assert again.stats.events.get("auto:suffix", 0) >= 1
+    without = suite.generate(model, prompt, decoder=Auto(candidates=("ngram", "ar")), max_new_tokens=40)
+    assert again.stats.num_forwards < without.stats.num_forwards / 2 and again.stats.num_forwards < 10
+
+
+def test_suffix_rates_learn_from_steps_another_decoder_ran():
+    """follow(): the plan's nodes as deep as the committed tokens go are scored against them."""
+    from suite.decoders.chain.suffix import SuffixRow
+    from suite.decoders.chain.tree import DraftTree, NodeRates
+    rates = NodeRates(ranks=16, prior=lambda rank: 0.5)
+    row = SuffixRow(SuffixTree(), rates=rates)
+    tree = DraftTree(tokens=[7, 8, 9, 5], parents=[-1, 0, 1, -1], scores=[0.5, 0.25, 0.1, 0.4], ranks=[0, 0, 0, 1],
+                     sources=["global"] * 4)
+    SuffixDecoding._shadow(row, tree, [7, 8])              # 7 and 8 hit, 5 missed, 9 (depth 3) not known
+    assert rates.tries == {("global", 0, 0): 1.0, ("global", 1, 0): 1.0, ("global", 0, 1): 1.0}
+    assert rates.hits == {("global", 0, 0): 1.0, ("global", 1, 0): 1.0, ("global", 0, 1): 0.0}

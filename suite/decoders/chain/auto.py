@@ -74,6 +74,8 @@ class AutoShared:
     fixed: Any = None                     # a sampled request's one candidate (None: greedy, chosen each step)
     step: int = 0                         # measured steps so far
     current: Any = None                   # the candidate running the step in flight
+    forecast: Any = None                  # what it forecast for the step (None: it does not forecast)
+    forecasts: dict = field(default_factory=dict)   # candidate name -> its forecast for the step being chosen
     t0: float = 0.0                       # when that step began
     prefill: bool = False                 # that step is the prefill (not counted)
 
@@ -192,24 +194,41 @@ class Auto(DecoderBase):
         return next((d for d in independent if d.name != "ar"), None) or next(
             (d for d in self.decoders if d.name == "ar"), self.decoders[0] if self.decoders else None)
 
-    def estimate(self, dec, seen: Seen, rows: int) -> float:
+    def estimate(self, dec, seen: Seen, rows: int, forecast: tuple | None = None) -> float:
         """Expected tokens a second of `rows` live rows under `dec`: its committed tokens over its forward's
-        price on the cost curve (1 where none is measured) times its measured slowdown."""
-        return rows * seen.committed / max(self._price(dec, rows * seen.width) * seen.factor, 1e-12)
+        price on the cost curve (1 where none is measured) times its measured slowdown. A candidate that
+        forecasts its step (suffix: the expected accepted length of the draft it would make now, from the
+        committed text only, its node rates learned on every step whichever candidate ran) is judged by
+        that forecast, and at the width and attention path (a tree's mask or the causal one) it would draft, instead of by
+        its mean over earlier steps."""
+        committed, width, tree = seen.committed, seen.width, None
+        if forecast is not None:
+            committed, width, tree = forecast
+        return rows * committed / max(self._price(dec, rows * width, tree) * seen.factor, 1e-12)
 
-    def _price(self, dec, tokens: float) -> float:
+    def _price(self, dec, tokens: float, tree: bool | None = None) -> float:
+        """A forward of `tokens` on the target's cost curve: the masked one for a tree (tree=None: for a
+        candidate that requires custom masks), else the causal one."""
         causal, masked = self.curves
-        curve = masked if masked is not None and "custom_mask" in dec.requires else causal
+        if tree is None:
+            tree = "custom_mask" in dec.requires
+        curve = masked if masked is not None and tree else causal
         return 1.0 if curve is None else curve(tokens)
 
     def _choose(self, state: DecodeState, a: AutoShared) -> Any:
         if a.fixed is not None:
             return a.fixed
+        forecasts = {}
+        for d in a.usable:                  # what the forecasting candidates' drafts would promise this step
+            if d.forecasts:
+                with as_candidate(state, d):
+                    forecasts[d.name] = d.forecast(state)
+        a.forecasts = forecasts
         fresh = next((d for d in a.usable if a.seen[d.name].steps < self.probe), None)
         if fresh is not None:               # (almost) never run on this model: a step tells its figures
             return fresh
         rows = max(sum(not d for d in state.done), 1)
-        rate = {d.name: self.estimate(d, a.seen[d.name], rows) for d in a.usable}
+        rate = {d.name: self.estimate(d, a.seen[d.name], rows, forecasts.get(d.name)) for d in a.usable}
         ranked = sorted(a.usable, key=lambda d: -rate[d.name])
         plain = next((d for d in a.usable if d.name == "ar"), None)
         if len(ranked) > 1 and a.step % self.recheck == self.recheck - 1:      # keep the figures fresh: in
@@ -231,6 +250,7 @@ class Auto(DecoderBase):
         if eagle is not None:
             draft.want_hidden = True
         a.current = dec
+        a.forecast = a.forecasts.get(dec.name)
         return draft
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
@@ -242,13 +262,18 @@ class Auto(DecoderBase):
         if eagle is not None and dec is not eagle:
             with as_candidate(state, eagle):
                 eagle.observe(state, draft, acc.keep)
+        for other in a.usable:              # candidates that learn from every committed token (suffix's trees)
+            if other is not dec and other.forecasts:
+                with as_candidate(state, other):
+                    other.follow(state, acc.committed)
         state.stats.count(f"auto:{dec.name}")
         if a.prefill or a.fixed is not None:
             return acc
         live = [c for c, done in zip(acc.committed, state.done) if not done] or acc.committed
         committed = sum(len(c) for c in live) / max(len(live), 1)
         width = float(draft.tokens.shape[1])
-        factor = (time.perf_counter() - a.t0) / max(self._price(dec, len(live) * width), 1e-12)
+        tree = a.forecast[2] if a.forecast is not None else None      # a forecasting candidate's tree: masked price
+        factor = (time.perf_counter() - a.t0) / max(self._price(dec, len(live) * width, tree), 1e-12)
         a.seen[dec.name].update(committed, width, factor, self.weight)
         if self.prior is not None:
             self.prior.setdefault(dec.name, Seen()).update(committed, width, factor, self.weight / 10)

@@ -81,6 +81,8 @@ class SuffixRow:
     shared_seq: int = 0        # this row's output in the global tree (0: none)
     fed: int = 0               # tokens of the row already in the trees
     rates: NodeRates | None = None
+    plan: Any = None           # (the batch's state key, its cut trees): this step's drafts, made once for
+                               # auto's forecast and the propose that follows it
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class SuffixDecoding(DecoderBase):
 
     name: ClassVar[str] = "suffix"
     requires: ClassVar[frozenset] = frozenset()
+    forecasts: ClassVar[bool] = True            # auto asks what its draft promises, and it learns from every step
 
     def bind(self, model) -> "SuffixDecoding":
         """The model's global tree and cost curves; without custom attention masks, paths only."""
@@ -117,11 +120,13 @@ class SuffixDecoding(DecoderBase):
         if self.alpha <= 0 or self.max_spec < 0 or self.max_nodes < 0 or self.max_depth < 2:
             raise ValueError("suffix needs alpha > 0, max_spec >= 0, max_nodes >= 0, max_depth >= 2")
         shared = self._shared()
+        if shared is not None and shared.rates is None:     # what drafts from these trees came to, per model:
+            shared.rates = NodeRates(ranks=16, prior=_prior)  # a new request starts from the earlier ones' rates
         state.rows = []
         for _ in range(state.batch):
             own = SuffixTree(None, self.max_depth)
             row = SuffixRow(own, own.new_sequence(), shared.new_sequence() if shared is not None else 0,
-                            rates=NodeRates(ranks=16, prior=_prior))
+                            rates=shared.rates if shared is not None else NodeRates(ranks=16, prior=_prior))
             state.rows.append(row)
 
     # -- the trees ------------------------------------------------------------------------------------
@@ -164,7 +169,14 @@ class SuffixDecoding(DecoderBase):
 
     # -- propose / accept -----------------------------------------------------------------------------
 
-    def propose(self, state: DecodeState) -> Draft:
+    def _plan(self, state: DecodeState) -> dict[int, DraftTree]:
+        """This step's cut trees per live row (made once per step: a forecast and the propose after it share
+        them)."""
+        key = tuple((b, len(state.tokens[b]), state.num_cached[b]) for b in range(state.batch) if not state.done[b])
+        live = [state.rows[b] for b in range(state.batch) if not state.done[b]]
+        plan = live[0].plan if live else None
+        if plan is not None and plan[0] == key and all(row.plan is plan for row in live):
+            return plan[1]
         t0 = time.perf_counter()
         trees = {}
         for b in range(state.batch):
@@ -175,9 +187,65 @@ class SuffixDecoding(DecoderBase):
             room = room_for_guesses(state, b, self.max_spec)
             if room:
                 trees[b] = self._tree(state.rows[b], self._candidates(state.rows[b], text, room))
-        draft = tree_draft(state, cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost))
+        cut = cut_trees(state, trees, self.cost, self.max_nodes, self.chain_cost)
+        plan = (key, cut)
+        for row in live:
+            row.plan = plan
         state.stats.draft_time_s += time.perf_counter() - t0
-        return draft
+        return cut
+
+    def forecast(self, state: DecodeState) -> tuple[float, float, bool]:
+        """What this step's draft promises before it runs (for auto): the tokens a live row is expected to
+        commit (1 + the cut tree's scores, its expected accepted length), the widest row's tokens and
+        whether a row drafts a tree (a masked forward) rather than a chain."""
+        cut, rows = self._plan(state), [b for b in range(state.batch) if not state.done[b]]
+        if not rows:
+            return 1.0, 1.0, False
+        committed = sum(1.0 + sum(cut[b].scores) if b in cut else 1.0 for b in rows) / len(rows)
+        width = max(len(state.pending(b)) + (len(cut[b].tokens) if b in cut else 0) for b in rows)
+        return committed, float(width), any(not cut[b].is_chain for b in rows if b in cut)
+
+    def propose(self, state: DecodeState) -> Draft:
+        cut = self._plan(state)
+        for b in range(state.batch):
+            if not state.done[b]:
+                state.rows[b].plan = None          # used: the next step plans again
+        return tree_draft(state, cut)
+
+    def follow(self, state: DecodeState, committed: list[list[int]]) -> None:
+        """Another decoder ran this step (auto): a row that ends with it gives its last tokens to the trees
+        (the others are fed at the next plan), so the global tree learns every request's whole output; and
+        where this step's plan was made (auto's forecast), its nodes are scored against the tokens the step
+        committed (the target's own, as far as they go), so its rates, and its forecasts, keep learning."""
+        for b in range(state.batch):
+            if state.done[b]:
+                continue
+            row = state.rows[b]
+            plan, row.plan = row.plan, None
+            if plan is not None and state.params.greedy:
+                self._shadow(row, plan[1].get(b), committed[b])
+            self._last(state, b, committed[b])
+
+    @staticmethod
+    def _shadow(row: SuffixRow, tree: DraftTree | None, committed: list[int]) -> None:
+        """The plan's nodes no deeper than the committed tokens reach, its path the one they spell."""
+        if tree is None or not tree.tokens or not committed:
+            return
+        depth = tree.depth()
+        keep = [i for i, d in enumerate(depth) if d <= len(committed)]
+        path, node = [], -1
+        kids = tree.children()
+        for token in committed:
+            node = next((i for i in kids.get(node, ()) if tree.tokens[i] == token), None)
+            if node is None or depth[node] > len(committed):
+                break
+            path.append(node)
+        sub_index = {old: new for new, old in enumerate(keep)}
+        sub = DraftTree(tokens=[tree.tokens[i] for i in keep],
+                        parents=[-1 if tree.parents[i] < 0 else sub_index[tree.parents[i]] for i in keep],
+                        scores=[tree.scores[i] for i in keep], ranks=[tree.ranks[i] for i in keep],
+                        sources=[tree.sources[i] for i in keep])
+        row.rates.update(sub, [sub_index[i] for i in path], sub.sources)
 
     def accept(self, state: DecodeState, draft: Draft, logits) -> Acceptance:
         acc, paths = verify_trees(state, draft, logits)

@@ -48,6 +48,7 @@ class SuffixTree:
         self.tokens = 0                             # stored tokens (what max_tokens bounds)
         self.lookups = self.hits = self.drafted = self.accepted = 0
         self.evicted = 0
+        self.rates = None                           # the drafts' node rates, shared by the requests (suffix.py)
         self._next = 0
         self._lock = threading.Lock()               # one tree may serve requests on several threads
 
