@@ -83,5 +83,8 @@ class _Doubled:
     def make_room(self, n: int) -> None:
         self._cache.make_room(n)
 
+    def read_window(self, n: int, whole: bool = False) -> int:
+        return self._cache.read_window(n, whole)
+
     def attention_mask(self, draft_mask):
         return KVCache.attention_mask(self, draft_mask)

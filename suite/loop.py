@@ -231,8 +231,10 @@ def _scored(model, state: DecodeState, draft: Draft, width: int | None) -> tuple
     real slots, and the cache slots they took (None for a canvas model, which records its own)."""
     n = draft.tokens.shape[1]
     wide = draft.padded(fixed_width(width, n)) if width else draft
+    t0 = time.perf_counter()
     with torch.no_grad():
         logits = score(model, state.cache, wide)
+    state.stats.forward_time_s += time.perf_counter() - t0
     if wide is not draft:
         logits = logits[:, :n - draft.logits_from]
         draft.hidden = None if wide.hidden is None else wide.hidden[:, :n]

@@ -17,6 +17,7 @@ class DecodeStats:
     num_forced_tokens: int = 0     # of num_new_tokens, those a grammar forced (suite.constraint: single allowed
                                    # tokens committed without a forward, forced spans verified in one)
     mask_time_s: float = 0.0       # of wall_time_s, the time spent in grammar constraints (masks, matchers)
+    forward_time_s: float = 0.0    # of wall_time_s, the target's forwards (on a GPU: until their launch returns)
 
     def snapshot(self) -> "DecodeStats":
         """A copy as of now, with lists of its own: what a streamed step carries, so that a reader who keeps
@@ -95,6 +96,7 @@ class DecodeStats:
             self.draft_time_s += s.draft_time_s
             self.num_forced_tokens += s.num_forced_tokens
             self.mask_time_s += s.mask_time_s
+            self.forward_time_s += s.forward_time_s
             for event, n in s.events.items():
                 self.count(event, n)
 
@@ -111,7 +113,8 @@ class DecodeStats:
                 "tokens_per_forward": self.tokens_per_forward if self.num_forwards else None,
                 "tokens_per_second": self.tokens_per_second, "mean_accepted": self.mean_accepted,
                 "wall_time_s": self.wall_time_s, "draft_time_s": self.draft_time_s,
-                "num_forced_tokens": self.num_forced_tokens, "mask_time_s": self.mask_time_s}
+                "num_forced_tokens": self.num_forced_tokens, "mask_time_s": self.mask_time_s,
+                "forward_time_s": self.forward_time_s}
 
 
 def _lengths_beside(parts: list[list[list[int]]]) -> list[list[int]]:

@@ -112,7 +112,9 @@ class WindowedLayer(StaticLayer):
     grouped-query model's K/V repeat, cost what the request has filled, not the whole capacity.
     None: all slots (transformers' own)."""
 
-    window: int | None = None
+    def __init__(self, max_cache_len: int):
+        super().__init__(max_cache_len=max_cache_len)
+        self.window: int | None = None       # an instance attribute from the start: a compiled step's guards see one
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         keys, values = super().update(key_states, value_states, *args, **kwargs)

@@ -152,7 +152,8 @@ class Engine:
             return True
         t0 = time.perf_counter()
         shared = batch.state.stats
-        before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events), shared.mask_time_s)
+        before = (shared.num_draft_forwards, shared.draft_time_s, dict(shared.events), shared.mask_time_s,
+                  shared.forward_time_s)
         try:
             step = advance(self.adapter, batch.decoder, batch.state, batch.index) if chunk is None else \
                 prefill(self.adapter, batch.state, chunk)
@@ -165,6 +166,7 @@ class Engine:
         batch.index += 1
         drafting = DecodeStats(num_draft_forwards=shared.num_draft_forwards - before[0],
                                draft_time_s=shared.draft_time_s - before[1], mask_time_s=shared.mask_time_s - before[3],
+                               forward_time_s=shared.forward_time_s - before[4],
                                events={k: n - before[2].get(k, 0) for k, n in shared.events.items()
                                        if n != before[2].get(k, 0)})
         self.forwards_run += 1
@@ -248,5 +250,6 @@ def _count(stats: DecodeStats, step: Step, committed: list[list[int]], rows: dic
         stats.num_draft_forwards += drafting.num_draft_forwards
         stats.draft_time_s += drafting.draft_time_s
         stats.mask_time_s += drafting.mask_time_s
+        stats.forward_time_s += drafting.forward_time_s
         for event, n in drafting.events.items():
             stats.count(event, n)
