@@ -59,8 +59,8 @@ def cut_at_eos(ids: list[int], eos: set[int]) -> list[int]:
 
 def suite_runner(gen, name, options, sampling):
     def run(ids, mask, max_new):
-        dec = gen.decoder(name, **options)
-        out = suite.generate(gen.model, ids, mask, decoder=dec, max_new_tokens=max_new, **sampling)
+        dec = gen.bench_decoder(name, **options)
+        out = suite.generate(gen.target, ids, mask, decoder=dec, max_new_tokens=max_new, **sampling)
         return out.new_tokens, out.stats.num_forwards, out.stats
     return run
 

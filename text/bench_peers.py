@@ -69,7 +69,7 @@ def converted_gguf(converter: Path, folder: Path, outtype: str) -> Path:
 
 def ours(gen, decoder: str):
     def run(ids: list[int], max_new: int) -> list[int]:
-        out = suite.generate(gen.model, [ids], decoder=gen.decoder(decoder), max_new_tokens=max_new,
+        out = suite.generate(gen.target, [ids], decoder=gen.bench_decoder(decoder), max_new_tokens=max_new,
                              eos_token_id=[])             # no stop token: every run makes max_new tokens
         return out.new_tokens[0]
     return run
@@ -148,7 +148,7 @@ def default_path(gen):
     from text.generator import DEFAULT_DECODER
 
     def run(ids: list[int], max_new: int) -> list[int]:
-        out = gen.scheduler.generate([ids], decoder=gen.decoder(DEFAULT_DECODER), max_new_tokens=max_new,
+        out = gen.scheduler.generate([ids], decoder=gen.bench_decoder(DEFAULT_DECODER), max_new_tokens=max_new,
                                      eos_token_id=[])
         return out.new_tokens[0]
     return run

@@ -40,7 +40,7 @@ def _timed(run, rows):
 
 
 def _decoder_run(gen, adapter, name, new):
-    decoder = gen.decoder(name)          # with the model's own options (eagle's head, sam_decoding's corpus)
+    decoder = gen.bench_decoder(name)    # the model's own options (eagle's head, sam_decoding's corpus), a fresh tree
 
     def run(row):
         out = suite.generate(adapter, [row], decoder=decoder, max_new_tokens=new)

@@ -279,8 +279,7 @@ class TextGenerator:
         with self._lock:
             if self._scheduler is None:
                 from suite.scheduler import Scheduler
-                target = self.adapter if self.adapter is not None else self.model
-                self._scheduler = Scheduler(target, name=f"scheduler {self.name}", prefix_cache=self.prefix_cache)
+                self._scheduler = Scheduler(self.target, name=f"scheduler {self.name}", prefix_cache=self.prefix_cache)
             return self._scheduler
 
     def compile(self, setting: str = "default", max_cache_len: int = 2048, widths=(1,), background: bool = True):
@@ -357,6 +356,24 @@ class TextGenerator:
         draft_head= is given. ValueError for unknown names or options."""
         return suite.make_decoder(name, **self._options(name, options))
 
+    def bench_decoder(self, name: str, **options):
+        """`decoder(name, **options)` as a bench runs it: suffix (also as auto's candidate) with a global
+        tree of its own, empty at the start, so that runs of the same prompts under several settings do not
+        draft from each other's answers (the model's shared tree would hold them)."""
+        from suite.decoders.chain.suffix_tree import SuffixTree
+        if name == "suffix":
+            options = {"global_tree": SuffixTree(200_000), **options}
+        elif name == "auto":
+            inner = options.get("options") or {}
+            options = {**options, "options": {**inner, "suffix": {"global_tree": SuffixTree(200_000),
+                                                                   **inner.get("suffix", {})}}}
+        return self.decoder(name, **options)
+
+    @property
+    def target(self):
+        """What requests run on: the generator's adapter (a fixed step, a compiled one), else its model."""
+        return self.adapter if self.adapter is not None else self.model
+
     def _options(self, name: str, options: dict) -> dict:
         """`options` for the decoder `name`: eagle and auto get this model's draft head unless
         draft_head= is given."""
@@ -364,8 +381,9 @@ class TextGenerator:
             options = {**options, "draft_head": self.draft_head()}
         if name in ("sam_decoding", "token_recycling"):
             options = {**self.sam_options(), **options}
-        if name == "auto" and "options" not in options:
-            options = {**options, "options": {n: self.sam_options() for n in ("sam_decoding", "token_recycling")}}
+        if name == "auto":              # its candidates' own options over these models' defaults
+            options = {**options, "options": {**{n: self.sam_options() for n in ("sam_decoding", "token_recycling")},
+                                              **(options.get("options") or {})}}
         return options
 
     def sam_options(self) -> dict:
