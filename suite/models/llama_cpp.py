@@ -8,10 +8,12 @@ tokens carry their row's sequence, their logical position and a logits flag (slo
 run on it unchanged; llama.cpp masks by sequence and position only, so `custom_mask` is False and tree
 decoders are refused by `suite.prepare` (or fall back to chains where they can).
 
-Exactness: llama.cpp multiplies one token with vec_dot and two or more with its tiled GEMM, whose sums
-differ in the last bits. `min_width` (default: `exact_width` of the file) pads every forward to at least that many tokens with
-scratch tokens in a sequence of their own (removed at once), so a plain step and a verification take the
-same kernels and every lossless decoder gives `ar`'s tokens. K-quant tensors (Q4_K_M files) would switch to a
+Exactness: llama.cpp multiplies F32, F16 and BF16 matrices by one token with vec_dot and by two or more with
+llamafile's GEMM, whose sums differ in the last bits; for the quantized types both agree to the bit. `min_width`
+(default: `exact_width` of the file: 1 for quantized files, 2 for float ones) pads every forward to at least that
+many tokens with scratch tokens in a sequence of their own (removed at once) and reads at least that many rows of
+logits (llama.cpp runs the last layer and the head on the rows read only), so a plain step and a verification take
+the same kernels and every lossless decoder gives `ar`'s tokens. K-quant tensors (Q4_K_M files) would switch to a
 tiled kernel from eight tokens on: the engine turns it off ($GGML_CPU_TILED_MM=0, unless set otherwise, then
 such files pad to eight: `exact_width`).
 """
@@ -24,6 +26,7 @@ import threading
 import weakref
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .adapters import AdapterBase, AdapterConfig
@@ -102,7 +105,7 @@ class LlamaCppEngine:
         self._free = list(range(max_rows))
         self._released: list[int] = []
         self._lock = threading.Lock()
-        self._batch, self._capacity = None, 0
+        self._batch = _Batch(ll, BATCH)
 
     # -- sequences ---------------------------------------------------------------------------------
 
@@ -136,45 +139,40 @@ class LlamaCppEngine:
 
     # -- forwards ----------------------------------------------------------------------------------
 
-    def decode(self, entries: list[tuple[int, int, int, bool]], min_width: int) -> list[torch.Tensor]:
-        """entries: (token, position, sequence, wants logits) in order -> the logits (V,) of those that want
-        them. Padded to `min_width` tokens with scratch tokens (removed after); split into BATCH-sized decodes."""
+    def decode(self, tokens, positions, seqs, wants, min_width: int) -> torch.Tensor:
+        """One forward of tokens (numpy arrays in batch order: token, position, sequence, whether its logits are
+        wanted) -> the wanted logits (n, V) in order. Split into BATCH-sized decodes; one narrower than `min_width`
+        is padded with scratch tokens (removed after), and each reads at least `min_width` rows (module doc)."""
         self._drain()
-        out, padded = [], False
-        for start in range(0, len(entries), BATCH):
-            chunk = entries[start:start + BATCH]
-            if len(chunk) < min_width:       # only a lone or last chunk is this narrow: one padded per call
-                chunk = chunk + [(SCRATCH_TOKEN, i, self.scratch_seq, False) for i in range(min_width - len(chunk))]
+        rows, padded = [], False
+        for start in range(0, len(tokens), BATCH):
+            part = slice(start, start + BATCH)
+            tok, pos, seq, want = tokens[part], positions[part], seqs[part], wants[part]
+            if len(tok) < min_width:       # only a lone or last chunk is this narrow: one padded per call
+                k = min_width - len(tok)
+                tok, pos = np.r_[tok, np.full(k, SCRATCH_TOKEN)], np.r_[pos, np.arange(k)]
+                seq, want = np.r_[seq, np.full(k, self.scratch_seq)], np.r_[want, np.zeros(k, bool)]
                 padded = True
-            out += self._decode_chunk(chunk)
+            rows.append(self._decode_chunk(tok, pos, seq, want, min_width))
         if padded:
             self.seq_rm(self.scratch_seq, -1, -1)
-        return out
+        return rows[0] if len(rows) == 1 else torch.cat(rows)
 
-    def _decode_chunk(self, chunk) -> list[torch.Tensor]:
-        ll, batch = self.ll, self._batch_for(len(chunk))
-        for i, (token, pos, seq, logits) in enumerate(chunk):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
-            batch.seq_id[i][0], batch.logits[i] = seq, int(logits)
-        batch.n_tokens = len(chunk)
-        rc = ll.llama_decode(self.ctx, batch)
+    def _decode_chunk(self, tok, pos, seq, want, min_width: int) -> torch.Tensor:
+        ll, n_want = self.ll, int(want.sum())
+        read = want.astype(np.int8)
+        if 0 < n_want < min_width:        # the last layer and the head run on the rows read: as wide as min_width
+            read[np.flatnonzero(~want)[n_want - min_width:]] = 1
+        rc = ll.llama_decode(self.ctx, self._batch.fill(tok, pos, seq, read))
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}): the context ({self.n_ctx} tokens) may be full; "
                                "load the model with a larger n_ctx or decode fewer tokens")
-        rows = []
-        for i, (_, _, _, logits) in enumerate(chunk):
-            if logits:
-                ptr = ll.llama_get_logits_ith(self.ctx, i)
-                rows.append(torch.frombuffer(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.n_vocab)).contents,
-                                             dtype=torch.float32).clone())
-        return rows
-
-    def _batch_for(self, n: int):
-        if n > self._capacity:
-            if self._batch is not None:
-                self.ll.llama_batch_free(self._batch)
-            self._batch, self._capacity = self.ll.llama_batch_init(max(n, BATCH), 0, 1), max(n, BATCH)
-        return self._batch
+        if n_want == 0:
+            return torch.empty(0, self.n_vocab)
+        n_read = int(read.sum())
+        buf = ctypes.cast(ll.llama_get_logits(self.ctx), ctypes.POINTER(ctypes.c_float * (n_read * self.n_vocab)))
+        logits = torch.frombuffer(buf.contents, dtype=torch.float32).view(n_read, self.n_vocab)
+        return logits.clone() if n_read == n_want else logits[torch.from_numpy(want[read.astype(bool)])]
 
     # -- the file ----------------------------------------------------------------------------------
 
@@ -189,9 +187,6 @@ class LlamaCppEngine:
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
-            if self._batch is not None:
-                self.ll.llama_batch_free(self._batch)
-                self._batch = None
             self.ll.llama_free(self.ctx)
             self.ll.llama_model_free(self.model)
             self.ctx = self.model = None
@@ -201,6 +196,28 @@ class LlamaCppEngine:
             self.close()
         except Exception:      # interpreter shutdown: llama_cpp may be gone already
             pass
+
+
+class _Batch:
+    """A llama_batch over numpy arrays of `capacity` tokens, one sequence each, filled in bulk and reused."""
+
+    def __init__(self, ll, capacity: int):
+        self.token, self.pos, self.seq = (np.zeros(capacity, np.int32) for _ in range(3))
+        self.n_seq, self.logits = np.ones(capacity, np.int32), np.zeros(capacity, np.int8)
+        first = self.seq.ctypes.data
+        self._seq_ptrs = (ctypes.c_void_p * capacity)(*range(first, first + 4 * capacity, 4))
+        b = self.struct = ll.llama_batch()
+        b.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
+        b.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
+        b.n_seq_id = self.n_seq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        b.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
+        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+
+    def fill(self, tokens, positions, seqs, logits):
+        n = len(tokens)
+        self.token[:n], self.pos[:n], self.seq[:n], self.logits[:n] = tokens, positions, seqs, logits
+        self.struct.n_tokens = n
+        return self.struct
 
 
 def _close_at_exit(engine_ref) -> None:
@@ -213,7 +230,7 @@ class LlamaCppLM(AdapterBase):
     """A GGUF file on llama.cpp as a ModelAdapter. Logits (B, N - logits_from, V) float32 on the CPU; rows
     are sequences of one context of `n_ctx` tokens shared by all rows (default: the file's training
     context, at most N_CTX); `min_width` pads every forward to that many tokens (exactness, module doc;
-    None: `exact_width` of the file, 2 or 8)."""
+    None: `exact_width` of the file, 1, 2 or 8)."""
 
     capabilities = Capabilities(row_moves=True, plain_mask=True, cost_model=True)
 
@@ -251,20 +268,25 @@ class LlamaCppLM(AdapterBase):
     def __call__(self, tokens, positions, cache: LlamaCppCache, attention_mask, logits_from: int = 0, **kwargs):
         if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:
             raise ValueError("the llama.cpp engine returns logits only (no hidden states, no canvas)")
-        toks, pos = tokens.tolist(), positions.tolist()
-        entries, wanted = [], []
-        for b, (row, at) in enumerate(zip(toks, pos)):
-            n = _chain_length(at, cache.filled[b])
-            for j in range(n):
-                entries.append((row[j], at[j], cache.seqs[b], j >= logits_from))
-                if j >= logits_from:
-                    wanted.append((b, j - logits_from))
-            cache.filled[b] += n
-            cache.submitted[b] = n
-        out = torch.zeros(len(toks), max(tokens.shape[1] - logits_from, 0), self.config.vocab_size)   # host: llama.cpp's logits live in host memory
-        if entries:
-            for (b, j), row in zip(wanted, self.engine.decode(entries, self.min_width)):
-                out[b, j] = row
+        B, N = tokens.shape
+        filled = torch.tensor(cache.filled)
+        # each row's real slots: those continuing its cached positions one by one (padding sits at position 0)
+        real = (positions == filled[:, None] + torch.arange(N)).int().cumprod(1).bool()
+        n = real.sum(1)
+        cache.filled, cache.submitted = (filled + n).tolist(), n.tolist()
+        want = real.clone()
+        want[:, :logits_from] = False
+        width, vocab = max(N - logits_from, 0), self.config.vocab_size
+        if not n.any():
+            return torch.zeros(B, width, vocab)
+        seqs = torch.tensor(cache.seqs, dtype=torch.int32)[:, None].expand(B, N)
+        rows = self.engine.decode(tokens[real].int().numpy(), positions[real].int().numpy(), seqs[real].numpy(),
+                                  want[real].numpy(), self.min_width)
+        want = want[:, logits_from:]
+        if want.all():
+            return rows.view(B, width, vocab)
+        out = torch.zeros(B, width, vocab)       # host: llama.cpp's logits live in host memory
+        out[want] = rows
         return out
 
 
@@ -276,20 +298,17 @@ TILED_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2
 TILED_WIDTH = 8
 
 
+# GGUF matrix types whose one-token vec_dot and many-token GEMM give the same bits (measured on the setup's build:
+# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K files at widths 1 to 16); F32, F16 and BF16 do not
+VEC_EXACT_TYPES = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+
+
 def exact_width(path) -> int:
-    """The narrowest forward whose kernels are those of every wider one, for this file's tensor types: two
-    tokens (llama.cpp's GEMM instead of one token's vec_dot), eight where a K-quant tensor takes the tiled
-    kernel from eight tokens on (Q4_K_M, Q6_K, IQ* files) and $GGML_CPU_TILED_MM does not turn it off."""
-    if os.environ.get(TILED_ENV, "1") == "0":
-        return 2
+    """The narrowest forward whose kernels give the bits of every wider one, for this file's matrix types: one
+    token where they all are in VEC_EXACT_TYPES, eight where a K-quant matrix takes the tiled kernel from eight
+    tokens on ($GGML_CPU_TILED_MM is not 0), else two (llama.cpp's GEMM instead of one token's vec_dot)."""
     from gguf import GGUFReader
-    types = {t.tensor_type.name for t in GGUFReader(str(path)).tensors}
-    return TILED_WIDTH if types & TILED_TYPES else 2
-
-
-def _chain_length(positions: list[int], filled: int) -> int:
-    """The row's real slots: those continuing its cached positions one by one (padding sits at position 0)."""
-    n = 0
-    while n < len(positions) and positions[n] == filled + n:
-        n += 1
-    return n
+    types = {t.tensor_type.name for t in GGUFReader(str(path)).tensors if sum(d > 1 for d in t.shape) >= 2}
+    if types & TILED_TYPES and os.environ.get(TILED_ENV, "1") != "0":
+        return TILED_WIDTH
+    return 1 if types <= VEC_EXACT_TYPES else 2

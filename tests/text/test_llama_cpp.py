@@ -15,7 +15,7 @@ from suite.models.llama_cpp import LlamaCppLM  # noqa: E402
 from text.gguf_quantize import embedded_gguf  # noqa: E402
 
 PROMPTS = ["def fib(n):\n    if n < 2:\n        return n\n    return", "The capital of France is Paris. The capital of"]
-LOSSLESS = ("jacobi", "ngram", "sam_decoding", "auto")
+LOSSLESS = ("jacobi", "sjd", "ngram", "sam_decoding", "suffix", "auto")
 
 
 @pytest.fixture(scope="module")
