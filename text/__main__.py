@@ -99,7 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "compiles for minutes, later runs reuse the on-disk cache; default: eager)")
     p.add_argument("--step", default=None, choices=("fixed", "free"),
                    help="fixed: every decode step the same width over a static cache (lossless decoders give ar's "
-                        "tokens bitwise in bf16 too; --compile compiles that one step); free: each step as wide as "
+                        "tokens bitwise in bf16 too for chain drafts; --compile compiles that one step); free: each step as wide as "
                         "its draft (default: $PARASUITE_STEP, else fixed in bfloat16 and free in float32)")
     add_batch_arguments(p)
     args = p.parse_args(argv)

@@ -49,8 +49,8 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     GGUF file, "torch" (dequantised once into a float32 folder) or "llama.cpp" (the file as it is, through
     llama-cpp-python: text.llama_cpp_engine); None: llama.cpp where it is installed, else torch. step: "fixed"
     (every decode step the same number of slots over a static cache: suite.models.step; lossless decoders
-    then give ar's tokens bitwise in bf16 too, and `compile` compiles that one step) or "free" (each step as
-    wide as its draft); None: $PARASUITE_STEP if set, else "fixed" in bfloat16 (where free widths round
+    drafting chains then give ar's tokens bitwise in bf16 too (trees up to bf16 near-ties), and `compile`
+    compiles that one step) or "free" (each step as wide as its draft); None: $PARASUITE_STEP if set, else "fixed" in bfloat16 (where free widths round
     differently from `ar`'s one-token steps) and "free" in float32 (exact either way; every slot costs)."""
     from suite.models.dtypes import default_dtype, resolve_dtype
 

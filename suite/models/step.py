@@ -7,7 +7,9 @@ every draft, and prefills prompts in chunks of PREFILL_WIDTH first). With one sh
 slot k runs the same kernels as at slot 0 (a GEMM's path depends on its row count, a CPU attention
 kernel's blocks on the query length), and attention reads the cache's filled slots rounded up to a
 bucket (suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless
-decoders give `ar`'s tokens bitwise in bf16 as in fp32; and one graph is compiled once. Changing W, or how it is chosen, is a change in this file.
+decoders drafting chains give `ar`'s tokens bitwise in bf16 as in fp32 (a tree's node reads its ancestors' keys
+past masked sibling slots: another summation order, so trees may part at bf16 near-ties); and one graph is compiled
+once. Changing W, or how it is chosen, is a change in this file.
 """
 from __future__ import annotations
 
