@@ -3,8 +3,9 @@
 `StaticKVCache` keeps K/V in a transformers `StaticCache` of `capacity` slots per layer: a forward
 writes its N slots at the fill pointer, and rolling back (dropping a rejected tail) only moves the
 pointer back; the stale slots are overwritten by the next forward and masked until then. So every
-decode step of width N sees tensors of fixed shapes — tokens (B, N), mask (B, 1, N, capacity) —
-which is what `torch.compile` and CUDA graphs need.
+compiled decode step of width N sees tensors of fixed shapes — tokens (B, N), mask (B, 1, N, capacity) —
+which is what `torch.compile` and CUDA graphs need; an eager step reads only the filled slots, rounded
+up to a bucket (`attention_window`: mask (B, 1, N, window)).
 
 `StaticHFCausalLM` is `HFCausalLM` over that cache; forwards whose width is in `compiled_widths`
 (1 for `ar`, the window for jacobi/sjd/ngram drafts) run through `torch.compile`, others (the
