@@ -322,7 +322,7 @@ def test_speech_tts_and_asr_ray_engine_write_the_local_engines_files(cluster, tm
     assert sorted(tree(tmp_path / "asr_ray")) == ["line_0001.wav.txt", "line_0002.wav.txt"]
 
 
-VIDEO_TIMES = ("wall_time_s", "tokens_per_second", "draft_time_s")      # wall-clock fields of a clip's record
+VIDEO_TIMES = ("wall_time_s", "tokens_per_second", "draft_time_s", "forward_time_s")   # wall-clock fields of a clip's record
 
 
 def test_generate_video_ray_engine_writes_the_local_engines_clips(cluster, video_weights, tmp_path, capsys):
