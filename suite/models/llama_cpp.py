@@ -168,7 +168,7 @@ class LlamaCppEngine:
             raise RuntimeError(f"llama_decode failed ({rc}): the context ({self.n_ctx} tokens) may be full; "
                                "load the model with a larger n_ctx or decode fewer tokens")
         if n_want == 0:
-            return torch.empty(0, self.n_vocab)
+            return torch.empty(0, self.n_vocab, device="cpu")
         n_read = int(read.sum())
         buf = ctypes.cast(ll.llama_get_logits(self.ctx), ctypes.POINTER(ctypes.c_float * (n_read * self.n_vocab)))
         logits = torch.frombuffer(buf.contents, dtype=torch.float32).view(n_read, self.n_vocab)
@@ -269,17 +269,17 @@ class LlamaCppLM(AdapterBase):
         if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:
             raise ValueError("the llama.cpp engine returns logits only (no hidden states, no canvas)")
         B, N = tokens.shape
-        filled = torch.tensor(cache.filled)
+        filled = positions.new_tensor(cache.filled)
         # each row's real slots: those continuing its cached positions one by one (padding sits at position 0)
-        real = (positions == filled[:, None] + torch.arange(N)).int().cumprod(1).bool()
+        real = (positions == filled[:, None] + torch.arange(N, device=positions.device)).int().cumprod(1).bool()
         n = real.sum(1)
         cache.filled, cache.submitted = (filled + n).tolist(), n.tolist()
         want = real.clone()
         want[:, :logits_from] = False
         width, vocab = max(N - logits_from, 0), self.config.vocab_size
         if not n.any():
-            return torch.zeros(B, width, vocab)
-        seqs = torch.tensor(cache.seqs, dtype=torch.int32)[:, None].expand(B, N)
+            return positions.new_zeros(B, width, vocab, dtype=torch.float32)
+        seqs = positions.new_tensor(cache.seqs, dtype=torch.int32)[:, None].expand(B, N)
         rows = self.engine.decode(tokens[real].int().numpy(), positions[real].int().numpy(), seqs[real].numpy(),
                                   want[real].numpy(), self.min_width)
         want = want[:, logits_from:]
