@@ -72,8 +72,8 @@ def add_dtype_argument(parser, default: str | None = "float32") -> None:
     parser.add_argument("--dtype", default=default, choices=CHOICES,
                         help=f"the model's dtype (default: {default or '$PARASUITE_DTYPE, else auto'}); auto = bfloat16 where the CPU runs it natively "
                              "(avx512_bf16 / amx_bf16) or on CUDA, else float32. In bfloat16 lossless decoders agree "
-                             "with ar computed in bfloat16 (chains bitwise on a fixed step, text's default in bfloat16; "
-                             "elsewhere up to ties within bf16's rounding).")
+                             "with ar computed in bfloat16: bitwise for chain drafts on a fixed step (text's way in bfloat16), "
+                             "elsewhere up to ties within bf16's rounding.")
 
 
 __all__ = ["CHOICES", "DTYPE_ENV", "DTYPES", "add_dtype_argument", "cast", "default_dtype", "resolve_dtype"]
