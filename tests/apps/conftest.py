@@ -113,6 +113,9 @@ def open_app(browser, app_url):
         page.set_default_timeout(RESULT_TIMEOUT_MS)
         page.goto(app_url)
         page.get_by_role("tab").first.wait_for()
+        # the page's load events (the Document and Grounding tabs' examples) answered: a late answer re-renders
+        # the page and empties a field typed into before it (seen after the Document and Grounding tests)
+        page.wait_for_load_state("networkidle")
         return page
 
     yield open_page
