@@ -43,15 +43,17 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     (config, weights and tokenizer), or a GGUF file (dequantised once into the cache, then run on the
     torch engine: text.model.load_gguf). Never downloads. dtype: float32, bfloat16, or "auto" (bf16 on
     CUDA or where the CPU runs bf16 natively, else fp32); None: $PARASUITE_DTYPE if set, else "auto"
-    (native precision: bf16 on a fixed step, exact against bf16 `ar`, measured in BENCHMARKS.md, "The fixed step"). See suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
+    (native precision; bf16 runs on a fixed step: BENCHMARKS.md, "The fixed step"). See
+    suite.models.dtypes, also for what "exact" means in bf16. compile: an inductor setting
     (suite.models.compiled: "default", "freezing", "cpp_wrapper", "max-autotune") for compiled decode steps
     (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default). engine: what runs a
     GGUF file, "torch" (dequantised once into a float32 folder) or "llama.cpp" (the file as it is, through
     llama-cpp-python: text.llama_cpp_engine); None: llama.cpp where it is installed, else torch. step: "fixed"
     (every decode step the same number of slots over a static cache: suite.models.step; lossless decoders
     drafting chains then give ar's tokens bitwise in bf16 too (trees up to bf16 near-ties), and `compile`
-    compiles that one step) or "free" (each step as wide as its draft); None: $PARASUITE_STEP if set, else "fixed" in bfloat16 (where free widths round
-    differently from `ar`'s one-token steps) and "free" in float32 (exact either way; every slot costs)."""
+    compiles that one step) or "free" (each step as wide as its draft); None: $PARASUITE_STEP if set, else
+    "fixed" in bfloat16 (where free widths round differently from `ar`'s one-token steps) and "free" in
+    float32 (exact either way; there every slot costs)."""
     from suite.models.dtypes import default_dtype, resolve_dtype
 
     from .llama_cpp_engine import check_engine, default_engine
