@@ -380,17 +380,11 @@ def agentic_runs(gen, args) -> list[tuple[str, str, dict]]:
     """(label, decoder, options): each decoder as named; `suffix` also without its global tree. `suffix` and
     `auto` each get a global tree of their own, empty at the start (what this bench's earlier requests
     taught it, not the other runs' answers to the same request)."""
-    from suite.decoders.chain.suffix_tree import SuffixTree
     runs = []
     for name in args.decoders:
+        runs.append((name, name, gen.bench_options(name)))       # auto's other candidates: the model's options
         if name == "suffix":
-            runs += [("suffix", "suffix", {"global_tree": SuffixTree(200_000)}),
-                     ("suffix, no global tree", "suffix", {"global_tree": None})]
-        elif name == "auto":
-            own = {n: gen.sam_options() for n in ("sam_decoding", "token_recycling")}
-            runs.append(("auto", "auto", {"options": {**own, "suffix": {"global_tree": SuffixTree(200_000)}}}))
-        else:
-            runs.append((name, name, {}))
+            runs.append(("suffix, no global tree", "suffix", {"global_tree": None}))
     return runs
 
 

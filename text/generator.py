@@ -359,17 +359,22 @@ class TextGenerator:
         return suite.make_decoder(name, **self._options(name, options))
 
     def bench_decoder(self, name: str, **options):
-        """`decoder(name, **options)` as a bench runs it: suffix (also as auto's candidate) with a global
+        """`decoder(name, **options)` as a bench runs it (`bench_options`)."""
+        return self.decoder(name, **self.bench_options(name, **options))
+
+    @staticmethod
+    def bench_options(name: str, **options) -> dict:
+        """`options` of decoder `name` as a bench runs it: suffix (also as auto's candidate) with a global
         tree of its own, empty at the start, so that runs of the same prompts under several settings do not
         draft from each other's answers (the model's shared tree would hold them)."""
         from suite.decoders.chain.suffix_tree import SuffixTree
         if name == "suffix":
-            options = {"global_tree": SuffixTree(200_000), **options}
-        elif name == "auto":
+            return {"global_tree": SuffixTree(200_000), **options}
+        if name == "auto":
             inner = options.get("options") or {}
-            options = {**options, "options": {**inner, "suffix": {"global_tree": SuffixTree(200_000),
-                                                                   **inner.get("suffix", {})}}}
-        return self.decoder(name, **options)
+            return {**options, "options": {**inner, "suffix": {"global_tree": SuffixTree(200_000),
+                                                               **inner.get("suffix", {})}}}
+        return options
 
     @property
     def target(self):
