@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from suite.runtime.storage import atomic_path, cache_dir
 from suite.runtime.training import Budget, ClockBar, cpu_budget, log, optimizer_step, set_learning_rate, warmup_cosine
@@ -115,6 +116,11 @@ def main(argv=None) -> int:
     ap.add_argument("--continue-run", action="store_true",
                     help="with --resume OUT and its --state: continue an interrupted run (its cosine goes on from "
                          "where it stopped, no warm-up again); --minutes is then the time still to run")
+    ap.add_argument("--encoder-layers", type=int, nargs=4, default=None, metavar="N",
+                    help="residual blocks per encoder stage (default 1 1 1 1); with --resume, the resumed model is "
+                         "grown to this depth, its new blocks starting as identities")
+    ap.add_argument("--decoder-layers", type=int, default=None, metavar="N",
+                    help="decoder layers (default 3); with --resume, grown the same way")
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.batch < 1:
         print("error: --minutes and --batch must be positive", file=sys.stderr)
@@ -131,9 +137,15 @@ def main(argv=None) -> int:
         if args.data == "typeset" and model.cfg["charset"] != typeset.CHARSET:
             model = grow_charset(model, typeset.CHARSET).train()
             log(f"charset grown to {len(typeset.CHARSET)} characters (new rows start untrained)")
+        if args.encoder_layers or args.decoder_layers:
+            model = grow_depth(model, args.encoder_layers, args.decoder_layers).train()
+            log(f"grown to encoder {model.cfg['encoder']['layers']}, decoder {model.cfg['decoder']['n_layer']} layers")
     else:
         charset = typeset.CHARSET if args.data == "typeset" else data.CHARSET
-        model = OCRModel(default_config(charset, data.MAX_CHARS, data.HEIGHT, data.WIDTH))
+        cfg = default_config(charset, data.MAX_CHARS, data.HEIGHT, data.WIDTH)
+        cfg["encoder"]["layers"] = args.encoder_layers or cfg["encoder"]["layers"]
+        cfg["decoder"]["n_layer"] = args.decoder_layers or cfg["decoder"]["n_layer"]
+        model = OCRModel(cfg)
         start_step = 0
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     run_before, step = 0.0, 0          # minutes and steps of the interrupted run this one continues
@@ -200,6 +212,30 @@ def grow_charset(model: OCRModel, charset: str) -> OCRModel:
         else:                                   # the vocabulary axis (embeddings, output and CTC heads)
             state[name] = state[name].clone()
             state[name][:value.shape[0]] = value
+    grown.load_state_dict(state)
+    return grown
+
+
+def grow_depth(model: OCRModel, encoder_layers: list[int] | None, decoder_layers: int | None) -> OCRModel:
+    """The model deepened to `encoder_layers` blocks per stage and `decoder_layers` layers, computing
+    the same function: old blocks keep their weights (the first of each stage, the first decoder
+    layers); each new block's last scale or output projection starts at zero, so it adds nothing
+    to its residual stream until trained (a new ResNet block's input is already past a ReLU)."""
+    old_enc, old_dec = model.cfg["encoder"]["layers"], model.cfg["decoder"]["n_layer"]
+    enc, dec = list(encoder_layers or old_enc), decoder_layers or old_dec
+    if any(n < o for n, o in zip(enc, old_enc)) or dec < old_dec:
+        raise ValueError(f"a model grows only: encoder {old_enc} -> {enc}, decoder {old_dec} -> {dec}")
+    grown = OCRModel({**model.cfg, "encoder": {**model.cfg["encoder"], "layers": enc},
+                      "decoder": {**model.cfg["decoder"], "n_layer": dec}})
+    state = grown.state_dict()
+    state.update(model.state_dict())
+    for stage, (new, old) in enumerate(zip(enc, old_enc), start=1):
+        for block in range(old, new):
+            nn.init.zeros_(state[f"encoder.cnn.layer{stage}.{block}.bn2.weight"])
+    for layer in range(old_dec, dec):
+        for proj in ("attn", "crossattention", "mlp"):
+            for part in ("weight", "bias"):
+                nn.init.zeros_(state[f"decoder.transformer.h.{layer}.{proj}.c_proj.{part}"])
     grown.load_state_dict(state)
     return grown
 

@@ -1,12 +1,13 @@
-"""Typeset training lines (document.typeset) and growing a trained model's charset for them."""
+"""Typeset training lines (document.typeset), growing a trained model's charset for them, and its depth."""
 import os
 import random
 
+import pytest
 import torch
 
 from document import data, typeset
 from document.model import OCRModel, default_config
-from document.train import grow_charset, training_batch
+from document.train import grow_charset, grow_depth, training_batch
 
 
 def test_typeset_lines_are_training_texts_in_the_charset():
@@ -44,6 +45,23 @@ def test_grown_charset_keeps_the_old_characters_logits():
         a = old.decoder_logits(ids, pos, mask, old.encoder(px))
         b = grown.decoder_logits(ids, pos, mask, grown.encoder(px))
     assert torch.allclose(a, b[..., :a.shape[-1]], atol=1e-5)
+
+
+def test_a_deepened_model_computes_what_it_computed_before_training():
+    torch.manual_seed(0)
+    old = OCRModel(default_config(data.CHARSET, 8, data.HEIGHT, data.WIDTH)).eval()
+    grown = grow_depth(old, [1, 2, 2, 2], 4).eval()
+    assert grown.cfg["encoder"]["layers"] == [1, 2, 2, 2] and grown.cfg["decoder"]["n_layer"] == 4
+    assert sum(p.numel() for p in grown.parameters()) > sum(p.numel() for p in old.parameters())
+    px = torch.rand(2, 1, data.HEIGHT, data.WIDTH)
+    ids = torch.tensor([old.tokenizer.encode("a, b;")] * 2)
+    pos = torch.arange(ids.shape[1]).expand(2, -1)
+    mask = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).tril()[None, None].expand(2, 1, -1, -1)
+    with torch.no_grad():
+        assert torch.allclose(old.decoder_logits(ids, pos, mask, old.encoder(px)),
+                              grown.decoder_logits(ids, pos, mask, grown.encoder(px)), atol=1e-5)
+    with pytest.raises(ValueError, match="grows only"):
+        grow_depth(grown, [1, 1, 1, 1], None)
 
 
 def test_typeset_training_batch_mixes_both_generators():
