@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from suite.params import DEFAULT_MAX_NEW_TOKENS
+from text.row_text import RowText, check_stops
 
 ROLES = ("system", "developer", "user", "assistant")
 UNSUPPORTED = {"tools": None, "functions": None, "tool_choice": None, "logit_bias": None, "logprobs": False,
@@ -81,13 +82,10 @@ def _number(body: dict, name: str, lo: float, hi: float, default, integer: bool 
 
 
 def _stops(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise ServeError(400, "'stop' must be a non-empty string or a list of up to 4 of them", param="stop")
-    return stops
+    try:
+        return check_stops(body.get("stop"))
+    except ValueError:
+        raise ServeError(400, "'stop' must be a non-empty string or a list of up to 4 of them", param="stop") from None
 
 
 def _strict(body: dict) -> bool:
@@ -214,39 +212,10 @@ def _is_int(value) -> bool:
 
 # -- one request: its rows' text as the scheduler's steps arrive ----------------------------------------
 
-class RowText:
-    """A row's text so far: new tokens decoded in full, stop strings cut, a tail that may start a stop
-    string or ends inside a character held back until it is known."""
-
-    def __init__(self, gen, stops: list[str]):
-        self.gen, self.stops = gen, stops
-        self.ids: list[int] = []
-        self.sent = ""
-        self.finish: str | None = None
-
-    def add(self, tokens: list[int], done: bool) -> str:
-        if self.finish is not None:
-            return ""
-        self.ids.extend(tokens)
-        full = self.gen.decode(self.ids)
-        cut = min((i for i in (full.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            full, self.finish = full[:cut], "stop"
-        elif done:
-            self.finish = "stop" if self.ids and self.ids[-1] in self.gen.eos_token_ids else "length"
-        elif full.endswith("\ufffd"):
-            return ""
-        else:
-            full = full[:len(full) - self._held(full)]
-        if not full.startswith(self.sent):
-            return ""               # decoding rewrote earlier text (rare): keep what was sent
-        chunk, self.sent = full[len(self.sent):], full
-        return chunk
-
-    def _held(self, text: str) -> int:
-        """Length of the longest tail of `text` that begins some stop string."""
-        return max((k for s in self.stops for k in range(min(len(s) - 1, len(text)), 0, -1)
-                    if s.startswith(text[-k:])), default=0)
+def _finish_reason(finish: str | None) -> str | None:
+    """OpenAI's finish_reason for a row's end (text.row_text.RowText.finish): "length", or "stop" for a
+    stop string and for the model's end token alike."""
+    return "length" if finish == "length" else finish and "stop"
 
 
 def _checked(text: str, grammar) -> dict:
@@ -266,7 +235,7 @@ class Job:
         self.prompt_tokens = prompt_tokens         # each prompt counted once, whatever n (as OpenAI counts)
         self.grammar = opts.get("grammar")         # its constraint (suite.constraint.Grammar), or None
         self.on_end = on_end                       # called on the event loop once the request ended
-        self.texts = [RowText(gen, opts["stops"]) for _ in rows]
+        self.texts = [RowText(gen.decode, gen.eos_token_ids, opts["stops"]) for _ in rows]
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=self._pump, daemon=True, name="parasuite-serve-job").start()
@@ -299,13 +268,12 @@ class Job:
                     was = self.texts[r].finish
                     text = self.texts[r].add(tokens, done)
                     if text or self.texts[r].finish != was:
-                        yield r, text, self.texts[r].finish
+                        yield r, text, _finish_reason(self.texts[r].finish)
         finally:
             self.cancel()
         for r, t in enumerate(self.texts):          # rows cut short (the request ended): their end
             if t.finish is None:
-                t.finish = "length"
-                yield r, "", t.finish
+                yield r, t.end(), _finish_reason(t.finish)
 
     def cancel(self) -> None:
         if not self.request.done:
@@ -484,12 +452,13 @@ class Server:
                 return JSONResponse({}, status_code=499)
         task.result()
         if chat:
-            choices = [{"index": r, "message": {"role": "assistant", "content": t.sent}, "logprobs": None,
-                        "finish_reason": finish.get(r, t.finish), **_checked(t.sent, job.grammar)}
+            choices = [{"index": r, "message": {"role": "assistant", "content": t.text}, "logprobs": None,
+                        "finish_reason": finish.get(r, _finish_reason(t.finish)), **_checked(t.text, job.grammar)}
                        for r, t in enumerate(job.texts)]
         else:
-            choices = [{"index": r, "text": t.sent, "logprobs": None, "finish_reason": finish.get(r, t.finish),
-                        **_checked(t.sent, job.grammar)} for r, t in enumerate(job.texts)]
+            choices = [{"index": r, "text": t.text, "logprobs": None,
+                        "finish_reason": finish.get(r, _finish_reason(t.finish)), **_checked(t.text, job.grammar)}
+                       for r, t in enumerate(job.texts)]
         return JSONResponse({**head, "choices": choices, "usage": job.usage()})
 
     async def _events(self, job: Job, head: dict, chat: bool, include_usage: bool):

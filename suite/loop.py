@@ -86,6 +86,13 @@ class DecodeState:
         tokens; None: as many as the decoder likes."""
         return None if self.slots is None else max(self.slots - len(self.pending(b)), 0)
 
+    @property
+    def fixed_step(self) -> bool:
+        """Whether every step has one shape (suite.models.step). Drafts are chains there: a tree's node
+        that reads its ancestors' keys past sibling slots sums its attention in another order than
+        `ar`'s contiguous keys, so only a row's first path scores bitwise what `ar` scores."""
+        return self.slots is not None
+
     def new_tokens(self, b: int) -> list[int]:
         return self.tokens[b][self.prompt_lengths[b]:]
 

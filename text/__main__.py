@@ -82,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "backend enforces (uniqueItems, not, ...) instead of enforcing the rest, validating the output "
                    "against all of it and naming them as relaxed (the default)")
     p.add_argument("--approximate", action="store_true", help=argparse.SUPPRESS)      # the default now
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="end the answer before this text (repeat for up to 4; decoding stops there)")
     p.add_argument("--stream", action="store_true", help="print text as it is committed (single prompt)")
     p.add_argument("--compare", action="store_true",
                    help="also decode with ar: print the speedup over ar and whether the text equals ar's")
@@ -108,6 +110,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give either a prompt or --input FILE (not both)")
     args.decoder = args.decoder or (VLM_DECODER if model_vlm(args.model) else
                                     CANVAS_DECODERS[0] if model_diffusion_gemma(args.model) else DEFAULT_DECODER)
+    if args.stop and (model_vlm(args.model) or model_diffusion_gemma(args.model)):
+        p.error("--stop works with causal language models (the embedded one, a transformers or GGUF model); "
+                "drop it for this model")
     return args
 
 
@@ -220,7 +225,8 @@ class TextWorker:
         return record
 
 
-COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "json_schema", "regex", "constraint")
+COMMON = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "json_schema", "regex", "constraint",
+          "stop")
 
 
 def read_schema(path: str | None):
@@ -261,7 +267,7 @@ def constraint_options(args) -> dict:
 
 
 def finish_reason(gen, prompt: str, res, kwargs: dict) -> str:
-    """eos, length (max_new_tokens reached) or context (the model's context filled first)."""
+    """eos, stop (a --stop text), length (max_new_tokens reached) or context (the model's context filled first)."""
     if res.finish_reason == "length" and len(res.token_ids) < kwargs["max_new_tokens"] and gen.max_length:
         return "context"
     return res.finish_reason
@@ -310,6 +316,9 @@ def run(args: argparse.Namespace) -> int:
                   top_p=args.top_p, seed=args.seed, chat=args.chat, **options)
     if schema is not None or args.regex is not None:
         kwargs.update(json_schema=schema, regex=args.regex, constraint=constraint_options(args))
+    if args.stop:
+        from text.row_text import check_stops
+        kwargs["stop"] = check_stops(args.stop)
     if args.input is None and args.output is None and args.engine == "local":
         return run_one(args, kwargs, read_image(args.image) if args.image else None)
     return run_many(args, prompts, kwargs)

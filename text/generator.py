@@ -15,6 +15,7 @@ from suite.params import DEFAULT_MAX_NEW_TOKENS
 
 from .folders import check_folder, load_model, load_tokenizer
 from .model import is_gguf, load_embedded, load_gguf, quiet_transformers
+from .row_text import RowText, check_stops
 
 EAGLE_WEIGHTS = Path(__file__).parent / "weights" / "eagle"   # the embedded model's draft head
 SAM_CORPUS = Path(__file__).parent / "weights" / "sam_corpus" / "corpus.txt"   # sam_decoding's default corpus
@@ -26,7 +27,7 @@ class TextResult:
     text: str | list[str]                        # str for a str prompt, one per prompt for a list
     token_ids: list[int] | list[list[int]]       # new token ids as generated (a final EOS included)
     stats: suite.DecodeStats                     # for the whole call (the batch together)
-    finish_reason: str | list[str] = "length"    # "eos" or "length", per prompt
+    finish_reason: str | list[str] = "length"    # "eos", "stop" (a stop string) or "length", per prompt
     json: Any = None             # json_schema=: the parsed object (per prompt for a list; None where the text
                                  # does not parse: the budget ended inside the structure); regex=: the text
     parse_error: str | list[str | None] | None = None   # why `json` is None (per prompt for a list)
@@ -49,8 +50,8 @@ def load(path: str | os.PathLike | None = None, *, device: str | torch.device | 
     (`TextGenerator.compile`); None: $PARASUITE_COMPILE if set, else eager (the default). engine: what runs a
     GGUF file, "torch" (dequantised once into a float32 folder) or "llama.cpp" (the file as it is, through
     llama-cpp-python: text.llama_cpp_engine); None: llama.cpp where it is installed, else torch. step: "fixed"
-    (every decode step the same number of slots over a static cache: suite.models.step; lossless decoders
-    drafting chains then give ar's tokens bitwise in bf16 too (trees up to bf16 near-ties), and `compile`
+    (every decode step the same number of slots over a static cache: suite.models.step; drafts are chains
+    there, and lossless decoders give ar's tokens bitwise in bf16 too, and `compile`
     compiles that one step) or "free" (each step as wide as its draft); None: $PARASUITE_STEP if set, else
     "fixed" in bfloat16 (where free widths round differently from `ar`'s one-token steps) and "free" in
     float32 (exact either way; there every slot costs)."""
@@ -220,7 +221,7 @@ class TextGenerator:
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None, chat: bool = False, json_schema: dict | str | None = None,
                  regex: str | None = None, forced_spans: bool | None = None, constraint: dict | None = None,
-                 **decoder_options) -> TextResult:
+                 stop: str | list[str] | None = None, **decoder_options) -> TextResult:
         """Decode one prompt (text is a str) or a batch (text is a list; ragged rows, each advancing
         by its own accepted length and leaving the batch when it finishes). Concurrent calls share
         forwards (`scheduler`).
@@ -233,17 +234,32 @@ class TextGenerator:
         backend enforces instead of enforcing the rest and listing it in `relaxed`, the default).
         forced_spans: commit the tokens the grammar forces in parallel
         (default: on, except for decoder="ar", the one-token-per-forward baseline). A bad schema or regex
-        raises ValueError (suite.constraint.ConstraintError) before any decoding."""
+        raises ValueError (suite.constraint.ConstraintError) before any decoding. stop: a string or up to 4
+        (text.row_text): a row's text ends before the first one it generates, and the request stops once
+        every row has stopped."""
+        stops = check_stops(stop)
         grammar = self.grammar(json_schema, regex, **(constraint or {}))
-        out = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
-                           decoder_options, grammar=grammar, forced_spans=forced_spans).result()
-        texts = [self.decode(ids) for ids in out.new_tokens]
-        reasons = ["eos" if ids and ids[-1] in self.eos_token_ids else "length" for ids in out.new_tokens]
-        checked = [grammar.validate(t) if grammar is not None else (None, None, None, []) for t in texts]
+        request = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
+                               decoder_options, stream=bool(stops), grammar=grammar, forced_spans=forced_spans)
+        rows = [RowText(self.decode, self.eos_token_ids, stops) for _ in range(request.batch)]
+        if stops:
+            for step in request.steps():
+                for row, tokens, done in zip(rows, step.committed, step.done):
+                    row.add(tokens, done)
+                if all(row.finish for row in rows):
+                    request.cancel()            # every row stopped: its rows leave the batch
+                    break
+        else:
+            for row, tokens in zip(rows, request.result().new_tokens):
+                row.add(tokens, done=True)
+        for row in rows:
+            row.end()
+        checked = [grammar.validate(r.text) if grammar is not None else (None, None, None, []) for r in rows]
         relaxed = grammar.relaxed if grammar is not None else ()
+        texts, ids, reasons = [r.text for r in rows], [r.ids for r in rows], [r.finish for r in rows]
         if isinstance(prompt, str):
-            return TextResult(texts[0], out.new_tokens[0], out.stats, reasons[0], *checked[0], relaxed)
-        return TextResult(texts, out.new_tokens, out.stats, reasons, *map(list, zip(*checked)), relaxed)
+            return TextResult(texts[0], ids[0], request.stats, reasons[0], *checked[0], relaxed)
+        return TextResult(texts, ids, request.stats, reasons, *map(list, zip(*checked)), relaxed)
 
     def grammar(self, json_schema: dict | str | None = None, regex: str | None = None, **options):
         """The compiled constraint (suite.constraint.Grammar) of a JSON schema or a regex over this model's
@@ -262,17 +278,19 @@ class TextGenerator:
                temperature: float = 0.0,
                top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                chat: bool = False, json_schema: dict | str | None = None, regex: str | None = None,
-               forced_spans: bool | None = None, constraint: dict | None = None, **decoder_options) -> "TextStream":
+               forced_spans: bool | None = None, constraint: dict | None = None, stop: str | list[str] | None = None,
+               **decoder_options) -> "TextStream":
         """Iterate text chunks of one prompt as each forward commits tokens. Arguments as in
         `generate`; bad input raises here, before iterating. After iteration the returned
         object's `.text`, `.token_ids` and `.stats` hold the whole result; leaving the iteration
         early cancels the request (its rows leave the batch)."""
         if not isinstance(prompt, str):
             raise ValueError("stream takes one prompt (a str); use generate for a list")
+        stops = check_stops(stop)
         grammar = self.grammar(json_schema, regex, **(constraint or {}))
         request = self._submit(prompt, decoder, max_new_tokens, temperature, top_k, top_p, seed, chat,
                                decoder_options, stream=True, grammar=grammar, forced_spans=forced_spans)
-        return TextStream(self, request, grammar)
+        return TextStream(self, request, grammar, stops)
 
     @property
     def scheduler(self):
@@ -412,12 +430,14 @@ class TextGenerator:
 
 
 class TextStream:
-    """Iterator of text chunks; the chunks join to `.text`. Token ids are decoded in full each
-    step and only the new suffix is yielded, held back while it ends inside a multi-byte character."""
+    """Iterator of text chunks; the chunks join to `.text` (text.row_text.RowText: decoded in full each
+    step, the new suffix yielded, held back while it ends inside a multi-byte character or may begin a
+    stop string)."""
 
-    def __init__(self, gen: TextGenerator, request, grammar=None):
+    def __init__(self, gen: TextGenerator, request, grammar=None, stops: list[str] | None = None):
         self._gen, self._request, self._grammar = gen, request, grammar
-        self.token_ids: list[int] = []
+        self._row = RowText(gen.decode, gen.eos_token_ids, stops or [])
+        self.token_ids = self._row.ids
         self.text = ""          # what has been yielded so far (all of it once iteration ends)
         self.stats = request.stats   # live: updated after every forward
         self.finish_reason: str | None = None
@@ -428,29 +448,21 @@ class TextStream:
         self.relaxed = grammar.relaxed if grammar is not None else ()
 
     def __iter__(self) -> Iterator[str]:
+        row = self._row
         try:
             for step in self._request.steps():
-                self.token_ids.extend(step.committed[0])
-                chunk = self._advance(final=False)
+                chunk = row.add(step.committed[0], step.done[0])
+                self.text = row.text
                 if chunk:
                     yield chunk
+                if row.finish:
+                    break
         finally:
-            if not self._request.done:      # the reader left early (closed the stream): free the rows
+            if not self._request.done:      # the reader left early, or a stop string ended it: free the rows
                 self._request.cancel()
-        chunk = self._advance(final=True)
+        chunk = row.end()
+        self.text, self.finish_reason = row.text, row.finish
         if chunk:
             yield chunk
-        ids = self.token_ids
-        self.finish_reason = "eos" if ids and ids[-1] in self._gen.eos_token_ids else "length"
         if self._grammar is not None:
-            self.json, self.parse_error, self.valid, self.validation_errors = self._grammar.validate(
-                self._gen.decode(ids))
-
-    def _advance(self, final: bool) -> str:
-        full = self._gen.decode(self.token_ids)
-        if not final and full.endswith("\ufffd"):
-            return ""     # the last token ends inside a multi-byte character: wait for the rest
-        if full.startswith(self.text):
-            chunk, self.text = full[len(self.text):], full
-            return chunk
-        return ""         # decoding rewrote earlier text (rare); keep what was already yielded
+            self.json, self.parse_error, self.valid, self.validation_errors = self._grammar.validate(row.text)

@@ -62,9 +62,10 @@ class StaticKVCache(KVCache):
             return
         for layer in _static_layers(self.backend):
             if layer.is_initialized:
-                k, v = (t.new_zeros(*t.shape[:2], capacity, t.shape[3]) for t in (layer.keys, layer.values))
-                k[:, :, :self.capacity], v[:, :, :self.capacity] = layer.keys, layer.values
-                _seat(layer, k, v)
+                reserve = _reserve(layer)
+                k, v = (t.new_zeros(*t.shape[:2], capacity, t.shape[3]) for t in reserve)
+                k[:, :, :self.capacity], v[:, :, :self.capacity] = reserve
+                _seat(layer, k, v, layer.keys.shape[0])
             layer.max_cache_len = capacity
         self.capacity = capacity
 
@@ -82,16 +83,20 @@ class StaticKVCache(KVCache):
             layer.cumulative_length.fill_(keep)
 
     def _select_backend(self, copies: torch.Tensor) -> None:
-        """Rows leave: each layer's buffers are gathered into new ones of the new batch (a static
-        buffer's batch is its shape: a compiled step recompiles for it); the fill pointer stays."""
+        """Rows leave: each layer's remaining rows gathered to the front of its buffers, in place (the
+        rows past them stay reserved for rows joining later); the fill pointer stays."""
         for layer in _static_layers(self.backend):
             if layer.is_initialized:
-                _seat(layer, layer.keys.index_select(0, copies), layer.values.index_select(0, copies))
+                keys, values = _reserve(layer)
+                keys[:len(copies)], values[:len(copies)] = layer.keys[copies], layer.values[copies]
+                _seat(layer, keys, values, len(copies))
 
     def _extend_backend(self, other: KVCache, length: int) -> None:
-        """Rows join: new buffers of the joined batch (this cache's rows, then other's, `capacity`
-        slots each; slots past a side's own are dead), the fill pointer at `length`."""
+        """Rows join: other's rows copied behind this cache's into the rows its buffers reserve, or, past
+        them, into buffers of the next row bucket (suite.models.step.row_bucket), `capacity` slots each
+        (slots past a side's own are dead); the fill pointer at `length`."""
         self.grow(other.capacity)                   # a grown cache takes a fresh one's rows, and back
+        rows = self.fanout * (self.batch + other.batch)
         for mine, theirs in zip(_static_layers(self.backend), _static_layers(other.backend)):
             a = (mine.keys, mine.values) if mine.is_initialized and self.batch else None
             b = (theirs.keys, theirs.values) if theirs.is_initialized else None
@@ -101,9 +106,16 @@ class StaticKVCache(KVCache):
                     mine.is_initialized = False
                     mine.cumulative_length = torch.zeros_like(mine.cumulative_length)
                 continue
-            k, v = (join_rows(a and a[j], b and b[j], self.fanout, self.batch, other.batch, self.capacity)
-                    for j in (0, 1))
-            _seat(mine, k, v)
+            reserve = _reserve(mine) if a is not None else ()
+            if self.fanout == 1 and reserve and reserve[0].shape[0] >= rows:      # in place: no new buffers
+                for buffer, part in zip(reserve, b or (None, None)):
+                    buffer[self.batch:rows] = 0
+                    if part is not None:
+                        buffer[self.batch:rows, :, :part.shape[2]] = part
+            else:
+                reserve = tuple(_bucketed(join_rows(a and a[j], b and b[j], self.fanout, self.batch, other.batch,
+                                                    self.capacity)) for j in (0, 1))
+            _seat(mine, *reserve, rows)
             mine.cumulative_length.fill_(length)
 
 
@@ -138,8 +150,32 @@ def _static_layers(backend):
     return backend.layers
 
 
-def _seat(layer, keys: torch.Tensor, values: torch.Tensor) -> None:
-    """Give a transformers StaticLayer new (B, H, capacity, D) buffers, as its lazy initialisation would."""
+def _reserve(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's whole K/V buffers, whose first rows are its keys and values (its own buffers when
+    transformers' lazy initialisation made them)."""
+    reserve = getattr(layer, "reserve", None)
+    if reserve is not None and reserve[0].data_ptr() == layer.keys.data_ptr():
+        return reserve
+    return layer.keys, layer.values
+
+
+def _bucketed(t: torch.Tensor) -> torch.Tensor:
+    """(B, H, S, D) -> the same rows in a buffer of row_bucket(B) rows (the rest zero)."""
+    from .step import row_bucket
+    rows = row_bucket(t.shape[0])
+    if rows == t.shape[0]:
+        return t
+    out = t.new_zeros(rows, *t.shape[1:])
+    out[:t.shape[0]] = t
+    return out
+
+
+def _seat(layer, keys: torch.Tensor, values: torch.Tensor, rows: int | None = None) -> None:
+    """Give a transformers StaticLayer (B, H, capacity, D) buffers, as its lazy initialisation would:
+    the first `rows` rows (None: all) of `keys` and `values`, which it keeps reserved."""
+    layer.reserve = (keys, values)
+    if rows is not None:
+        keys, values = keys[:rows], values[:rows]
     layer.keys, layer.values = keys, values
     layer.batch_size, layer.num_heads, _, layer.k_head_dim = keys.shape
     layer.v_head_dim, layer.device, layer.is_initialized = values.shape[-1], keys.device, True

@@ -7,9 +7,9 @@ every draft, and prefills prompts in chunks of PREFILL_WIDTH first). With one sh
 slot k runs the same kernels as at slot 0 (a GEMM's path depends on its row count, a CPU attention
 kernel's blocks on the query length), and attention reads the cache's filled slots rounded up to a
 bucket (suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless
-decoders drafting chains give `ar`'s tokens bitwise in bf16 as in fp32 (a tree's node reads its ancestors' keys
-past masked sibling slots: another summation order, so trees may part at bf16 near-ties); and one graph is compiled
-once. Changing W, or how it is chosen, is a change in this file.
+decoders give `ar`'s tokens bitwise in bf16 as in fp32; drafts are chains (suite.loop.DecodeState.fixed_step: a
+tree's node would read its ancestors' keys past masked sibling slots, another summation order than `ar`'s, so tree
+decoders draft their best path); and one graph is compiled once. Changing W, or how it is chosen, is a change in this file.
 """
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ STEP_WIDTH = 8         # token slots of a decode step (its cost against free wid
                        # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
+
+
+def row_bucket(rows: int) -> int:
+    """The rows a static cache's buffers hold for `rows` live ones: the next power of two, so rows join
+    into reserved rows (and leave in place) and the buffers are allocated again only when a batch
+    outgrows its bucket; a forward runs the live rows only (a lone request pays for one)."""
+    return 1 << max(rows - 1, 0).bit_length()
 
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,

@@ -202,3 +202,30 @@ def test_row_inputs_move_with_their_rows():
     empty = KVCache(0)
     empty.extend(b)
     assert empty.row_inputs["encoder_states"][:, 0, 0].tolist() == [3, 4]
+
+
+def test_rows_join_and_leave_a_static_cache_in_its_reserved_rows(model):
+    """The static cache's buffers hold a bucket of rows (suite.models.step.row_bucket): rows leave in place,
+    join into the reserved rows, and the buffers are allocated again only when the batch outgrows its bucket;
+    every row's next logits stay those of the row decoded alone."""
+    rows = RAGGED
+    cache = run(adapter_for("static", model, rows[:1]), rows[:1], steps=3).cache
+    b = run(adapter_for("static", model, rows[1:2]), rows[1:2], steps=4)
+    cache.extend(b.cache)                                        # 2 rows: bucket 2
+
+    def buffers():
+        return [layer.reserve[0].data_ptr() for layer in cache.backend.layers]
+
+    held = buffers()
+    assert all(layer.reserve[0].shape[0] == 2 and layer.keys.shape[0] == 2 for layer in cache.backend.layers)
+    cache.select([1])                                            # row A leaves: in place
+    assert buffers() == held and all(layer.keys.shape[0] == 1 for layer in cache.backend.layers)
+    c = run(adapter_for("static", model, rows[2:]), rows[2:], steps=2)
+    cache.extend(c.cache)                                        # row C joins into the reserved row
+    assert buffers() == held
+    seqs = [(b.tokens[0], b.num_cached[0]), (c.tokens[0], c.num_cached[0])]
+    got = next_logits(adapter_for("static", model, rows[1:]), cache, seqs)
+    for row, (tokens, _) in zip(got, seqs):
+        close(row, alone("static", model, tokens))
+    cache.extend(adapter_for("static", model, rows[:1]).new_cache(1))   # a third row outgrows the bucket
+    assert buffers() != held and all(layer.reserve[0].shape[0] == 4 for layer in cache.backend.layers)

@@ -75,3 +75,24 @@ def test_drafts_fill_the_step_and_never_pass_it(fixed):
     steps = list(decode_steps(fixed, decoder, state))
     widths = [step.draft_size for step in steps if any(step.committed)]          # decode steps, not prefill chunks
     assert max(widths) <= WIDTH and max(widths) > 1 and len(steps) - len(widths) == 3   # 41 prompt tokens: 3 chunks
+
+
+def test_every_kept_slot_saw_every_slot_before_it(fixed, monkeypatch):
+    """On the fixed step drafts are chains (suite.loop.DecodeState.fixed_step): a slot whose K/V stays, and
+    whose logits committed a token, saw the slots before it with none between (a tree's node past a sibling's
+    slot would sum its attention in another order than `ar`); tree decoders draft their best path."""
+    import suite.loop
+    steps, drop = [], suite.loop._drop_rejected
+    monkeypatch.setattr(suite.loop, "_drop_rejected",
+                        lambda cache, draft, acc, slots: steps.append((draft, acc)) or drop(cache, draft, acc, slots))
+    for name in suite.TEXT_DECODERS:
+        if name == "speculative":
+            continue                                   # its drafts come from a second model: chains
+        steps.clear()
+        suite.generate(fixed, [PROMPTS[0] * 2, PROMPTS[1]], decoder=name, max_new_tokens=NEW)
+        for draft, acc in steps:
+            for b in range(draft.tokens.shape[0]):
+                kept = acc.keep[b].nonzero().flatten().tolist()
+                assert kept == list(range(len(kept))), (name, kept)
+                for i in kept:
+                    assert draft.mask[b, i, :i + 1].all(), (name, i, draft.mask[b, i])

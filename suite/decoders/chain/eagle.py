@@ -35,7 +35,7 @@ from ...loop import Acceptance, DecodeState, Draft
 from ...constraint import draft_masks
 from .base import chain_draft, room_for_guesses
 from .eagle_head import EagleHead
-from .tree import walk_tree
+from .tree import best_path, walk_tree
 from ..base import DecoderBase
 
 TRAIN_HINT = "python -m text.train_draft"
@@ -264,11 +264,12 @@ class Eagle(DecoderBase):
         """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
         laid out by depth so every parent comes before its children."""
         key = torch.where(dep <= caps[:, None], score - 1e-4 * dep, torch.full_like(score, -float("inf")))
-        n_max = min([self.max_nodes, tok.shape[1]] + [f for f in free if f is not None])   # a fixed step's slots
+        slots = [f for f in free if f is not None]           # a fixed step's: its drafts are chains (DecodeState.fixed_step)
+        n_max = min([self.max_nodes, tok.shape[1]] + ([] if slots else slots))
         key, order = key.topk(n_max, -1)                                             # (R, n)
         probs = key.exp() * calib                                                    # 0 for too-deep nodes
         gains = [[0.0] + row for row in probs.cumsum(1).tolist()]
-        n = n_max if self.cost is None else best_size(gains, self.cost)
+        n = n_max if self.cost is None or slots else best_size(gains, self.cost)
         order, probs = order[:, :n], probs[:, :n]
         ar = torch.arange(n, device=tok.device)
         order = order.gather(1, (dep.gather(1, order) * (n + 1) + ar).argsort(1))
@@ -277,6 +278,8 @@ class Eagle(DecoderBase):
         parents = torch.where(parents >= 0, local.gather(1, parents.clamp(min=0)), parents)
         alive = (dep.gather(1, order) <= caps[:, None]).tolist()
         toks, pars, pred = tok.gather(1, order).tolist(), parents.tolist(), probs.sum(1).tolist()
+        if slots:
+            return {b: _chain(toks[i], pars[i], probs[i].tolist(), min(slots)) for i, b in enumerate(rows)}
         return {b: Tree(0, [t for t, a in zip(toks[i], alive[i]) if a], [p for p, a in zip(pars[i], alive[i]) if a],
                         pred[i]) for i, b in enumerate(rows)}
 
@@ -367,3 +370,9 @@ def _paths(tok: torch.Tensor, par: torch.Tensor, nodes: torch.Tensor) -> list[li
 
 def _mean(old, new, w: float = 0.2):
     return new if old is None else (1 - w) * old + w * new
+
+
+def _chain(tokens: list[int], parents: list[int], probs: list[float], slots: int) -> Tree:
+    """The tree's best path (too-deep nodes have probability 0), at most `slots` nodes, as a chain."""
+    path = [i for i in best_path(parents, probs) if probs[i] > 0][:slots]
+    return Tree(0, [tokens[i] for i in path], list(range(-1, len(path) - 1)), sum(probs[i] for i in path))

@@ -178,22 +178,11 @@ class Lookahead(DecoderBase):
         layout = RowLayout(num_pending=len(pending))
         room = state.room(b) - 1 if mode != "plain" else 0
         base = list(range(len(pending)))
-        if room > 0 and mode == "full":
-            traj = state.rows[b].trajectories
-            for lvl, row in enumerate(traj):
-                slots = []
-                for i, t in enumerate(row):
-                    # trajectory 0 up to this column, then this column in the earlier trajectories
-                    seen = slots[:i] if lvl == 0 else (layout.window_slots[0][:i] +
-                                                       [layout.window_slots[m][i] for m in range(lvl)])
-                    slots.append(len(tokens))
-                    parents.append(base + seen + [len(tokens)])
-                    tokens.append(t), positions.append(last + 1 + i + lvl)
-                layout.window_slots.append(slots)
+        full = room > 0 and mode == "full"
         free = state.draft_slots(b)
-        budget = None if free is None else free - (len(tokens) - len(pending))   # a fixed step's slots left
-        if room > 0:
-            for cand in self._candidates(state, b):
+        budget = None if free is None else free - full * (self.level - 1) * self.window   # a fixed step's slots left
+        if room > 0:       # the candidates first, right after the pending tokens (one on a fixed step:
+            for cand in self._candidates(state, b)[:1 if state.fixed_step else None]:   # DecodeState.fixed_step)
                 cand = list(cand[:room if budget is None else min(room, budget)])
                 if not cand:
                     break
@@ -205,6 +194,18 @@ class Lookahead(DecoderBase):
                     parents.append(base + slots[:])
                     tokens.append(t), positions.append(last + 1 + d)
                 layout.candidates.append(cand), layout.candidate_slots.append(slots)
+        if full:
+            traj = state.rows[b].trajectories
+            for lvl, row in enumerate(traj):
+                slots = []
+                for i, t in enumerate(row):
+                    # trajectory 0 up to this column, then this column in the earlier trajectories
+                    seen = slots[:i] if lvl == 0 else (layout.window_slots[0][:i] +
+                                                       [layout.window_slots[m][i] for m in range(lvl)])
+                    slots.append(len(tokens))
+                    parents.append(base + seen + [len(tokens)])
+                    tokens.append(t), positions.append(last + 1 + i + lvl)
+                layout.window_slots.append(slots)
         n = len(tokens)
         if n == len(pending):                            # pending tokens only: plain causal
             return tokens, positions, None, layout

@@ -94,11 +94,14 @@ def cut_trees(state: DecodeState, trees: dict[int, DraftTree], curve, max_nodes:
     to the shallower), as many as the cost curve pays for across the batch (`best_size`: every row
     takes the same count); curve None: max_nodes. With chain_curve (the cost of plain causal
     forwards, cheaper than tree attention on a CPU), each row's best chain (the best child at each
-    depth) is weighed against the tree too, and the batch takes whichever pays more."""
+    depth) is weighed against the tree too, and the batch takes whichever pays more. On a fixed step:
+    each row's best chain, as long as its slots (suite.loop.DecodeState.fixed_step)."""
     if not trees:
         return {}
     free = [state.draft_slots(b) for b in trees]
     max_nodes = min([max_nodes] + [f for f in free if f is not None])     # a fixed step's slots
+    if state.fixed_step:               # chains only (DecodeState.fixed_step), every slot free: the best path
+        return {b: _subtree(t, _best_chain(t)[:max_nodes]) for b, t in trees.items()}
     order = {}
     for b, t in trees.items():
         depth = t.depth()
@@ -130,9 +133,17 @@ def _best_cut(scores: dict[int, list[float]], curve) -> tuple[int, float]:
 
 def _best_chain(tree: DraftTree) -> list[int]:
     """The nodes of the path that follows the best-scored child from the root."""
-    kids, node, path = tree.children(), -1, []
+    return best_path(tree.parents, tree.scores)
+
+
+def best_path(parents: list[int], scores: list[float]) -> list[int]:
+    """The nodes (parents[i] -1: a root) of the path that follows the best-scored child from the root."""
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(parents):
+        kids.setdefault(par, []).append(i)
+    node, path = -1, []
     while kids.get(node):
-        node = max(kids[node], key=lambda i: tree.scores[i])
+        node = max(kids[node], key=lambda i: scores[i])
         path.append(node)
     return path
 
