@@ -37,7 +37,7 @@ INSTALL_FIX = ("the llama.cpp engine needs llama-cpp-python, built from source: 
                "bash scripts/setup.sh (or see requirements/optional/llama-cpp.txt for the pip command)")
 BATCH = 256        # tokens per llama_decode (a longer prefill goes in several)
 UBATCH = 64        # tokens per graph llama.cpp computes: its compute buffer holds UBATCH rows of logits
-N_CTX = 2048       # default context: its K/V (F16) and the weights stay within 1.5x a small file's size
+N_CTX = 2048       # default context: its K/V (F16) is 45 MiB for SmolLM2, cleared (resident) at load (BENCHMARKS.md)
 MAX_ROWS = 16      # rows (sequences) at once: the scheduler's default; llama.cpp reserves a row of logits for each
 SCRATCH_TOKEN = 0  # what pads a forward to min_width (any id: its logits are never read)
 
@@ -270,24 +270,27 @@ class LlamaCppLM(AdapterBase):
         if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:
             raise ValueError("the llama.cpp engine returns logits only (no hidden states, no canvas)")
         B, N = tokens.shape
-        filled = positions.new_tensor(cache.filled)
+        # the batch is built in numpy (a few microseconds an op, where a torch op on these small tensors costs
+        # tens): tokens and positions live on the host, as llama.cpp's inputs and logits do
+        tok, pos = tokens.numpy(), positions.numpy()
+        filled = np.asarray(cache.filled, dtype=np.int64)
         # each row's real slots: those continuing its cached positions one by one (padding sits at position 0)
-        real = (positions == filled[:, None] + torch.arange(N, device=positions.device)).int().cumprod(1).bool()
+        real = np.logical_and.accumulate(pos == filled[:, None] + np.arange(N), axis=1)
         n = real.sum(1)
         cache.filled, cache.submitted = (filled + n).tolist(), n.tolist()
-        want = real.clone()
+        want = real.copy()
         want[:, :logits_from] = False
         width, vocab = max(N - logits_from, 0), self.config.vocab_size
         if not n.any():
             return positions.new_zeros(B, width, vocab, dtype=torch.float32)
-        seqs = positions.new_tensor(cache.seqs, dtype=torch.int32)[:, None].expand(B, N)
-        rows = self.engine.decode(tokens[real].int().numpy(), positions[real].int().numpy(), seqs[real].numpy(),
-                                  want[real].numpy(), self.min_width)
+        seqs = np.broadcast_to(np.asarray(cache.seqs, dtype=np.int32)[:, None], (B, N))
+        rows = self.engine.decode(tok[real].astype(np.int32), pos[real].astype(np.int32), seqs[real], want[real],
+                                  self.min_width)
         want = want[:, logits_from:]
         if want.all():
             return rows.view(B, width, vocab)
         out = torch.zeros(B, width, vocab)       # host: llama.cpp's logits live in host memory
-        out[want] = rows
+        out[torch.from_numpy(want)] = rows
         return out
 
 
