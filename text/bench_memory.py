@@ -5,8 +5,9 @@ llama_cpp imported (what any process of this suite holds before a model: torch a
 `text.load(path, engine="llama.cpp")`; then one chat generate of `--max-new-tokens`. Reported: the resident set
 (VmRSS) added over the baseline and its ratio to the file's size (the issue's target: at most 1.5x), split into
 anonymous memory (llama.cpp's K/V, buffers, Python objects) and file pages (the weights llama.cpp maps from the
-file, and code pages of libraries the first forward touches). The GGUFs are the embedded SmolLM2 requantized
-(text.gguf_quantize).
+file, and code pages of libraries the first forward touches). Last, what a second model of the same file adds once it
+has answered too, in the same process: the file's own cost, without the modules and code pages the first request
+brought in. The GGUFs are the embedded SmolLM2 requantized (text.gguf_quantize).
 
     python -m text.bench --memory
     python -m text.bench --memory --types Q8_0 Q4_K_M F32 --max-new-tokens 32
@@ -46,6 +47,9 @@ def child(path: str, max_new_tokens: int, threads: int) -> dict:
     stages["load"] = rss()
     gen.generate(PROMPT, chat=True, max_new_tokens=max_new_tokens)
     stages["generate"] = rss()
+    again = text.load(path, engine="llama.cpp")    # a second model of the file: no one-time imports left to pay
+    again.generate(PROMPT, chat=True, max_new_tokens=max_new_tokens)
+    stages["second"] = rss()
     return stages
 
 
@@ -75,7 +79,8 @@ def main(argv=None) -> int:
     lines = [f"Command: `python -m text.bench --memory {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              "MiB; the baseline is a fresh process with torch, suite, text and llama_cpp imported.", "",
              "| file | size | baseline | + after text.load | x file | + after one generate (anon / file pages) "
-             "| x file |", "|---|---|---|---|---|---|---|"]
+             "| x file | + a second model of the file, after a generate | x file |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind in args.types:
         size, st = measure(kind, args.max_new_tokens, args.threads)
         mib = size / 2 ** 20
@@ -84,8 +89,9 @@ def main(argv=None) -> int:
         gen = st["generate"]["VmRSS"] - base["VmRSS"]
         anon = st["generate"]["RssAnon"] - base["RssAnon"]
         pages = st["generate"]["RssFile"] - base["RssFile"]
+        second = st["second"]["VmRSS"] - st["generate"]["VmRSS"]
         lines.append(f"| {kind} | {mib:.0f} | {base['VmRSS']:.0f} | {load:.0f} | {load / mib:.2f}x | {gen:.0f} "
-                     f"({anon:.0f} / {pages:.0f}) | {gen / mib:.2f}x |")
+                     f"({anon:.0f} / {pages:.0f}) | {gen / mib:.2f}x | {second:.0f} | {second / mib:.2f}x |")
     print("\n".join(lines))
     return 0
 
