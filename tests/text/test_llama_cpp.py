@@ -156,3 +156,9 @@ def test_the_matrix_types_are_read_from_the_header_alone(files):
     for path in files.values():
         want = {t.tensor_type.name for t in GGUFReader(str(path)).tensors if sum(d > 1 for d in t.shape) >= 2}
         assert gguf_matrix_types(path) == want
+
+
+def test_structured_output_compiles_against_the_files_transformers_tokenizer(engines):
+    gen = engines["Q8_0"]
+    res = gen.generate("Is the sea salty? Answer yes or no.", chat=True, regex=r"(yes|no)", max_new_tokens=4)
+    assert res.text in ("yes", "no")
