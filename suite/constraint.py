@@ -135,10 +135,13 @@ class Grammar:
 
 class Compiler:
     """Compiles schemas and regexes against one tokenizer (its vocabulary read once), keeping the last
-    `cache_size` grammars (LRU): a repeated schema costs nothing."""
+    `cache_size` grammars (LRU): a repeated schema costs nothing. A tokenizer with `for_grammar()` (the llama.cpp
+    engine's, text.llama_cpp_tokenizer) hands over the transformers tokenizer the backends read."""
 
     def __init__(self, tokenizer, vocab_size: int | None = None, eos_token_ids=(), budget: Budget = Budget(),
                  cache_size: int = 64):
+        if hasattr(tokenizer, "for_grammar"):
+            tokenizer = tokenizer.for_grammar()
         self.vocab_size = int(vocab_size or len(tokenizer))
         self.stop = sorted(set(eos_token_ids) or {tokenizer.eos_token_id})
         self.tokenizer, self.budget, self.cache_size = tokenizer, budget, cache_size

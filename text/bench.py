@@ -210,6 +210,8 @@ def parse_args(argv=None):
                                                         "(python -m text.bench --peers --help)")
     p.add_argument("--step", action="store_true", help="instead: the fixed step against free widths "
                                                        "(python -m text.bench --step --help)")
+    p.add_argument("--memory", action="store_true", help="instead: resident memory of GGUF files on the llama.cpp "
+                                                         "engine (python -m text.bench --memory --help)")
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
                    help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
@@ -227,6 +229,9 @@ def main(argv=None) -> None:
     if "--peers" in argv:            # ar against transformers' generate and llama.cpp (text/bench_peers.py)
         from .bench_peers import main as peers
         return peers([a for a in argv if a != "--peers"])
+    if "--memory" in argv:           # resident memory of GGUF files on the llama.cpp engine (text/bench_memory.py)
+        from .bench_memory import main as memory
+        return memory([a for a in argv if a != "--memory"])
     if "--step" in argv:             # the fixed step against free widths (text/bench_step.py)
         from .bench_step import main as step
         return step([a for a in argv if a != "--step"])

@@ -1,6 +1,7 @@
 """A GGUF file on the llama.cpp engine (`text.load(path, engine="llama.cpp")`): the weights stay in the file at
 their own type (no float32 copy), forwards run in llama.cpp (suite.models.llama_cpp), and the tokenizer and chat
-template come from the file's own metadata (transformers' GGUF reader, as the torch engine's conversion reads them).
+template come from the file's own metadata (llama.cpp's vocabulary: text.llama_cpp_tokenizer; structured output
+also reads transformers' tokenizer of the file, as the torch engine's conversion reads it).
 """
 from __future__ import annotations
 
@@ -33,13 +34,22 @@ def check_engine(engine: str | None, gguf: bool) -> None:
 
 def load_llama_cpp(path, threads: int | None = None, n_ctx: int | None = None):
     """(suite.models.llama_cpp.LlamaCppLM, tokenizer) of a GGUF file; ValueError naming the fix for a missing
-    or unreadable file, ImportError naming the install for a missing llama-cpp-python."""
+    or unreadable file, ImportError naming the install for a missing llama-cpp-python. The tokenizer reads the
+    vocabulary llama.cpp loaded (text.llama_cpp_tokenizer: no second copy through transformers; structured
+    output builds transformers' tokenizer of the file when first asked)."""
+    from dataclasses import replace
+
     from suite.models.llama_cpp import LlamaCppLM
+
+    from .llama_cpp_tokenizer import LlamaCppTokenizer
     source = Path(path).expanduser()
     if not source.is_file():
         raise ValueError(f"no GGUF file at {str(path)!r}: pass an existing local .gguf file (nothing is downloaded)")
-    tokenizer = gguf_tokenizer(source)
-    adapter = LlamaCppLM(source, n_ctx=n_ctx, threads=threads, eos_token_id=_eos_ids(tokenizer))
+    adapter = LlamaCppLM(source, n_ctx=n_ctx, threads=threads)
+    tokenizer = LlamaCppTokenizer(adapter.engine, grammar_tokenizer=lambda: gguf_tokenizer(source))
+    if tokenizer.eos_token_id is not None:
+        adapter.config = replace(adapter.config, eos_token_ids=frozenset([tokenizer.eos_token_id]),
+                                 pad_token_id=tokenizer.eos_token_id)
     return adapter, tokenizer
 
 
@@ -83,5 +93,3 @@ def _keep(tokenizer, folder: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _eos_ids(tokenizer) -> list[int] | None:
-    return None if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]

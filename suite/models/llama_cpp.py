@@ -37,7 +37,8 @@ INSTALL_FIX = ("the llama.cpp engine needs llama-cpp-python, built from source: 
                "bash scripts/setup.sh (or see requirements/optional/llama-cpp.txt for the pip command)")
 BATCH = 256        # tokens per llama_decode (a longer prefill goes in several)
 UBATCH = 64        # tokens per graph llama.cpp computes: its compute buffer holds UBATCH rows of logits
-N_CTX = 2048       # default context: its K/V (F16) and the weights stay within 1.5x a small file's size
+N_CTX = 2048       # default context: its K/V (F16) is 45 MiB for SmolLM2, cleared (resident) at load (BENCHMARKS.md)
+MAX_ROWS = 16      # rows (sequences) at once: the scheduler's default; llama.cpp reserves a row of logits for each
 SCRATCH_TOKEN = 0  # what pads a forward to min_width (any id: its logits are never read)
 
 
@@ -70,7 +71,7 @@ class LlamaCppEngine:
     Every call into llama.cpp happens in the thread that steps (the scheduler's); sequences freed
     by a cache's finaliser (any thread) are only queued here and removed before the next decode."""
 
-    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = 64,
+    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = MAX_ROWS,
                  flash_attn: bool = True, extra_buffers: bool = False):
         ll = self.ll = import_llama_cpp()
         self.path = Path(path).expanduser()
@@ -234,7 +235,7 @@ class LlamaCppLM(AdapterBase):
 
     capabilities = Capabilities(row_moves=True, plain_mask=True, cost_model=True)
 
-    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = 64,
+    def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = MAX_ROWS,
                  min_width: int | None = None, flash_attn: bool = True, extra_buffers: bool = False,
                  eos_token_id=None, pad_token_id=None):
         self.engine = LlamaCppEngine(path, n_ctx, threads, max_rows, flash_attn, extra_buffers)
@@ -269,24 +270,27 @@ class LlamaCppLM(AdapterBase):
         if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:
             raise ValueError("the llama.cpp engine returns logits only (no hidden states, no canvas)")
         B, N = tokens.shape
-        filled = positions.new_tensor(cache.filled)
+        # the batch is built in numpy (a few microseconds an op, where a torch op on these small tensors costs
+        # tens): tokens and positions live on the host, as llama.cpp's inputs and logits do
+        tok, pos = tokens.numpy(), positions.numpy()
+        filled = np.asarray(cache.filled, dtype=np.int64)
         # each row's real slots: those continuing its cached positions one by one (padding sits at position 0)
-        real = (positions == filled[:, None] + torch.arange(N, device=positions.device)).int().cumprod(1).bool()
+        real = np.logical_and.accumulate(pos == filled[:, None] + np.arange(N), axis=1)
         n = real.sum(1)
         cache.filled, cache.submitted = (filled + n).tolist(), n.tolist()
-        want = real.clone()
+        want = real.copy()
         want[:, :logits_from] = False
         width, vocab = max(N - logits_from, 0), self.config.vocab_size
         if not n.any():
             return positions.new_zeros(B, width, vocab, dtype=torch.float32)
-        seqs = positions.new_tensor(cache.seqs, dtype=torch.int32)[:, None].expand(B, N)
-        rows = self.engine.decode(tokens[real].int().numpy(), positions[real].int().numpy(), seqs[real].numpy(),
-                                  want[real].numpy(), self.min_width)
+        seqs = np.broadcast_to(np.asarray(cache.seqs, dtype=np.int32)[:, None], (B, N))
+        rows = self.engine.decode(tok[real].astype(np.int32), pos[real].astype(np.int32), seqs[real], want[real],
+                                  self.min_width)
         want = want[:, logits_from:]
         if want.all():
             return rows.view(B, width, vocab)
         out = torch.zeros(B, width, vocab)       # host: llama.cpp's logits live in host memory
-        out[want] = rows
+        out[torch.from_numpy(want)] = rows
         return out
 
 
@@ -307,8 +311,58 @@ def exact_width(path) -> int:
     """The narrowest forward whose kernels give the bits of every wider one, for this file's matrix types: one
     token where they all are in VEC_EXACT_TYPES, eight where a K-quant matrix takes the tiled kernel from eight
     tokens on ($GGML_CPU_TILED_MM is not 0), else two (llama.cpp's GEMM instead of one token's vec_dot)."""
-    from gguf import GGUFReader
-    types = {t.tensor_type.name for t in GGUFReader(str(path)).tensors if sum(d > 1 for d in t.shape) >= 2}
+    types = gguf_matrix_types(path)
     if types & TILED_TYPES and os.environ.get(TILED_ENV, "1") != "0":
         return TILED_WIDTH
     return 1 if types <= VEC_EXACT_TYPES else 2
+
+
+# ggml's tensor type ids (ggml.h, enum ggml_type) -> names; ids missing here read as "type <id>" (not exact)
+GGML_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+              11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+              19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+              27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+# GGUF metadata value types: fixed sizes in bytes (8: string, 9: array are read apart)
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def gguf_matrix_types(path) -> set[str]:
+    """The types of a GGUF file's matrices (tensors with two or more dimensions over 1), read from its header
+    alone: the metadata (a vocabulary of tens of thousands of strings) is skipped, not parsed into objects
+    (gguf.GGUFReader's parse kept about 13 MiB resident for SmolLM2's)."""
+    import struct
+
+    def u32(f):
+        return struct.unpack("<I", f.read(4))[0]
+
+    def u64(f):
+        return struct.unpack("<Q", f.read(8))[0]
+
+    def skip_value(f, kind: int, count: int = 1) -> None:
+        if kind == 8:                           # strings: a length, then the bytes
+            for _ in range(count):
+                f.seek(u64(f), 1)
+        elif kind == 9:                         # an array: element type, count, elements
+            for _ in range(count):
+                inner = u32(f)
+                skip_value(f, inner, u64(f))
+        else:
+            f.seek(_GGUF_SIZES[kind] * count, 1)
+
+    with open(path, "rb", buffering=1 << 20) as f:
+        if f.read(4) != b"GGUF" or u32(f) < 2:
+            raise ValueError(f"{str(path)!r} is not a GGUF file of version 2 or later: pass a .gguf file")
+        n_tensors, n_kv = u64(f), u64(f)
+        for _ in range(n_kv):
+            f.seek(u64(f), 1)                   # the key
+            skip_value(f, u32(f))
+        types = set()
+        for _ in range(n_tensors):
+            f.seek(u64(f), 1)                   # the name
+            n_dims = u32(f)
+            dims = struct.unpack(f"<{n_dims}Q", f.read(8 * n_dims))
+            kind = u32(f)
+            f.seek(8, 1)                        # the data offset
+            if sum(d > 1 for d in dims) >= 2:
+                types.add(GGML_TYPES.get(kind, f"type {kind}"))
+    return types

@@ -122,3 +122,43 @@ def test_exit_stops_the_stepping_thread_before_python_finalizes(files):
     assert engine.closed and (engine._thread is None or not engine._thread.is_alive())
     engine_module._close_at_exit(weakref.ref(gen.model.engine))
     assert gen.model.engine.ctx is None
+
+
+def test_the_tokenizer_reads_llama_cpps_vocabulary_as_transformers_does(engines, files):
+    """The engine's tokenizer (text.llama_cpp_tokenizer: llama.cpp's vocabulary, no transformers tokenizer
+    resident) gives transformers' ids, chat text and decoded text, except that llama.cpp's smollm pre-tokenizer
+    splits digits first (as SmolLM2's own tokenizer.json): a newline run before a digit is one token there."""
+    from text.llama_cpp_engine import gguf_tokenizer
+    from text.llama_cpp_tokenizer import LlamaCppTokenizer
+    from text.prompts import GROUPS
+    tok = engines["Q8_0"].tokenizer
+    assert isinstance(tok, LlamaCppTokenizer)
+    ref = gguf_tokenizer(files["Q8_0"])
+    assert (tok.eos_token_id, tok.pad_token_id, len(tok)) == (ref.eos_token_id, ref.pad_token_id, len(ref))
+    texts = [p for group in GROUPS.values() for p, _ in group] + PROMPTS + ["héllo wörld — 日本語 🙂\t tabs"]
+    for t in texts:
+        chat = [{"role": "user", "content": t}]
+        assert tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == \
+            ref.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        ids = ref(t, add_special_tokens=False)["input_ids"]
+        if not any(c.isdigit() for c in t):
+            assert tok(t)["input_ids"] == ref(t)["input_ids"]
+        for k in range(0, len(ids), 7):          # prefixes: a cut multi-byte character reads as U+FFFD in both
+            assert tok.decode(ids[:k]) == ref.decode(ids[:k], skip_special_tokens=False)
+    assert [ref.convert_ids_to_tokens(i) for i in tok("\n\n1.")["input_ids"]] == ["ĊĊ", "1", "."]
+    assert tok.decode(tok("<|im_start|>user\nhi<|im_end|>")["input_ids"], skip_special_tokens=True) == "user\nhi"
+
+
+def test_the_matrix_types_are_read_from_the_header_alone(files):
+    from gguf import GGUFReader
+
+    from suite.models.llama_cpp import gguf_matrix_types
+    for path in files.values():
+        want = {t.tensor_type.name for t in GGUFReader(str(path)).tensors if sum(d > 1 for d in t.shape) >= 2}
+        assert gguf_matrix_types(path) == want
+
+
+def test_structured_output_compiles_against_the_files_transformers_tokenizer(engines):
+    gen = engines["Q8_0"]
+    res = gen.generate("Is the sea salty? Answer yes or no.", chat=True, regex=r"(yes|no)", max_new_tokens=4)
+    assert res.text in ("yes", "no")
