@@ -94,7 +94,8 @@ def llama_cpp_runner(path: Path, threads: int, lookup: bool, eos: frozenset = fr
     if lookup:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=10)
-    llm = Llama(str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False, **kwargs)
+    llm = Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False, **kwargs)  # room for
+    # a long prompt and a lookup draft past it (llama-cpp-python keeps n_ctx rows of scores)
 
     def run(ids: list[int], max_new: int, schema: dict | None = None) -> list[int]:
         grammar = None
