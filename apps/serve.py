@@ -532,6 +532,10 @@ def main(argv=None) -> None:
     p.add_argument("--suffix-tree-tokens", type=int, default=200_000,
                    help="tokens of earlier outputs the model's global suffix tree keeps for the suffix and auto "
                         "decoders, oldest requests evicted first (default 200000, about 45 MB)")
+    p.add_argument("--suffix-tree-file", default=None, metavar="PATH",
+                   help="keep the global suffix tree across restarts: 'auto' (the model's file in the parasuite "
+                        "cache) or a path; read at start, written as requests end (at most every 30 s) and at exit; "
+                        "it holds at most --suffix-tree-tokens tokens, a few bytes each (default: memory only)")
     args = p.parse_args(argv)
     import uvicorn
 
@@ -540,7 +544,8 @@ def main(argv=None) -> None:
     if args.prefix_cache_mb > 0:
         gen.use_prefix_cache(args.prefix_cache_mb << 20)
     from suite.decoders.chain.suffix import global_tree
-    global_tree(gen.model, args.suffix_tree_tokens)       # made now with the operator's cap, shared by every request
+    global_tree(gen.model, args.suffix_tree_tokens, args.suffix_tree_file)   # made now with the operator's cap (and
+                                                                            # file), shared by every request
     app = build_app(gen, args.served_model_name, args.api_key, args.max_queue, args.max_body_bytes)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who reaches it can use it")

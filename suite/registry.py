@@ -58,7 +58,8 @@ ENTRIES: tuple[DecoderEntry, ...] = (
                  "suffix-automaton drafts (the text so far + a static corpus=), with Token Recycling's tree"),
     DecoderEntry("suffix", _D + "chain.suffix:SuffixDecoding", ("any",), "in distribution",
                  "SuffixDecoding: frequency-scored trees from suffix trees over the request and over earlier "
-                 "outputs (one global tree per model), adaptive length, tree-verified"),
+                 "outputs (one global tree per model, optionally on disk), adaptive length, with Token Recycling's "
+                 "tree, tree-verified"),
     DecoderEntry("auto", _D + "chain.auto:Auto", ("any",), "in distribution",
                  "per request, the lossless decoder with the best measured tokens/s (eagle, ngram, lookahead, token_recycling, "
                  "sam_decoding, suffix, ar)"),

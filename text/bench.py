@@ -12,7 +12,8 @@ generate, its sampler as our decoder, the block commit rules (text/bench_diffusi
 `--group agentic`: streams of agent-like requests (text/agentic_prompts.py: tool calls with JSON arguments,
 code edits, multi-turn chat quoting earlier answers, extraction over similar documents), each request built
 from the model's own earlier answers, through the scheduler as the server runs them; `suffix` with its global
-tree and without, against `ar` and the other training-free drafters.
+tree and without, against `ar` and the other training-free drafters (wall time and the process's CPU time);
+`--llama-cpp Q8_0` adds llama.cpp's own plain and prompt-lookup decoding of the same requests.
 
 `--group structured`: structured output (suite.constraint) on extraction prompts with JSON schemas
 (people, orders, events: nested objects, arrays, enums): each decoder constrained, against
@@ -212,6 +213,10 @@ def parse_args(argv=None):
                                                        "(python -m text.bench --step --help)")
     p.add_argument("--memory", action="store_true", help="instead: resident memory of GGUF files on the llama.cpp "
                                                          "engine (python -m text.bench --memory --help)")
+    p.add_argument("--llama-cpp", nargs="+", default=[], metavar="TYPE",
+                   help="--group agentic: also llama.cpp's own plain and prompt-lookup decoding (llama-cpp-python, "
+                        "greedy, JSON schemas through its grammar) of the embedded model as a TYPE GGUF (F32, Q8_0, "
+                        "...: text.gguf_quantize), where llama-cpp-python is installed")
     p.add_argument("--keep-cost", dest="refresh_cost", action="store_false",
                    help="reuse the cached cost curves (default: measure them again, under this run's load)")
     args = p.parse_args(argv)
@@ -390,26 +395,41 @@ def agentic_runs(gen, args) -> list[tuple[str, str, dict]]:
         runs.append((name, name, gen.bench_options(name)))       # auto's other candidates: the model's options
         if name == "suffix":
             runs.append(("suffix, no global tree", "suffix", {"global_tree": None}))
+    for kind in getattr(args, "llama_cpp", None) or ():
+        from .bench_peers import llama_cpp_runner
+        from .gguf_quantize import embedded_gguf
+        path = embedded_gguf(kind)
+        for lookup in (False, True):
+            runs.append((f"llama.cpp {kind}{', prompt lookup' if lookup else ''}",
+                         llama_cpp_runner(path, torch.get_num_threads(), lookup, frozenset(gen.eos_token_ids)), {}))
     return runs
 
 
-def run_session(gen, system, turns, decoder, options, max_new) -> list[tuple[list[int], float, object]]:
+def run_session(gen, system, turns, decoder, options, max_new) -> list[tuple[list[int], float, object, float]]:
     """Each turn of a session in order, its prompt the system message, the earlier turns and the model's
     answers to them (chat template), its JSON schema (if any) enforced without forced spans (every
-    decoder's gain is its drafts'): (new tokens, wall seconds, stats) per turn."""
+    decoder's gain is its drafts'): (new tokens, wall seconds, stats, the process's CPU seconds) per turn (on a
+    shared core the CPU seconds move less with the other jobs' load than the wall time). `decoder` may be a peer's
+    run(ids, max_new, schema) (llama.cpp's own decoding: no stats, its schema through its own grammar)."""
     history = [{"role": "system", "content": system}] if system else []
     out = []
     for user, schema in turns:
         history.append({"role": "user", "content": user})
         text = gen.tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
         ids = gen.tokenizer(text, add_special_tokens=False)["input_ids"]
-        grammar = gen.grammar(schema, **STRICT) if schema is not None else None
-        t0 = time.perf_counter()
-        res = gen.submit_rows([ids], decoder, max_new, grammar=grammar, forced_spans=False, **options).result()
-        wall = time.perf_counter() - t0
-        new = cut_at_eos(res.new_tokens[0], gen.eos_token_ids)
+        c0 = time.process_time()
+        if callable(decoder):
+            t0 = time.perf_counter()
+            tokens, stats = decoder(ids, max_new, schema), None
+        else:
+            grammar = gen.grammar(schema, **STRICT) if schema is not None else None
+            t0 = time.perf_counter()
+            res = gen.submit_rows([ids], decoder, max_new, grammar=grammar, forced_spans=False, **options).result()
+            tokens, stats = res.new_tokens[0], res.stats
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        new = cut_at_eos(tokens, gen.eos_token_ids)
         history.append({"role": "assistant", "content": gen.decode(new)})
-        out.append((new, wall, res.stats))
+        out.append((new, wall, stats, cpu))
     return out
 
 
@@ -424,28 +444,34 @@ def measure_agentic(gen, groups, runs, max_new) -> dict:
             reference = reference or [t[0] for t in turns_out]
             for key in (group, "all"):
                 r = rows[(key, label)]
-                for (new, wall, stats), ref in zip(turns_out, reference):
+                for (new, wall, stats, cpu), ref in zip(turns_out, reference):
                     r["tokens"] += len(new)
-                    r["forwards"] += stats.num_forwards
                     r["time"] += wall
+                    r["cpu"] += cpu
                     r["exact"] += new == ref
                     r["prompts"] += 1
-                    _add_draft_stats(r, stats)
+                    if stats is not None:          # a peer's run (llama.cpp) counts no forwards
+                        r["forwards"] += stats.num_forwards
+                        _add_draft_stats(r, stats)
     return rows
 
 
 def agentic_table(rows, groups, labels) -> str:
     head = ("| group | decoder | forwards | tok/forward | tok/s | speedup vs ar | vs best of "
-            + "/".join(PEER_DRAFTERS) + " | exact = ar | draft time, auto's choices |")
+            + "/".join(PEER_DRAFTERS) + " | CPU time: vs ar, vs best | exact = ar | draft time, auto's choices |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for group in groups:
         tps = {label: rows[(group, label)]["tokens"] / rows[(group, label)]["time"] for label in labels}
+        tpc = {label: rows[(group, label)]["tokens"] / max(rows[(group, label)]["cpu"], 1e-9) for label in labels}
         peers = [tps[p] for p in PEER_DRAFTERS if p in tps]
+        peers_cpu = [tpc[p] for p in PEER_DRAFTERS if p in tpc]
         for label in labels:
             r = rows[(group, label)]
             vs_peers = f"{tps[label] / max(peers):.2f}x" if peers else "–"
-            lines.append(f"| {group} | {label} | {int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f} | "
-                         f"{tps[label]:.1f} | {tps[label] / tps[labels[0]]:.2f}x | {vs_peers} | "
+            cpu = f"{tpc[label] / tpc[labels[0]]:.2f}x, " + (f"{tpc[label] / max(peers_cpu):.2f}x" if peers_cpu else "–")
+            fw = f"{int(r['forwards'])} | {r['tokens'] / r['forwards']:.2f}" if r["forwards"] else "– | –"
+            lines.append(f"| {group} | {label} | {fw} | "
+                         f"{tps[label]:.1f} | {tps[label] / tps[labels[0]]:.2f}x | {vs_peers} | {cpu} | "
                          f"{int(r['exact'])}/{int(r['prompts'])} | {_notes(r)} |")
     return "\n".join(lines)
 
@@ -472,6 +498,9 @@ def agentic(gen, args, argv) -> None:
     labels = [label for label, _, _ in runs]
     for _, decoder, options in runs:     # warm up every path once (with throwaway global trees: none is taught)
         warm = {**options, "global_tree": None} if decoder == "suffix" else options
+        if callable(decoder):
+            run_session(gen, None, [("Hi", AGENTIC["tool calls"][1][0][0][1])], decoder, {}, 4)
+            continue
         if decoder == "auto":
             warm = {"options": {**options["options"], "suffix": {"global_tree": None}}}
         run_session(gen, None, [("Hi", AGENTIC["tool calls"][1][0][0][1])], decoder, warm, 4)
@@ -486,12 +515,23 @@ def agentic(gen, args, argv) -> None:
         "own earlier answers and run through the scheduler; tool calls and extraction constrained by their JSON "
         "schemas (strict, no forced spans for any decoder). `suffix` and `auto` start with an empty global "
         "tree of their own; `suffix, no global tree` drafts from the request's own tree only. tok/s from each "
-        "request's wall time.",
+        "request's wall time; CPU time: the process's CPU seconds per request (what a shared core's other jobs "
+        "move less), its speedups over ar and over the best peer." + peers_note(args),
         agentic_table(rows, names, labels), global_share(rows, names)])
     print(body)
     if args.write:
         write_benchmarks(body, args.out, "text-agentic")
         print(f"\nwrote {args.out}")
+
+
+def peers_note(args) -> str:
+    """What the llama.cpp rows of the agentic table ran (empty without --llama-cpp)."""
+    if not args.llama_cpp:
+        return ""
+    return (" llama.cpp rows: llama-cpp-python's greedy generate (plain, and with its LlamaPromptLookupDecoding, "
+            f"10 tokens) on the embedded model as a {'/'.join(args.llama_cpp)} GGUF (text.gguf_quantize), schemas "
+            "through its own grammar (its end of text counted as the model's); its forwards are not counted; "
+            "exact = the same tokens as our ar.")
 
 
 def args_without_hf(args):

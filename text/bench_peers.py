@@ -84,20 +84,33 @@ def transformers_generate(model):
     return run
 
 
-def llama_cpp_runner(path: Path, threads: int, lookup: bool):
+def llama_cpp_runner(path: Path, threads: int, lookup: bool, eos: frozenset = frozenset()):
+    """llama-cpp-python's greedy generate on the GGUF `path` (with its prompt-lookup drafter when `lookup`):
+    run(ids, max_new, schema=None) -> new tokens, stopping after a token of `eos`; a JSON schema (a dict)
+    constrains it through llama.cpp's own grammar (LlamaGrammar.from_json_schema), which ends on llama.cpp's
+    end-of-text token: that one stands for the first of `eos`."""
     from llama_cpp import Llama
     kwargs = {}
     if lookup:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         kwargs["draft_model"] = LlamaPromptLookupDecoding(num_pred_tokens=10)
-    llm = Llama(str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False, **kwargs)
+    llm = Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False, **kwargs)  # room for
+    # a long prompt and a lookup draft past it (llama-cpp-python keeps n_ctx rows of scores)
 
-    def run(ids: list[int], max_new: int) -> list[int]:
+    def run(ids: list[int], max_new: int, schema: dict | None = None) -> list[int]:
+        grammar = None
+        if schema is not None:
+            import json
+
+            from llama_cpp import LlamaGrammar
+            grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
         llm.reset()
         out = []
-        for token in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        for token in llm.generate(ids, temp=0.0, top_k=1, reset=True, grammar=grammar):
+            if eos and token == llm.token_eos() and token not in eos:   # a grammar ends on llama.cpp's own
+                token = min(eos)                                          # end of text: counted as the model's
             out.append(token)
-            if len(out) == max_new:
+            if len(out) == max_new or token in eos:
                 break
         return out
     return run

@@ -142,3 +142,71 @@ def test_suffix_rates_learn_from_steps_another_decoder_ran():
     SuffixDecoding._shadow(row, tree, [7, 8])              # 7 and 8 hit, 5 missed, 9 (depth 3) not known
     assert rates.tries == {("global", 0, 0): 1.0, ("global", 1, 0): 1.0, ("global", 0, 1): 1.0}
     assert rates.hits == {("global", 0, 0): 1.0, ("global", 1, 0): 1.0, ("global", 0, 1): 0.0}
+
+
+def test_global_tree_kept_on_disk_within_its_cap(tmp_path):
+    """save/load: the sequences come back oldest first (the index rebuilt: the same drafts), the cap keeps the
+    newest, a missing or foreign file gives an empty tree; the file grows no further once the tree is full."""
+    rng = random.Random(1)
+    tree = SuffixTree(max_tokens=3_000)
+    for _ in range(200):
+        tree.add(tree.new_sequence(), [rng.randrange(300) for _ in range(rng.randrange(10, 60))])
+    path = tmp_path / "tree.json"
+    tree.save(path)
+    back = SuffixTree.load(path, 3_000)
+    assert list(back.seqs.values()) == list(tree.seqs.values()) and back.tokens == tree.tokens <= 3_000
+    context = list(tree.seqs.values())[-1][:12]
+    assert back.speculate(context, 4, 16, 0.0) == tree.speculate(context, 4, 16, 0.0)
+    small = SuffixTree.load(path, 1_000)                       # a smaller cap keeps the newest sequences
+    assert small.tokens <= 1_000 and list(small.seqs.values()) == list(tree.seqs.values())[-len(small.seqs):]
+    size = path.stat().st_size
+    for _ in range(200):
+        tree.add(tree.new_sequence(), [rng.randrange(300) for _ in range(rng.randrange(10, 60))])
+    tree.save(path)
+    assert path.stat().st_size < 1.3 * size and size < 8 * 3_000     # bounded: a few bytes a token
+    (tmp_path / "other.json").write_text('{"not": "a tree"}')
+    assert SuffixTree.load(tmp_path / "other.json").tokens == 0 == SuffixTree.load(tmp_path / "none.json").tokens
+
+
+def test_global_file_keeps_the_model_tree_across_processes(tmp_path):
+    """global_file: the model's tree is read from the file when first made and written as requests end, so a new
+    process (here: a new model object of the same weights) drafts from the earlier requests' outputs."""
+    import suite.decoders.chain.suffix as sfx
+    path = str(tmp_path / "g.json")
+    model = tiny_model("qwen2")
+    prompt = torch.tensor([[3, 17, 29, 41, 8, 66]])
+    kw = dict(decoder="suffix", max_new_tokens=32, cost=None, max_spec=16, global_file=path)
+    first = suite.generate(model, prompt, **kw)
+    assert SuffixTree.load(path).tokens == 32
+    sfx._GLOBAL.pop(model)                                     # a new process: no tree in memory
+    again = suite.generate(model, prompt, **kw)
+    alone = suite.generate(model, prompt, **{**kw, "global_tree": None})
+    assert first.new_tokens == again.new_tokens == alone.new_tokens
+    assert again.stats.num_forwards < alone.stats.num_forwards
+    assert global_tree(model).path == path
+
+
+def test_auxiliary_recycled_successors_join_the_tree_and_stay_exact():
+    """auxiliary='token_recycling' (the default) adds Token Recycling's nodes to the draft tree; None leaves the
+    paper's trees alone; both give ar's tokens."""
+    from suite.decoders.chain.token_recycling import KIND
+    model = tiny_model("llama")
+    prompt = torch.tensor([[3, 17, 29, 41, 8, 66, 3, 17]])
+    ar = suite.generate(model, prompt, decoder="ar", max_new_tokens=24)
+    seen = []
+    orig = SuffixDecoding.accept
+
+    def spy(self, state, draft, logits):
+        seen.extend(draft.meta[0].sources)
+        return orig(self, state, draft, logits)
+    SuffixDecoding.accept = spy
+    try:
+        kw = dict(decoder="suffix", max_new_tokens=24, cost=None, global_tree=None)
+        with_aux = suite.generate(model, prompt, **kw)
+        assert KIND in seen
+        seen.clear()
+        alone = suite.generate(model, prompt, **kw, auxiliary=None)
+        assert KIND not in seen
+    finally:
+        SuffixDecoding.accept = orig
+    assert with_aux.new_tokens == alone.new_tokens == ar.new_tokens

@@ -8,14 +8,19 @@ last occurred (at most `occurrences` places, the most recent), and builds the no
 from those occurrences: the same counts (over the recent occurrences) without a node per substring, so
 memory is a few entries per stored token. The tree is bounded by `max_tokens`: adding past it evicts
 whole sequences, oldest first, and every index entry of an evicted sequence goes with it.
+
+`save` / `load` keep a tree on disk (its sequences, oldest first, as compact JSON, written atomically; the
+index is rebuilt on load): the file holds at most `max_tokens` tokens, a few bytes each.
 """
 from __future__ import annotations
 
 import heapq
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 
-ANCHORS = (8, 2)     # n-gram lengths indexed, the longest looked up first (shorter matches are not drafted from)
+ANCHORS = (8, 2, 1)  # n-gram lengths indexed, the longest with an earlier occurrence looked up first
 SHIFT = 32           # a position is sequence id << SHIFT | index
 
 
@@ -49,6 +54,8 @@ class SuffixTree:
         self.lookups = self.hits = self.drafted = self.accepted = 0
         self.evicted = 0
         self.rates = None                           # the drafts' node rates, shared by the requests (suffix.py)
+        self.path: str | None = None                # where `save_now` keeps it (suffix.py's global_file)
+        self.saved_at = 0.0
         self._next = 0
         self._lock = threading.Lock()               # one tree may serve requests on several threads
 
@@ -182,12 +189,51 @@ class SuffixTree:
                 heap = [h for h in heap if h[3] == me]     # a path: only the newest node's best child
         return out
 
+    # -- on disk ------------------------------------------------------------------------------------------
+
+    FORMAT = "parasuite-suffix-tree"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """The sequences, oldest first, into `path` (compact JSON, written atomically: a reader never sees a
+        half-written file); at most `max_tokens` tokens, as in memory."""
+        from ...runtime.storage import write_json
+        with self._lock:
+            data = {"format": self.FORMAT, "version": 1, "max_tokens": self.max_tokens,
+                    "sequences": [list(seq) for seq in self.seqs.values() if seq]}
+        write_json(path, data, indent=None)
+        self.saved_at = time.monotonic()
+
+    def save_now(self, every: float = 0.0) -> bool:
+        """Save to `self.path` (where set) if at least `every` seconds passed since the last save; whether it
+        saved. A file that cannot be written leaves the tree in memory only."""
+        if self.path is None or time.monotonic() - self.saved_at < every:
+            return False
+        try:
+            self.save(self.path)
+        except OSError:
+            return False
+        return True
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, max_tokens: int | None = None, **kw) -> "SuffixTree":
+        """A tree with the sequences saved in `path` (oldest first, so the cap `max_tokens` keeps the newest);
+        an empty tree where the file is missing or not one of these."""
+        from ...runtime.storage import read_json
+        tree = cls(max_tokens, **kw)
+        data = read_json(path, default=None)
+        if isinstance(data, dict) and data.get("format") == cls.FORMAT and isinstance(data.get("sequences"), list):
+            for seq in data["sequences"]:
+                if isinstance(seq, list) and all(isinstance(x, int) for x in seq):
+                    tree.add(tree.new_sequence(), seq)
+        tree.path = os.fspath(path)
+        return tree
+
     def stats(self) -> dict:
         """Size and use: stored tokens and sequences, index entries, the cap, evictions; lookups that
         found a draft (hit rate) and drafted / accepted tokens (their acceptance)."""
         with self._lock:
             return {"tokens": self.tokens, "sequences": len(self.seqs), "index_entries": self.entries(),
-                    "max_tokens": self.max_tokens, "evicted": self.evicted, "lookups": self.lookups,
+                    "max_tokens": self.max_tokens, "evicted": self.evicted, "file": self.path, "lookups": self.lookups,
                     "hits": self.hits, "hit_rate": self.hits / self.lookups if self.lookups else 0.0,
                     "drafted": self.drafted, "accepted": self.accepted,
                     "acceptance": self.accepted / self.drafted if self.drafted else 0.0}
