@@ -446,8 +446,11 @@ def agentic_table(rows, groups, labels) -> str:
 
 
 def global_share(rows, groups) -> str:
-    """How much of suffix's speedup over ar its global tree gave, per group: (with - without) / (with - 1)."""
+    """How much of suffix's speedup over ar its global tree gave, per group: (with - without) / (with - 1); empty
+    where `suffix` did not run (--decoders without it)."""
     parts = []
+    if not all((group, label) in rows for group in groups for label in ("ar", "suffix", "suffix, no global tree")):
+        return ""
     for group in groups:
         speed = {label: rows[(group, label)]["tokens"] / rows[(group, label)]["time"]
                  / (rows[(group, "ar")]["tokens"] / rows[(group, "ar")]["time"])
@@ -482,7 +485,7 @@ def agentic(gen, args, argv) -> None:
         "schemas (strict, no forced spans for any decoder). `suffix` and `auto` start with an empty global "
         "tree of their own; `suffix, no global tree` drafts from the request's own tree only. tok/s from each "
         "request's wall time.",
-        agentic_table(rows, names, labels), global_share(rows, names)])
+        agentic_table(rows, names, labels), global_share(rows, names)]).rstrip()
     print(body)
     if args.write:
         write_benchmarks(body, args.out, "text-agentic")
