@@ -2,14 +2,16 @@
 model: the tokens a row is expected to commit per step over the price of that step's forward.
 
 Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, suffix, ar by default) is judged by
-what it did in this request (`Seen`: tokens a live row committed per step, draft tokens a row per forward).
+what it did (`Seen`: tokens a live row committed per step, draft tokens a row per forward), first from the
+model's prior (what the candidates committed in this process's earlier requests on this model: `prior`) and then
+from this batch's own steps.
 Its expected rate for R live rows is R * committed / cost(R rows of its width) on the target's measured
 cost curve (suite.cost: measured once per model and machine; without one every forward costs 1). On a
 fixed step (`capabilities.step_width`: suite.models.step) every slot up to W is free, so the choice is by
 expected committed tokens alone; on free widths drafting turns down as the batch grows and the forward
 widens, and a tree pays the masked curve. No choice reads the clock: the same request on the same model
-takes the same steps whatever the machine's load. A drafting candidate runs only where it beats `ar` by
-`margin`. Each candidate is tried for `probe` steps first; every `recheck` steps the runner-up or `ar` (in
+after the same earlier requests takes the same steps whatever the machine's load. A drafting candidate runs only
+where it beats `ar` by `margin`. A candidate the model has never run is tried for `probe` steps; every `recheck` steps the runner-up or `ar` (in
 turn) gets one step so its figures stay fresh; `ar` is always a candidate and is what nothing better has
 beaten. Each step is one candidate's own propose/accept on the shared cache, so every step is lossless given
 the history (greedy: equal to `ar`), and so is the whole request: the choice only reads the past.
@@ -27,6 +29,7 @@ and sees them as `state.rows` / `state.shared` while it runs.
 from __future__ import annotations
 
 import warnings
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -36,11 +39,12 @@ from ...loop import Acceptance, DecodeState, Draft
 from ..base import DecoderBase
 
 _WARNED: set[str] = set()
+_PRIORS: "weakref.WeakKeyDictionary[Any, dict[str, Seen]]" = weakref.WeakKeyDictionary()   # model -> its prior
 
 
 @dataclass
 class Seen:
-    """What a candidate did in this request (exponential means over its steps)."""
+    """What a candidate did (exponential means over its steps)."""
     committed: float = 0.0     # tokens a live row committed per step
     width: float = 1.0         # tokens a row the forward scored (the draft's width)
     steps: int = 0
@@ -61,7 +65,7 @@ class AutoRow:
 @dataclass
 class AutoShared:
     usable: list                          # the candidates this request can run (bound decoders)
-    seen: dict[str, Seen]                 # candidate name -> this batch's figures
+    seen: dict[str, Seen]                 # candidate name -> this batch's figures (from the model's prior)
     shared: dict[str, Any]                # candidate name -> its own batch-wide state (its state.shared)
     fixed: Any = None                     # a sampled request's one candidate (None: greedy, chosen each step)
     step: int = 0                         # measured steps so far
@@ -105,20 +109,21 @@ class Auto(DecoderBase):
     candidates: tuple[str, ...] = ("eagle", "ngram", "lookahead", "token_recycling", "sam_decoding", "suffix", "ar")
     draft_head: Any = None    # eagle's head (text.load() passes the embedded model's); None: no eagle
     options: Any = None       # candidate name -> its options (text.load() passes sam_decoding's corpus and tokenizer)
-    probe: int = 1            # steps a candidate gets in a request before it is judged
+    probe: int = 1            # steps a candidate never run on this model gets before it is judged
     recheck: int = 12         # the runner-up gets one step this often
-    weight: float = 0.3       # of a new step in this batch's means
+    weight: float = 0.3       # of a new step in this batch's means (the model's prior takes a tenth of it)
     margin: float = 1.1       # a drafting candidate runs only where its expected rate beats ar's by this factor
     decoders: tuple = ()      # the bound candidates (bind fills this)
     curves: tuple = (None, None)   # the target's (causal, masked) cost curves (bind fills them)
+    prior: Any = None         # the model's prior, candidate name -> Seen (bind fills it; shared by its requests)
 
     name: ClassVar[str] = "auto"
     requires: ClassVar[frozenset] = frozenset()
 
     def _identity(self) -> tuple:
-        """What makes two autos drive rows alike: hyperparameters (options by value)."""
+        """What makes two autos drive rows alike: hyperparameters (options by value) and the model's prior."""
         return (self.candidates, _frozen(self.draft_head), _frozen(self.options), self.probe, self.recheck, self.weight,
-                self.margin)
+                self.margin, id(self.prior))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Auto) and self._identity() == other._identity()
@@ -154,7 +159,7 @@ class Auto(DecoderBase):
         if not bound:
             raise ValueError(f"auto found none of {', '.join(self.candidates)} usable on this model")
         masked = target_curve(adapter, True) if adapter.capabilities.custom_mask else None
-        return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked))
+        return replace(self, decoders=tuple(bound), curves=(target_curve(adapter), masked), prior=_prior(adapter))
 
     def start(self, state: DecodeState) -> None:
         if not self.decoders:
@@ -165,7 +170,9 @@ class Auto(DecoderBase):
         if fixed is not None:
             usable = [fixed]
         rows = [AutoRow() for _ in range(state.batch)]
-        shared = AutoShared(usable, {d.name: Seen() for d in usable}, {}, fixed)
+        prior = self.prior if self.prior is not None else {}
+        seen = {d.name: replace(prior[d.name]) if d.name in prior else Seen() for d in usable}
+        shared = AutoShared(usable, seen, {}, fixed)
         for d in usable:
             state.rows, state.shared = [], None
             d.start(state)
@@ -259,7 +266,10 @@ class Auto(DecoderBase):
             return acc
         live = [c for c, done in zip(acc.committed, state.done) if not done] or acc.committed
         committed = sum(len(c) for c in live) / max(len(live), 1)
-        a.seen[dec.name].update(committed, float(draft.tokens.shape[1]), self.weight)
+        width = float(draft.tokens.shape[1])
+        a.seen[dec.name].update(committed, width, self.weight)
+        if self.prior is not None:
+            self.prior.setdefault(dec.name, Seen()).update(committed, width, self.weight / 10)
         a.step += 1
         return acc
 
@@ -276,6 +286,16 @@ class Auto(DecoderBase):
     @staticmethod
     def _eagle(a: AutoShared):
         return next((d for d in a.usable if d.name == "eagle"), None)
+
+
+def _prior(adapter) -> dict[str, Seen]:
+    """The model's prior: what the candidates committed in this process's earlier requests on this model (one per
+    loaded model, kept while it lives; never on disk, so a new process starts from the same empty prior)."""
+    model = getattr(adapter, "model", adapter)
+    try:
+        return _PRIORS.setdefault(model, {})
+    except TypeError:                       # not weakly referable: a prior of this adapter object only
+        return {}
 
 
 def _frozen(value) -> Any:
