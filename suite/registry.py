@@ -61,7 +61,7 @@ ENTRIES: tuple[DecoderEntry, ...] = (
                  "outputs (one global tree per model), adaptive length, tree-verified"),
     DecoderEntry("auto", _D + "chain.auto:Auto", ("any",), "in distribution",
                  "every step, the lossless decoder expected to commit the most tokens per cost of its forward (on a fixed "
-                 "step: the most tokens), learned from the request (eagle, ngram, lookahead, token_recycling, sam_decoding, "
+                 "step: the most tokens), learned from its steps (eagle, ngram, lookahead, token_recycling, sam_decoding, "
                  "suffix, ar)"),
     DecoderEntry("ngram_prior", _D + "chain.ngram_prior:NgramPrior", ("document",), "in distribution",
                  "drafts from a previous version of the text (prior_texts=), verified"),
