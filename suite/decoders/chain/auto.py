@@ -3,9 +3,9 @@ model: the tokens a row is expected to commit per step over the price of that st
 
 Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, suffix, ar by default) is judged by
 what it did (`Seen`: tokens a live row committed per step, draft tokens a row per forward), first from the
-model's prior (what the candidates committed in this process's earlier requests on this model: `prior`) and then
-from this batch's own steps. Its expected rate for R live rows is R * committed / cost(R rows of its width) on the target's measured
-cost curve (suite.cost: measured once per model and machine; without one every forward costs 1). On a
+model's prior (what the candidates committed in this process's earlier requests on this model: `prior`) and
+then from this batch's own steps. Its expected rate for R live rows is R * committed / cost(R rows of its
+width) on the target's measured cost curve (suite.cost: measured once per model and machine; without one every forward costs 1). On a
 fixed step (`capabilities.step_width`: suite.models.step) every slot up to W is free, so the choice is by
 expected committed tokens alone; on free widths drafting turns down as the batch grows and the forward
 widens, and a tree pays the masked curve. No choice reads the clock: the same request on the same model
