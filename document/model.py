@@ -191,7 +191,7 @@ class OCRAdapter(CrossAttentionAdapter):
         return next(self.model.parameters()).device
 
     def cost_identity(self) -> list[str]:
-        """What this reader's forward cost and `auto`'s measured prior depend on besides the machine
+        """What this reader's forward cost depends on besides the machine
         (suite.cost's key): the architecture (config without training counters), dtype and device."""
         arch = {k: v for k, v in self.model.cfg.items() if not k.startswith("train_")}
         return ["OCRModel", json.dumps(arch, sort_keys=True), str(next(self.model.parameters()).dtype), str(self.device)]

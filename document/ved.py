@@ -68,7 +68,7 @@ class VEDAdapter(CrossAttentionAdapter):
         return self.model.device
 
     def cost_identity(self) -> list[str]:
-        """suite.cost's key for this checkpoint (and `auto`'s prior): its class, config, dtype, device."""
+        """suite.cost's key for this checkpoint: its class, config, dtype, device."""
         return [type(self.model).__name__, self.model.config.to_json_string(use_diff=False), str(self.model.dtype),
                 str(self.device)]
 

@@ -78,12 +78,6 @@ def _key(adapter, masked: bool) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def model_key(adapter) -> str:
-    """The key of a model, its dtype, device, matmul forms, threads and machine (what the cost curve and
-    auto's prior are kept under)."""
-    return _key(adapter, False)
-
-
 @dataclass(frozen=True)
 class FixedStepCurve(CostCurve):
     """The cost of a model whose every step scores `width` slots a row (suite.loop.step_width): a step
@@ -337,4 +331,4 @@ def target_curve(adapter, masked: bool = False) -> CostCurve | None:
 
 
 __all__ = ["AcceptanceRates", "CostCurve", "FixedStepCurve", "fixed_step_curve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
-           "forward_cost", "measure_curve", "model_key", "record", "target_curve"]
+           "forward_cost", "measure_curve", "record", "target_curve"]

@@ -61,8 +61,9 @@ ENTRIES: tuple[DecoderEntry, ...] = (
                  "outputs (one global tree per model, optionally on disk), adaptive length, with Token Recycling's "
                  "tree, tree-verified"),
     DecoderEntry("auto", _D + "chain.auto:Auto", ("any",), "in distribution",
-                 "per request, the lossless decoder with the best measured tokens/s (eagle, ngram, lookahead, token_recycling, "
-                 "sam_decoding, suffix, ar)"),
+                 "every step, the lossless decoder expected to commit the most tokens per cost of its forward (on a fixed "
+                 "step: the most tokens), learned from its steps (eagle, ngram, lookahead, token_recycling, sam_decoding, "
+                 "suffix, ar)"),
     DecoderEntry("ngram_prior", _D + "chain.ngram_prior:NgramPrior", ("document",), "in distribution",
                  "drafts from a previous version of the text (prior_texts=), verified"),
     DecoderEntry("ctc_speculative", _D + "chain.ctc_speculative:CTCSpeculative", ("document", "asr"), "lossy",

@@ -477,8 +477,11 @@ def agentic_table(rows, groups, labels) -> str:
 
 
 def global_share(rows, groups) -> str:
-    """How much of suffix's speedup over ar its global tree gave, per group: (with - without) / (with - 1)."""
+    """How much of suffix's speedup over ar its global tree gave, per group: (with - without) / (with - 1); empty
+    where `suffix` did not run (--decoders without it)."""
     parts = []
+    if not all((group, label) in rows for group in groups for label in ("ar", "suffix", "suffix, no global tree")):
+        return ""
     for group in groups:
         speed = {label: rows[(group, label)]["tokens"] / rows[(group, label)]["time"]
                  / (rows[(group, "ar")]["tokens"] / rows[(group, "ar")]["time"])
@@ -517,7 +520,7 @@ def agentic(gen, args, argv) -> None:
         "tree of their own; `suffix, no global tree` drafts from the request's own tree only. tok/s from each "
         "request's wall time; CPU time: the process's CPU seconds per request (what a shared core's other jobs "
         "move less), its speedups over ar and over the best peer." + peers_note(args),
-        agentic_table(rows, names, labels), global_share(rows, names)])
+        agentic_table(rows, names, labels), global_share(rows, names)]).rstrip()
     print(body)
     if args.write:
         write_benchmarks(body, args.out, "text-agentic")

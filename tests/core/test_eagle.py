@@ -114,11 +114,11 @@ def test_auto_samples_the_target_distribution():
 
 
 def test_seeded_sampling_repeats_whatever_the_clock(monkeypatch):
-    # auto's choices and eagle's tree depth read the clock when they may: a seeded sampled request
-    # must not, so a clock that jumps at random changes none of its tokens
+    # eagle's tree depth reads the clock when it may: a seeded sampled request must not, so a clock that
+    # jumps at random changes none of its tokens
     import random
     import time as real_time
-    from suite.decoders.chain import auto as auto_module, eagle as eagle_module
+    from suite.decoders.chain import eagle as eagle_module
     from suite.decoders.chain.auto import Auto
     model = tiny_model("llama")
     head = tiny_eagle_head(model)
@@ -127,7 +127,6 @@ def test_seeded_sampling_repeats_whatever_the_clock(monkeypatch):
     for clock_seed in (0, 1):
         jumps = random.Random(clock_seed)
         clock = type("Clock", (), {"perf_counter": staticmethod(lambda: real_time.perf_counter() + jumps.random())})
-        monkeypatch.setattr(auto_module, "time", clock)
         monkeypatch.setattr(eagle_module, "time", clock)
         out = suite.generate(model, ids, decoder=Auto(draft_head=head, recheck=3), max_new_tokens=40,
                              temperature=1.0, seed=7)

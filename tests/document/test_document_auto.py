@@ -1,6 +1,6 @@
 """The `auto` decoder on our OCR model: it picks a lossless decoder per request and reads as `ar`
 does, from the Python API and from `python -m document --decoder auto`. Run as users run it: with
-auto's prior kept on disk (PARASUITE_COST on, which the suite's conftest turns off), in a temporary
+the cost curve measured (PARASUITE_COST on, which the suite's conftest turns off), in a temporary
 cache folder."""
 import pytest
 from PIL import Image, ImageDraw
@@ -11,7 +11,6 @@ from document import data
 @pytest.fixture
 def users_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("PARASUITE_COST", "1")
-    monkeypatch.setenv("PARASUITE_AUTO_PRIOR", "1")
     monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
 

@@ -110,7 +110,7 @@ def test_not_a_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_auto_equals_ar(ved_ocr, monkeypatch, tmp_path):
-    monkeypatch.setenv("PARASUITE_COST", "1")           # as users run it: auto's prior kept (in a temporary cache)
+    monkeypatch.setenv("PARASUITE_COST", "1")           # as users run it: the cost curve measured (in a temporary cache)
     monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))
     images = lines()
     assert ved_ocr(images, decoder="auto", batch_size=3).tokens == ved_ocr(images, decoder="ar", batch_size=3).tokens

@@ -1,23 +1,23 @@
-"""`auto`: picks, every step, the lossless decoder that makes the live batch progress fastest, by the
-cost model: the expected tokens a row commits per step over the price of that step's forward.
+"""`auto`: picks, every step, the lossless decoder that makes the live batch progress most, by the cost
+model: the tokens a row is expected to commit per step over the price of that step's forward.
 
 Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, suffix, ar by default) is judged by
-what it did before (`Seen`: tokens a live row committed per step, draft tokens a row per forward,
-a step's wall time over its forward's price: drafting, acceptance, load), first from the model's prior
-(what the candidates did in earlier requests on this model: `prior`, kept per process and, where the cost
-curve is measured, on disk per model and machine: auto_prior) and then from
-this batch's own steps. Its expected rate for R live rows is R * committed / (cost(R * width) * factor)
-on the target's measured cost curve (suite.cost; without one every forward costs 1), so drafting
-turns down as the batch grows and the forward widens; a drafting candidate runs only where it beats
-`ar` by `margin`. A candidate the model has never run is tried
-for `probe` steps; every `recheck` steps the runner-up or `ar` (in turn) gets one step so its figures stay fresh;
-`ar` is always a candidate and is what nothing better has beaten. Each step is one candidate's own
-propose/accept on the shared cache, so every step is lossless given the history (greedy: equal to
-`ar`), and so is the whole request: the choice only reads the past.
+what it did (`Seen`: tokens a live row committed per step, draft tokens a row per forward), first from the
+model's prior (what the candidates committed in this process's earlier requests on this model: `prior`) and
+then from this batch's own steps. Its expected rate for R live rows is R * committed / cost(R rows of its
+width) on the target's measured cost curve (suite.cost: measured once per model and machine; without one every forward costs 1). On a
+fixed step (`capabilities.step_width`: suite.models.step) every slot up to W is free, so the choice is by
+expected committed tokens alone; on free widths drafting turns down as the batch grows and the forward
+widens, and a tree pays the masked curve. No choice reads the clock: the same request on the same model
+after the same earlier requests takes the same steps whatever the machine's load. A drafting candidate runs
+only where it beats `ar` by `margin`. A candidate the model has never run is tried for `probe` steps; every
+`recheck` steps the runner-up or `ar` (in turn) gets one step so its figures stay fresh; `ar` is always a
+candidate and is what nothing better has beaten. Each step is one candidate's own propose/accept on the shared cache, so every step is lossless given
+the history (greedy: equal to `ar`), and so is the whole request: the choice only reads the past.
 
 A sampled request runs one fixed candidate (the first whose rows never depend on their batch: a
 drafting one with fixed sizes where no cost curve is measured, else `ar`): its tokens then depend on
-its own random stream only, never on its batch mates or the clock, so seeded requests share batches
+its own random stream only, never on its batch mates, so seeded requests share batches
 (`batch_independent`). Requests with equal hyperparameters compare equal (their options are compared
 by value), so concurrent auto requests share one batch (suite.scheduler). Every step also asks for the
 target's hidden states when eagle is a candidate of a greedy request, so eagle's head keeps up with
@@ -27,7 +27,6 @@ and sees them as `state.rows` / `state.shared` while it runs.
 """
 from __future__ import annotations
 
-import time
 import warnings
 import weakref
 from contextlib import contextmanager
@@ -37,7 +36,6 @@ from typing import Any, ClassVar
 from ...cost import target_curve
 from ...loop import Acceptance, DecodeState, Draft
 from ..base import DecoderBase
-from . import auto_prior
 
 _WARNED: set[str] = set()
 _PRIORS: "weakref.WeakKeyDictionary[Any, dict[str, Seen]]" = weakref.WeakKeyDictionary()   # model -> its prior
@@ -45,18 +43,15 @@ _PRIORS: "weakref.WeakKeyDictionary[Any, dict[str, Seen]]" = weakref.WeakKeyDict
 
 @dataclass
 class Seen:
-    """What a candidate did (exponential means over its measured steps)."""
+    """What a candidate did (exponential means over its steps)."""
     committed: float = 0.0     # tokens a live row committed per step
     width: float = 1.0         # tokens a row the forward scored (the draft's width)
-    factor: float = 1.0        # a step's wall time over its forward's price on the cost curve (drafting,
-                               # acceptance, a masked attention path, the machine's load since it was measured)
     steps: int = 0
 
-    def update(self, committed: float, width: float, factor: float, weight: float) -> None:
+    def update(self, committed: float, width: float, weight: float) -> None:
         w = 1.0 if not self.steps else weight
         self.committed += w * (committed - self.committed)
         self.width += w * (width - self.width)
-        self.factor += w * (factor - self.factor)
         self.steps += 1
 
 
@@ -76,7 +71,6 @@ class AutoShared:
     current: Any = None                   # the candidate running the step in flight
     forecast: Any = None                  # what it forecast for the step (None: it does not forecast)
     forecasts: dict = field(default_factory=dict)   # candidate name -> its forecast for the step being chosen
-    t0: float = 0.0                       # when that step began
     prefill: bool = False                 # that step is the prefill (not counted)
 
     def select(self, index: list[int]) -> None:
@@ -195,25 +189,26 @@ class Auto(DecoderBase):
             (d for d in self.decoders if d.name == "ar"), self.decoders[0] if self.decoders else None)
 
     def estimate(self, dec, seen: Seen, rows: int, forecast: tuple | None = None) -> float:
-        """Expected tokens a second of `rows` live rows under `dec`: its committed tokens over its forward's
-        price on the cost curve (1 where none is measured) times its measured slowdown. A candidate that
-        forecasts its step (suffix: the expected accepted length of the draft it would make now, from the
-        committed text only, its node rates learned on every step whichever candidate ran) is judged by
-        that forecast, and at the width and attention path (a tree's mask or the causal one) it would draft, instead of by
-        its mean over earlier steps."""
+        """Expected tokens per unit of forward cost of `rows` live rows under `dec`: its committed tokens over
+        its forward's price on the cost curve (1 where none is measured; on a fixed step the same for every
+        width up to W, so the committed tokens decide). A candidate that forecasts its step (suffix: the
+        expected accepted length of the draft it would make now, from the committed text only, its node rates
+        learned on every step whichever candidate ran) is judged by that forecast, and at the width and
+        attention path (a tree's mask or the causal one) it would draft, instead of by its mean over earlier
+        steps."""
         committed, width, tree = seen.committed, seen.width, None
         if forecast is not None:
             committed, width, tree = forecast
-        return rows * committed / max(self._price(dec, rows * width, tree) * seen.factor, 1e-12)
+        return rows * committed / max(self._price(dec, rows, width, tree), 1e-12)
 
-    def _price(self, dec, tokens: float, tree: bool | None = None) -> float:
-        """A forward of `tokens` on the target's cost curve: the masked one for a tree (tree=None: for a
-        candidate that requires custom masks), else the causal one."""
+    def _price(self, dec, rows: int, width: float, tree: bool | None = None) -> float:
+        """A forward of `rows` rows of `width` tokens on the target's cost curve: the masked one for a tree
+        (tree=None: for a candidate that requires custom masks), else the causal one."""
         causal, masked = self.curves
         if tree is None:
             tree = "custom_mask" in dec.requires
         curve = masked if masked is not None and tree else causal
-        return 1.0 if curve is None else curve(tokens)
+        return float(rows) if curve is None else curve.step(rows, width)
 
     def _choose(self, state: DecodeState, a: AutoShared) -> Any:
         if a.fixed is not None:
@@ -240,7 +235,6 @@ class Auto(DecoderBase):
 
     def propose(self, state: DecodeState) -> Draft:
         a: AutoShared = state.shared
-        a.t0 = time.perf_counter()
         # the prefill (whole prompts pending) is no sample of a decoder's speed: it is not counted
         a.prefill = any(len(state.pending(b)) > 1 for b in range(state.batch) if not state.done[b])
         dec = self._choose(state, a)
@@ -272,12 +266,9 @@ class Auto(DecoderBase):
         live = [c for c, done in zip(acc.committed, state.done) if not done] or acc.committed
         committed = sum(len(c) for c in live) / max(len(live), 1)
         width = float(draft.tokens.shape[1])
-        tree = a.forecast[2] if a.forecast is not None else None      # a forecasting candidate's tree: masked price
-        factor = (time.perf_counter() - a.t0) / max(self._price(dec, len(live) * width, tree), 1e-12)
-        a.seen[dec.name].update(committed, width, factor, self.weight)
+        a.seen[dec.name].update(committed, width, self.weight)
         if self.prior is not None:
-            self.prior.setdefault(dec.name, Seen()).update(committed, width, factor, self.weight / 10)
-            auto_prior.save(self.prior)      # kept on disk per model and machine (throttled)
+            self.prior.setdefault(dec.name, Seen()).update(committed, width, self.weight / 10)
         a.step += 1
         return acc
 
@@ -297,14 +288,11 @@ class Auto(DecoderBase):
 
 
 def _prior(adapter) -> dict[str, Seen]:
-    """The model's prior (one per loaded model, kept while it lives), first read from what earlier
-    processes saw of this model on this machine (suite.decoders.chain.auto_prior)."""
+    """The model's prior: what the candidates committed in this process's earlier requests on this model (one per
+    loaded model, kept while it lives; never on disk, so a new process starts from the same empty prior)."""
     model = getattr(adapter, "model", adapter)
     try:
-        prior = _PRIORS.get(model)
-        if prior is None:
-            prior = _PRIORS[model] = auto_prior.load(adapter, Seen)
-        return prior
+        return _PRIORS.setdefault(model, {})
     except TypeError:                       # not weakly referable: a prior of this adapter object only
         return {}
 
