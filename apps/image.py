@@ -14,7 +14,7 @@ import gradio as gr
 import numpy as np
 
 import suite
-from vision.pipeline import DEFAULT_DECODER, IMAGE_DEFAULTS  # vision.generate's and the API's defaults too
+from vision.pipeline import DEFAULT_DECODER  # vision.generate's and the API's default too
 from suite.runtime.options import format_options, parse_options, ui_options
 
 from .errors import guarded
@@ -27,7 +27,7 @@ from .timing import TimedIterator, race, throttled
 
 TITLE = "Image"
 # the registry's decoders that fill a token grid (text and speech decoders live there too)
-UI_DEFAULTS = {"sjd": IMAGE_DEFAULTS["sjd"], "mc_sjd": IMAGE_DEFAULTS["mc_sjd"],
+UI_DEFAULTS = {"sjd": {"window": 16, "init": "left"}, "mc_sjd": {"window": 16, "init": "left"},
                "zipar": {"window": 3}, "zipar_sjd": {"window": 3, "draft_len": 4}, "lpd": {"steps": 20}}
 SHOW_PX = 256                      # pictures are shown upscaled (nearest) to this width
 UPDATE_EVERY_S = 0.05

@@ -26,8 +26,8 @@ from .bench_options import run_bench
 
 DEFAULT_DECODERS = {
     "ar": {},
-    "sjd": {},                 # the pipeline's own options (vision.pipeline.IMAGE_DEFAULTS)
-    "mc_sjd": {},
+    "sjd": {"window": 16},
+    "mc_sjd": {"window": 16},
     "zipar": {"window": 3},
     "zipar_sjd": {"window": 3, "draft_len": 4},
     "lpd": {"steps": 20},

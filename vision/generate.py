@@ -1,7 +1,7 @@
 """Batch image generation with any decoder; writes PNGs and a JSON manifest.
 
     python -m vision.generate --labels circle star 7 --num-per-label 4 --decoder zipar --out out/
-    python -m vision.generate --labels all --decoder sjd --option window=8 --guidance-scale 3 --out out/
+    python -m vision.generate --labels all --decoder sjd --option window=16 --guidance-scale 3 --out out/
     python -m vision.generate --hf-model /models/Emu3-Gen --prompt "a red apple" --grid 32 32 --decoder zipar --out out/
 
 --hf-model loads transformers' own Emu3, Janus or Chameleon checkpoint from a local folder (never

@@ -24,13 +24,9 @@ from .tokenizer import VQTokenizer
 
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
 DECODERS = tuple(suite.list_decoders("image", chain=("ar", "sjd", "mc_sjd")))   # jacobi is greedy only
-# left-neighbour drafts in a window sized to the step's cost on a CPU: a batch of 10 images (20 rows under
-# guidance) pays about 1.8x a one-token step for 5 slots a row and 4x for 17, while the window's tail is
-# rarely accepted (3.6 tokens a forward at window 16, 2.1 at 4); mc_sjd's coupled redraws keep more of a
-# wider window (BENCHMARKS.md, Images)
-IMAGE_DEFAULTS = {"sjd": {"init": "left", "window": 4}, "mc_sjd": {"init": "left", "window": 6}}
-# the CLI's and the Image tab's default: the lossless sjd/mc_sjd take 2-2.5x fewer forwards but run at about
-# ar's wall speed on a CPU in float32, and zipar is faster but lossy (BENCHMARKS.md, Images)
+IMAGE_DEFAULTS = {"sjd": {"init": "left"}, "mc_sjd": {"init": "left"}}   # left-neighbour drafts
+# the CLI's and the Image tab's default: the lossless sjd/mc_sjd take 3.4x fewer forwards but run at 0.45x
+# ar's wall speed on a CPU, and zipar is faster but lossy (BENCHMARKS.md, Vision)
 DEFAULT_DECODER = "ar"
 
 
