@@ -132,12 +132,15 @@ class KVCache:
 
     def _gather_backend(self, order: torch.Tensor) -> None:
         idx = order.repeat(self.fanout, 1)  # (fanout*B, keep): copies are stacked, not interleaved
+        keep = idx.shape[1]
         for layer in self.backend.layers:
             kv = layer_tensors(layer)
             if kv is None or kv[0].numel() == 0:
                 continue
-            g = idx[:, None, :, None].expand(-1, kv[0].shape[1], -1, kv[0].shape[3])
-            layer.keys, layer.values = kv[0].gather(2, g), kv[1].gather(2, g)
+            if hasattr(layer, "seat"):           # GrowingLayer: into a buffer with spare slots (no regrow next)
+                seat_layer(layer, *(gather_slots(t, idx, slots_for(layer, keep)) for t in kv), keep)
+            else:
+                layer.keys, layer.values = (gather_slots(t, idx) for t in kv)
 
     def select(self, index) -> None:
         """Keep only the logical rows `index` (a list of ints, in that order), in place: validity,
@@ -304,6 +307,24 @@ def _join_layers(mine, theirs, fanout: int, rows_a: int, rows_b: int, length: in
         layer = mine.layers[i]
         k, v = (join_rows(a and a[j], b and b[j], fanout, rows_a, rows_b, slots_for(layer, length)) for j in (0, 1))
         seat_layer(layer, k, v, length)
+
+
+def gather_slots(t: torch.Tensor, order: torch.Tensor, slots: int | None = None) -> torch.Tensor:
+    """(B, H, keep, D): row b's slots order[b] (order (B, keep)) of t (B, H, S, D), as one index_select over
+    t's rows of D values (a gather along S reads element by element: 3x slower in float32 on a CPU, 9x in
+    bfloat16); slots: in the first keep slots of a new (B, H, slots, D) buffer (spare slots behind them)."""
+    b, h, s, d = t.shape
+    if not (t.stride(3) == 1 and t.stride(2) == d and t.stride(1) % d == 0 and t.stride(0) == h * t.stride(1)):
+        t = t.contiguous()
+    per_head = t.stride(1) // d                              # rows of D from one head's first slot to the next's
+    rows = t.as_strided(((b * h - 1) * per_head + s, d), (d, 1))   # every slot of t, as rows (and gaps between heads)
+    heads = torch.arange(b * h, device=order.device)[:, None] * per_head
+    picked = rows.index_select(0, (heads + order.repeat_interleave(h, 0)).reshape(-1)).view(b, h, -1, d)
+    if slots is None:
+        return picked
+    out = t.new_empty(b, h, slots, d)
+    out[:, :, :picked.shape[2]] = picked
+    return out
 
 
 def slots_for(layer, length: int) -> int:

@@ -25,8 +25,9 @@ from .tokenizer import VQTokenizer
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights")
 DECODERS = tuple(suite.list_decoders("image", chain=("ar", "sjd", "mc_sjd")))   # jacobi is greedy only
 IMAGE_DEFAULTS = {"sjd": {"init": "left"}, "mc_sjd": {"init": "left"}}   # left-neighbour drafts
-# the CLI's and the Image tab's default: the lossless sjd/mc_sjd take 3.4x fewer forwards but run at 0.45x
-# ar's wall speed on a CPU, and zipar is faster but lossy (BENCHMARKS.md, Vision)
+# the CLI's and the Image tab's default: the lossless sjd/mc_sjd take 3.6x fewer forwards; on a CPU they run
+# about 2.2x ar's wall speed for one image but 0.6-0.7x for a batch of ten, and zipar is faster but lossy
+# (BENCHMARKS.md, Images)
 DEFAULT_DECODER = "ar"
 
 

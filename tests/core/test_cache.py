@@ -81,3 +81,16 @@ def test_growing_layer_appends_in_place_and_equals_the_dynamic_layer():
         layer.keys, layer.values = layer.keys.gather(2, order), layer.values.gather(2, order)
     step(70)                                                  # re-seats, then grows past its capacity
     assert grow.get_seq_length() == plain.get_seq_length() == 80
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gather_slots_is_the_gather_along_slots(dtype):
+    """Compaction's copy (one index_select over rows of D) equals a gather along the slot axis, for a
+    growing layer's strided view of its buffer and for a plain tensor, with spare slots behind."""
+    from suite.cache import gather_slots
+    buffer = torch.randn(3, 2, 9, 4).to(dtype)
+    order = torch.tensor([[0, 2, 5], [1, 3, 4], [6, 5, 0]])
+    for t in (buffer[:, :, :7], buffer.clone()):
+        want = t.gather(2, order[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+        assert torch.equal(gather_slots(t, order), want)
+        assert torch.equal(gather_slots(t, order, slots=8)[:, :, :3], want)
