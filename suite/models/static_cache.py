@@ -26,6 +26,13 @@ from ..cache import KVCache, join_rows, refuse_sliding
 WINDOW_BUCKET = 64     # attention reads the filled slots rounded up to a multiple of this
 
 
+def row_bucket(rows: int) -> int:
+    """The rows a static cache's buffers hold for `rows` live ones: the next power of two, so rows join
+    into reserved rows (and leave in place) and the buffers are allocated again only when a batch
+    outgrows its bucket; a forward runs the live rows only (a lone request pays for one)."""
+    return 1 << max(rows - 1, 0).bit_length()
+
+
 def attention_window(end: int, capacity: int) -> int:
     """The cache slots an eager forward whose last slot is `end` attends over: `end` rounded up to a
     multiple of WINDOW_BUCKET, at most `capacity`. The masked slots past `end` add exact zeros, so the
@@ -93,7 +100,7 @@ class StaticKVCache(KVCache):
 
     def _extend_backend(self, other: KVCache, length: int) -> None:
         """Rows join: other's rows copied behind this cache's into the rows its buffers reserve, or, past
-        them, into buffers of the next row bucket (suite.models.step.row_bucket), `capacity` slots each
+        them, into buffers of the next row bucket (row_bucket), `capacity` slots each
         (slots past a side's own are dead); the fill pointer at `length`."""
         self.grow(other.capacity)                   # a grown cache takes a fresh one's rows, and back
         rows = self.fanout * (self.batch + other.batch)
@@ -161,7 +168,6 @@ def _reserve(layer) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _bucketed(t: torch.Tensor) -> torch.Tensor:
     """(B, H, S, D) -> the same rows in a buffer of row_bucket(B) rows (the rest zero)."""
-    from .step import row_bucket
     rows = row_bucket(t.shape[0])
     if rows == t.shape[0]:
         return t

@@ -21,12 +21,6 @@ PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
 
 
-def row_bucket(rows: int) -> int:
-    """The rows a static cache's buffers hold for `rows` live ones: the next power of two, so rows join
-    into reserved rows (and leave in place) and the buffers are allocated again only when a batch
-    outgrows its bucket; a forward runs the live rows only (a lone request pays for one)."""
-    return 1 << max(rows - 1, 0).bit_length()
-
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,
                setting: str | None = None):

@@ -205,7 +205,7 @@ def test_row_inputs_move_with_their_rows():
 
 
 def test_rows_join_and_leave_a_static_cache_in_its_reserved_rows(model):
-    """The static cache's buffers hold a bucket of rows (suite.models.step.row_bucket): rows leave in place,
+    """The static cache's buffers hold a bucket of rows (suite.models.static_cache.row_bucket): rows leave in place,
     join into the reserved rows, and the buffers are allocated again only when the batch outgrows its bucket;
     every row's next logits stay those of the row decoded alone."""
     rows = RAGGED
