@@ -49,6 +49,9 @@ class VEDAdapter(CrossAttentionAdapter):
                                     max_length=max_len, extra={"mask_token_id": tokenizer.mask_token_id,
                                                                "bos_token_id": self.start_token_id})
         self._takes_positions = "position_ids" in inspect.signature(model.decoder.forward).parameters
+        if not self._takes_positions:
+            _slot_headroom(model.decoder, max_pos)
+
 
     @classmethod
     def load(cls, folder: str | Path) -> "VEDAdapter":
@@ -122,8 +125,24 @@ class VEDAdapter(CrossAttentionAdapter):
         offset = getattr(table, "offset", 0)
         own = torch.arange(cache_length, cache_length + tokens.shape[1], device=tokens.device).expand_as(tokens)
         if int(own.max()) + offset >= table.num_embeddings:
-            raise ValueError(f"line longer than the decoder's {table.num_embeddings - offset} positions")
+            raise ValueError(f"a step reaches cache slot {int(own.max())}, past the decoder's position table "
+                             f"({table.num_embeddings - offset} rows with headroom): read shorter lines or smaller batches")
         return inner.embed_tokens(tokens) + table.weight[positions + offset] - table.weight[own + offset]
+
+
+def _slot_headroom(decoder, rows: int) -> None:
+    """A decoder without position_ids indexes its learned position table by cache slot, and a batch's
+    dead slots and a wide draft reach past the logical positions (`_embeds_at` corrects each slot to its
+    logical one): `rows` zero rows appended to the table give the slots room (a zero row adds nothing, so
+    the correction there is exact)."""
+    inner = decoder.get_decoder() if hasattr(decoder, "get_decoder") else decoder
+    table = getattr(inner, "embed_positions", None)
+    if not isinstance(table, torch.nn.Embedding) or getattr(table, "slot_headroom", False):
+        return
+    table.weight = torch.nn.Parameter(torch.cat([table.weight.detach(), table.weight.new_zeros(rows, table.weight.shape[1])]),
+                                      requires_grad=False)
+    table.num_embeddings += rows
+    table.slot_headroom = True
 
 
 def _first(*values):
