@@ -132,14 +132,22 @@ def test_apps_models_dir_sets_the_root_and_a_missing_one_exits_2(tmp_path, monke
 
 @pytest.mark.parametrize("typed", ["../../../etc"])      # absolute paths: the unit test above
 def test_browser_model_folder_outside_the_root_is_refused_naming_no_server_path(app_server, open_app, checks, typed):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     url, log, models = app_server
     page = checks.open_tab(open_app, "Text")
     page.get_by_text("Your own model").click()
     folder = page.locator("#text-model-folder textarea")
     folder.wait_for(state="visible")                     # the accordion opens, then renders its fields
-    folder.fill(typed)
-    page.locator("#text-run").click()
-    checks.readable_error(page, f"model folder '{typed}' is outside this server's models folder")
+    message = f"model folder '{typed}' is outside this server's models folder"
+    for _ in range(3):     # a late re-render (another tab's example load) can empty the field or eat the click
+        folder.fill(typed)
+        page.locator("#text-run").click()
+        try:
+            page.get_by_text(message, exact=False).locator("visible=true").first.wait_for(timeout=60_000)
+            break
+        except PlaywrightTimeout:
+            continue
+    checks.readable_error(page, message)
     body = page.locator("body").inner_text()
     assert "folders there: empty-model" in body
     for server_path in (str(models), str(models.parent), "/tmp", os.path.expanduser("~") + "/"):
