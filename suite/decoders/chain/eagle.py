@@ -262,10 +262,11 @@ class Eagle(DecoderBase):
 
     def _select(self, tok, par, dep, score, caps, calib, rows, free) -> dict[int, Tree]:
         """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
-        laid out by depth so every parent comes before its children."""
+        laid out by depth so every parent comes before its children; on a fixed step (its drafts are
+        chains: DecodeState.fixed_step) the best path through them, cut to the step's slots."""
         key = torch.where(dep <= caps[:, None], score - 1e-4 * dep, torch.full_like(score, -float("inf")))
-        slots = [f for f in free if f is not None]           # a fixed step's: its drafts are chains (DecodeState.fixed_step)
-        n_max = min([self.max_nodes, tok.shape[1]] + ([] if slots else slots))
+        slots = [f for f in free if f is not None]           # a fixed step's
+        n_max = min(self.max_nodes, tok.shape[1])
         key, order = key.topk(n_max, -1)                                             # (R, n)
         probs = key.exp() * calib                                                    # 0 for too-deep nodes
         gains = [[0.0] + row for row in probs.cumsum(1).tolist()]
