@@ -126,7 +126,8 @@ class VEDAdapter(CrossAttentionAdapter):
         own = torch.arange(cache_length, cache_length + tokens.shape[1], device=tokens.device).expand_as(tokens)
         if int(own.max()) + offset >= table.num_embeddings:
             raise ValueError(f"a step reaches cache slot {int(own.max())}, past the decoder's position table "
-                             f"({table.num_embeddings - offset} rows with headroom): read shorter lines or smaller batches")
+                             f"({table.num_embeddings - offset} rows with headroom): read shorter lines or smaller "
+                             "batches")
         return inner.embed_tokens(tokens) + table.weight[positions + offset] - table.weight[own + offset]
 
 
@@ -139,8 +140,8 @@ def _slot_headroom(decoder, rows: int) -> None:
     table = getattr(inner, "embed_positions", None)
     if not isinstance(table, torch.nn.Embedding) or getattr(table, "slot_headroom", False):
         return
-    table.weight = torch.nn.Parameter(torch.cat([table.weight.detach(), table.weight.new_zeros(rows, table.weight.shape[1])]),
-                                      requires_grad=False)
+    zeros = table.weight.new_zeros(rows, table.weight.shape[1])
+    table.weight = torch.nn.Parameter(torch.cat([table.weight.detach(), zeros]), requires_grad=False)
     table.num_embeddings += rows
     table.slot_headroom = True
 

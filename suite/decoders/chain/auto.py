@@ -5,15 +5,16 @@ Each candidate (eagle, ngram, lookahead, token_recycling, sam_decoding, suffix, 
 what it did (`Seen`: tokens a live row committed per step, draft tokens a row per forward), first from the
 model's prior (what the candidates committed in this process's earlier requests on this model: `prior`) and
 then from this batch's own steps. Its expected rate for R live rows is R * committed / cost(R rows of its
-width) on the target's measured cost curve (suite.cost: measured once per model and machine; without one every forward costs 1). On a
-fixed step (`capabilities.step_width`: suite.models.step) every slot up to W is free, so the choice is by
+width) on the target's measured cost curve (suite.cost: measured once per model and machine; without one
+every forward costs 1). On a fixed step (`capabilities.step_width`: suite.models.step) every slot up to W is free, so the choice is by
 expected committed tokens alone; on free widths drafting turns down as the batch grows and the forward
 widens, and a tree pays the masked curve. No choice reads the clock: the same request on the same model
 after the same earlier requests takes the same steps whatever the machine's load. A drafting candidate runs
 only where it beats `ar` by `margin`. A candidate the model has never run is tried for `probe` steps; every
 `recheck` steps the runner-up or `ar` (in turn) gets one step so its figures stay fresh; `ar` is always a
-candidate and is what nothing better has beaten. Each step is one candidate's own propose/accept on the shared cache, so every step is lossless given
-the history (greedy: equal to `ar`), and so is the whole request: the choice only reads the past.
+candidate and is what nothing better has beaten. Each step is one candidate's own propose/accept on the
+shared cache, so every step is lossless given the history (greedy: equal to `ar`), and so is the whole
+request: the choice only reads the past.
 
 A sampled request runs one fixed candidate (the first whose rows never depend on their batch: a
 drafting one with fixed sizes where no cost curve is measured, else `ar`): its tokens then depend on
