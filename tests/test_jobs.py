@@ -307,8 +307,8 @@ def test_speech_tts_and_asr_ray_engine_write_the_local_engines_files(cluster, tm
     sentences.write_text("Return a list of cookies.\n\nRemove an item from the queue.\n")
     for engine in ("local", "ray"):
         extra = ["--workers", "1"] if engine == "ray" else []
-        # greedy: this checks the engines; sampled, a sentence differed between them in 2 of ~20 runs (its batch
-        # mates depend on timing; suspected: float rounding of shared forwards flipping a draw)
+        # greedy: this checks the engines (a WAV once came out a different waveform: Griffin-Lim's random start
+        # phase came from a global seed that concurrent decodes raced on; it has a generator of its own now)
         assert tts(["--input", str(sentences), "--out", str(tmp_path / f"tts_{engine}"), "--threads", "1",
                     "--engine", engine, "--temperature", "0", *extra]) == 0
     assert_same_speech(tmp_path / "tts_ray", tmp_path / "tts_local")

@@ -110,3 +110,29 @@ def test_a_dedicated_checkpoint_takes_its_decoder(tiny_tts, decoder):
     tts("Hello there.", decoder="parallel", seed=1, max_seconds=0.3)
     assert len(calls) == res.stats.num_forwards
     assert tiny_tts.delay is tiny_tts.frame and tiny_tts.stack is tiny_tts.heads["stack"]   # none given
+
+
+def test_griffin_lim_is_the_same_whatever_other_threads_decode():
+    """The codec's phase reconstruction starts from a random phase of its own: the same audio when several
+    threads decode at once (a shared global seed raced: one of the batch CLI's WAVs came out a different
+    waveform), and the process's RNG stream untouched."""
+    import threading
+
+    from speech.features import griffin_lim
+    spectra = [torch.randn(257, 40, generator=torch.Generator().manual_seed(i)) * 0.5 for i in range(4)]
+    alone = [griffin_lim(s, n_iter=4) for s in spectra]
+    torch.manual_seed(5)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(5)
+    start, results = threading.Barrier(len(spectra) * 2), {}
+
+    def decode(key: int) -> None:
+        start.wait()
+        for _ in range(3):
+            results.setdefault(key, []).append(griffin_lim(spectra[key % len(spectra)], n_iter=4))
+
+    threads = [threading.Thread(target=decode, args=(k,)) for k in range(len(spectra) * 2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert all(torch.equal(audio, alone[k % len(spectra)]) for k, outs in results.items() for audio in outs)
+    assert torch.equal(torch.rand(3), expected_draw)
