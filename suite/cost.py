@@ -306,6 +306,22 @@ def record(state, drafted: list[int], accepted: list[int]) -> None:
             state.rows[b].rates.update(drafted[b], accepted[b])
 
 
+def weight_count(module) -> int | None:
+    """The parameters a forward of `module` (or of an adapter's model) reads, each shared tensor once; None
+    for a model that is no torch module (a llama.cpp file)."""
+    module = getattr(module, "model", module)
+    return sum(p.numel() for p in module.parameters()) if hasattr(module, "parameters") else None
+
+
+def weight_share(drafter, target, extra: int = 0, unknown: float = 0.5) -> float:
+    """A drafter's one-token forward priced in target forwards: the share of the target's weights it reads
+    (`extra`: weights it reads beyond its parameters), for such a forward is bound by its weight reads on a
+    CPU, and on a GPU at small batch; `unknown` where either is no torch module. A fixed price, not a clock:
+    a decoder that sizes its drafts by it takes the same steps on every run."""
+    mine, theirs = weight_count(drafter), weight_count(target)
+    return unknown if not mine or not theirs else (mine + extra) / theirs
+
+
 def bind_cost(decoder, model, masked: bool = False):
     """`decoder` with its `cost` option resolved against the target: "auto" becomes the model's
     measured curve where its adapter declares `capabilities.cost_model` (else None: fixed sizes);
@@ -330,5 +346,6 @@ def target_curve(adapter, masked: bool = False) -> CostCurve | None:
     return fixed_step_curve(adapter, width) if width else forward_cost(adapter, masked)
 
 
-__all__ = ["AcceptanceRates", "CostCurve", "FixedStepCurve", "fixed_step_curve", "RunningMean", "batch_progress", "best_size", "bind_cost", "chain_sizes",
-           "forward_cost", "measure_curve", "record", "target_curve"]
+__all__ = ["AcceptanceRates", "CostCurve", "FixedStepCurve", "RunningMean", "batch_progress", "best_size", "bind_cost",
+           "chain_sizes", "fixed_step_curve", "forward_cost", "measure_curve", "record", "target_curve", "weight_count",
+           "weight_share"]

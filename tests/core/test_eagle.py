@@ -113,23 +113,30 @@ def test_auto_samples_the_target_distribution():
     assert goodness_of_fit(samples, law) > 1e-3
 
 
-def test_seeded_sampling_repeats_whatever_the_clock(monkeypatch):
-    # eagle's tree depth reads the clock when it may: a seeded sampled request must not, so a clock that
-    # jumps at random changes none of its tokens
+@pytest.mark.parametrize("decoder", ["eagle", "speculative"])
+def test_drafts_are_sized_the_same_whatever_the_clock(monkeypatch, tmp_path, decoder):
+    """Eagle's tree depth and a draft model's draft length are sized by the cost curve and the drafter's
+    price in target forwards (the share of the target's weights it reads), never by the clock: under
+    clocks that jump at random, greedy and seeded sampled requests take the same steps."""
     import random
-    import time as real_time
-    from suite.decoders.chain import eagle as eagle_module
-    from suite.decoders.chain.auto import Auto
-    model = tiny_model("llama")
-    head = tiny_eagle_head(model)
-    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
-    runs = []
-    for clock_seed in (0, 1):
-        jumps = random.Random(clock_seed)
-        clock = type("Clock", (), {"perf_counter": staticmethod(lambda: real_time.perf_counter() + jumps.random())})
-        monkeypatch.setattr(eagle_module, "time", clock)
-        out = suite.generate(model, ids, decoder=Auto(draft_head=head, recheck=3), max_new_tokens=40,
-                             temperature=1.0, seed=7)
-        runs.append((out.new_tokens, {k: v for k, v in out.stats.events.items() if k.startswith("auto:")}))
-    assert runs[0] == runs[1]
-    assert len(runs[0][1]) == 1     # a sampled request runs one fixed candidate (its batch mates change nothing)
+    import time
+
+    from suite.decoders.chain.speculative import Speculative
+    monkeypatch.setenv("PARASUITE_COST", "1")               # the cost curve, measured once (in a temporary cache)
+    monkeypatch.setenv("PARASUITE_CACHE", str(tmp_path))
+    model = tiny_model("llama", vocab=8, sharpen=12.0)       # sharp: drafts are accepted, so their sizes show
+    make = (lambda: Eagle(tiny_eagle_head(model, k=8))) if decoder == "eagle" else (lambda: Speculative(draft="self:1"))
+    ids = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4], [3, 1, 4, 1, 5, 7, 2, 6]])
+    real, runs = time.perf_counter, []
+    for clock in (None, 0, 1):
+        if clock is not None:
+            jumps = random.Random(clock)
+            monkeypatch.setattr(time, "perf_counter", lambda: real() + 10 * jumps.random())
+        for kw in ({}, {"temperature": 1.0, "seed": 7}):
+            out = suite.generate(model, ids, decoder=make(), max_new_tokens=32, **kw)
+            runs.append((clock is None, out.new_tokens, out.stats.accepted_lengths))
+    first = [r[1:] for r in runs if r[0]]
+    assert [r[1:] for r in runs[2:4]] == first and [r[1:] for r in runs[4:6]] == first
+    assert first[0][0] == suite.generate(model, ids, decoder="ar", max_new_tokens=32).new_tokens
+
+

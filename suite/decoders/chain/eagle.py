@@ -8,7 +8,8 @@ Each step:
   2. a draft tree grows depth by depth: the `top_k` best children of every expanded node, then
      the `top_k` nodes of the new depth with the highest path score (the product of draft
      probabilities along the path) are expanded with one head forward; growth stops at `depth`
-     or once no frontier node is likely enough to pay for another head forward;
+     or once no frontier node is likely enough to pay for another head forward (a head forward
+     priced by the share of the target's weights it reads: suite.cost.weight_share, no clock);
   3. the best nodes by path score form the tree the target verifies in ONE forward, with a tree
      mask (each node sees the cached context, the pending token and its ancestors); the cost
      model (suite/cost.py) picks how many, maximising expected tokens per second, calibrated by
@@ -67,7 +68,6 @@ class EagleShared:
     valid: torch.Tensor                        # (B, S) bool
     accepted: float = 1.0                      # tokens accepted / predicted: the calibration ratio
     predicted: float = 1.0
-    head_s: float | None = None                # seconds of one head forward (running mean)
 
     def select(self, index: list[int]) -> None:
         """Keep the head cache's rows `index` (each row's `fed` and pending features move with its EagleRow)."""
@@ -78,16 +78,13 @@ class EagleShared:
         """Append `other`'s head-cache rows: the shorter side's slot axis is padded with dead slots
         (valid False; a slot's place never matters: the head's attention reads positions, and its
         mask reads `valid`). The calibration counts are pooled (each side starts from the same 1/1
-        prior, counted once); head_s is the head's speed, not a row's: this batch's is kept (the
-        newcomer's if this one has none yet)."""
+        prior, counted once)."""
         n = max(self.valid.shape[1], other.valid.shape[1])
         self.k = torch.cat([_pad_slots(self.k, n, 2), _pad_slots(other.k.to(self.k.device), n, 2)])
         self.v = torch.cat([_pad_slots(self.v, n, 2), _pad_slots(other.v.to(self.v.device), n, 2)])
         self.valid = torch.cat([_pad_slots(self.valid, n, 1), _pad_slots(other.valid.to(self.valid.device), n, 1)])
         self.accepted += other.accepted - EagleShared.accepted     # the fields' defaults: the prior
         self.predicted += other.predicted - EagleShared.predicted
-        if self.head_s is None:
-            self.head_s = other.head_s
 
 
 def _pad_slots(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
@@ -160,10 +157,8 @@ class Eagle(DecoderBase):
             t0 = time.perf_counter()
             root = self._catch_up(state)                                             # (B, D)
             rows = [b for b in range(state.batch) if not state.done[b] and room_for_guesses(state, b, 1)]
-            trees, forwards = self._grow(state, root, rows)
-            spent = time.perf_counter() - t0
-            state.shared.head_s = _mean(state.shared.head_s, spent / (1 + forwards))
-            state.stats.draft_time_s += spent
+            trees = self._grow(state, root, rows)
+            state.stats.draft_time_s += time.perf_counter() - t0
         return self._tree_draft(state, trees)
 
     def _catch_up(self, state) -> torch.Tensor:
@@ -197,11 +192,10 @@ class Eagle(DecoderBase):
         last = (torch.tensor(lengths, device=dev) - 1).clamp(min=0)
         return out[torch.arange(state.batch, device=dev), last]
 
-    def _grow(self, state, root: torch.Tensor, rows: list[int]) -> tuple[dict[int, Tree], int]:
-        """EAGLE-2's dynamic tree for each row in `rows`, cut to the size the cost model picks;
-        also returns the number of head forwards it ran."""
+    def _grow(self, state, root: torch.Tensor, rows: list[int]) -> dict[int, Tree]:
+        """EAGLE-2's dynamic tree for each row in `rows`, cut to the size the cost model picks."""
         if not rows or self.max_nodes == 0:
-            return {}, 0
+            return {}
         h, k, s = self.draft_head, self.top_k, state.shared
         dev = root.device
         idx = torch.tensor(rows, device=dev)
@@ -224,18 +218,15 @@ class Eagle(DecoderBase):
         frontier = torch.arange(k, device=dev)[None].expand(r, -1)     # node ids expanded next (R, k)
         feat = root[idx][:, None].expand(-1, k, -1)                    # their parents' outputs (R, k, D)
         vis = torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)   # ancestry among expanded
-        forwards = 0
         for d in range(1, min(self.depth, int(caps.max()))):
             best = float(torch.cat(scores, 1).gather(1, frontier).max()) if d > 1 else float(score.max())
-            if (s.head_s is not None and self.cost is not None and not state.params.repeatable
-                    and math.exp(best) * calib * self.cost(1) < s.head_s):
-                break    # no frontier node is likely enough to pay for a head forward (read off the clock:
-                         # a seeded sampled request grows to full depth, so its tokens repeat)
+            if self.cost is not None and math.exp(best) * calib < h.price:
+                break    # no frontier node is likely enough to pay for a head forward (both priced in target
+                         # forwards: the same steps on every run)
             mask = torch.cat([ctx_valid[:, None, :].expand(-1, k, -1), vis], 2)[:, None]
             out, keys, values = h.step(feat, torch.cat(tok, 1).gather(1, frontier),
                                        (root_pos + d - 1)[:, None].expand(-1, k), mask, past=(keys, values),
                                        return_kv=True)
-            forwards += 1
             logits = h.logits(out).float()
             if allowed is not None:
                 t_mask = time.perf_counter()
@@ -258,7 +249,7 @@ class Eagle(DecoderBase):
             vis = torch.cat([seen, torch.eye(k, dtype=torch.bool, device=dev)[None].expand(r, -1, -1)], 2)
         trees = self._select(torch.cat(tok, 1), torch.cat(par, 1), torch.cat(dep, 1), torch.cat(scores, 1),
                              caps, calib, rows, [state.draft_slots(b) for b in rows])
-        return trees, forwards
+        return trees
 
     def _select(self, tok, par, dep, score, caps, calib, rows, free) -> dict[int, Tree]:
         """The best nodes by path score (ancestor-closed), as many as the cost model pays for,
@@ -367,10 +358,6 @@ def _paths(tok: torch.Tensor, par: torch.Tensor, nodes: torch.Tensor) -> list[li
             paths.append(tuple(reversed(path)))
         out.append(paths)
     return out
-
-
-def _mean(old, new, w: float = 0.2):
-    return new if old is None else (1 - w) * old + w * new
 
 
 def _chain(tokens: list[int], parents: list[int], probs: list[float], slots: int) -> Tree:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ...cost import weight_share
 from ...models.hf_fields import ConfigFields
 
 CONFIG_KEYS = ("hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -67,6 +68,7 @@ class EagleHead(nn.Module):
         self.register_buffer("inv_freq", inv, persistent=False)
         self.embed: torch.Tensor | None = None      # (V, D) the target's token embeddings
         self.lm_rows: torch.Tensor | None = None    # (K, D) the target's LM head rows of vocab_ids
+        self.price: float | None = None             # a head forward's price in target forwards (suite.cost.weight_share)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)
@@ -99,6 +101,7 @@ class EagleHead(nn.Module):
         w = target.get_output_embeddings().weight
         self.embed = target.get_input_embeddings().weight.detach()
         self.lm_rows = w.detach()[self.vocab_ids.to(w.device)].to(self.fc.weight.dtype).contiguous()
+        self.price = weight_share(self, target, extra=self.lm_rows.numel())
         return self
 
     # -- the layer: its parts, and `step`, which runs them ----------------------------------------

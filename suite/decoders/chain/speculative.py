@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from ...models.adapters import HFCausalLM, as_adapter, layer_truncated_draft
-from ...cost import bind_cost, chain_sizes, record
+from ...cost import bind_cost, chain_sizes, record, weight_share
 from ...loop import Acceptance, DecodeState, Draft, forward_mask
 from ...random_streams import DRAFT
 from ...sampling import logits_to_probs, sample
@@ -34,19 +34,14 @@ class SpeculativeRow(ChainRow):
 class SpeculativeShared:
     drafter: Any                 # the draft model's adapter
     cache: Any                   # its KV cache, batched over rows
-    draft_s: float | None = None   # seconds per draft token (running mean; None: not yet measured)
 
     def select(self, index: list[int]) -> None:
         """Keep the draft cache's rows `index` (each row's `draft_cached` moves with its SpeculativeRow)."""
         self.cache.select(index)
 
     def extend(self, other: "SpeculativeShared") -> None:
-        """Append `other`'s draft-cache rows (the same draft model: requests of one decoder). draft_s
-        is the draft model's speed, not a row's: this batch's measure is kept (the newcomer's if
-        this one has none yet)."""
+        """Append `other`'s draft-cache rows (the same draft model: requests of one decoder)."""
         self.cache.extend(other.cache)
-        if self.draft_s is None:
-            self.draft_s = other.draft_s
 
 
 @dataclass
@@ -60,6 +55,7 @@ class Speculative(DecoderBase):
     draft: str | None = None     # "self:N" builds a layer-truncated draft of the target
     num_draft: int = option(4, 1)
     cost: Any = "auto"           # the target's cost curve: drafts cut to what pays (suite.cost); None: fixed
+    draft_price: Any = None      # a draft forward in target forwards (bind: suite.cost.weight_share)
 
     name: ClassVar[str] = "speculative"
     requires: ClassVar[frozenset] = frozenset()
@@ -71,16 +67,19 @@ class Speculative(DecoderBase):
         return self.cost is None
 
     def bind(self, target) -> "Speculative":
-        """Resolve draft='self:N' against the target model, and the cost curve."""
-        if self.draft is None:
-            return bind_cost(self, target)
-        if self.draft_model is not None:
-            raise ValueError("pass either draft_model= or draft='self:N', not both")
-        kind, _, n = self.draft.partition(":")
-        if kind != "self" or not n.isdigit():
-            raise ValueError(f"draft must look like 'self:<n_layers>', got {self.draft!r}")
-        hf = target.model if isinstance(target, HFCausalLM) else target
-        return bind_cost(replace(self, draft_model=as_adapter(layer_truncated_draft(hf, int(n))), draft=None), target)
+        """Resolve draft='self:N' against the target model, the cost curve and a draft forward's price."""
+        bound = self
+        if self.draft is not None:
+            if self.draft_model is not None:
+                raise ValueError("pass either draft_model= or draft='self:N', not both")
+            kind, _, n = self.draft.partition(":")
+            if kind != "self" or not n.isdigit():
+                raise ValueError(f"draft must look like 'self:<n_layers>', got {self.draft!r}")
+            hf = target.model if isinstance(target, HFCausalLM) else target
+            bound = replace(self, draft_model=as_adapter(layer_truncated_draft(hf, int(n))), draft=None)
+        if bound.draft_model is not None:
+            bound = replace(bound, draft_price=weight_share(bound.draft_model, target))
+        return bind_cost(bound, target)
 
     def start(self, state: DecodeState) -> None:
         if self.draft_model is None:
@@ -92,19 +91,13 @@ class Speculative(DecoderBase):
         state.shared = SpeculativeShared(drafter, drafter.new_cache(state.batch))
 
     def propose(self, state: DecodeState) -> Draft:
-        shared = state.shared
         want = [0 if state.done[b] else room_for_guesses(state, b, self.num_draft) for b in range(state.batch)]
-        if self.cost is not None:   # each draft token costs one draft forward (measured as we go)
-            if shared.draft_s is None or state.params.repeatable:   # a seeded sampled request: no clock
-                shared.draft_s = 0.5 * self.cost(1)
-            per_token = shared.draft_s
+        if self.cost is not None:   # each draft token costs one draft forward, priced in target forwards
+            per_token = self.draft_price * self.cost(1)
             want = chain_sizes(state, self.cost, want, draft_seconds=lambda n: n * per_token)
         t0 = time.perf_counter()
         drafts, qs = self._draft(state, want)
-        if max(want, default=0):
-            spent = time.perf_counter() - t0
-            state.stats.draft_time_s += spent
-            shared.draft_s = 0.8 * (spent if shared.draft_s is None else shared.draft_s) + 0.2 * spent / max(want)
+        state.stats.draft_time_s += time.perf_counter() - t0
         draft = chain_draft(state, drafts)
         draft.meta = SpeculativeMeta(draft.meta.num_pending, draft.meta.guesses, qs)
         return draft
