@@ -172,12 +172,13 @@ def describe_registered(names) -> str:
 
 
 def decoder_options(decoder: str, items: list[str]) -> dict:
-    """--option items typed and checked once (suite.runtime.options); a bad one is a ValueError."""
+    """--option items typed and checked once (suite.runtime.options), the operator's too (the command
+    line's user runs the process: e.g. suffix's global_file); a bad one is a ValueError."""
     from suite import parse_option
     from suite.runtime.options import parse_options
     from suite.registry import REGISTRY
     if decoder in REGISTRY:
-        return parse_options(decoder, items)
+        return parse_options(decoder, items, operator=True)
     return dict(parse_option(o) for o in items)     # auto / eagle: checked when the model loads
 
 

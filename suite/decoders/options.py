@@ -85,8 +85,9 @@ def check_option(cls, name: str, value) -> None:
     raise ValueError(f"decoder option {name} must be {describe(f)}, got {_short(value)}")
 
 
-def typable_fields(cls) -> list[Field]:
-    """The options a person may set from a text box, a command line or a request: typed, not the
-    operator's, not token ids (those come from the pipeline)."""
-    return [f for f in fields(cls) if option_kind(f) is not None and not is_operator(f)
+def typable_fields(cls, operator: bool = False) -> list[Field]:
+    """The options a person may set from a text box, a command line or a request: typed, not token ids
+    (those come from the pipeline), and the operator's only for whoever runs the process (`operator`:
+    a command line's user)."""
+    return [f for f in fields(cls) if option_kind(f) is not None and (operator or not is_operator(f))
             and not f.name.endswith("_id")]

@@ -7,12 +7,12 @@ from ..decoders.options import check_option
 from ..registry import DECODERS, parse_option
 
 
-def ui_options(name: str, overrides: dict | None = None) -> dict[str, object]:
+def ui_options(name: str, overrides: dict | None = None, operator: bool = False) -> dict[str, object]:
     """The options of decoder `name` a person can type (suite.decoders.options.typable_fields: no
-    objects such as draft_model, no files, no operator limits), with their defaults, `overrides`
-    applied (e.g. speculative's draft='self:8')."""
+    objects such as draft_model, and no files or limits but for the `operator`), with their defaults,
+    `overrides` applied (e.g. speculative's draft='self:8')."""
     from ..decoders.options import typable_fields
-    out = {f.name: f.default for f in typable_fields(DECODERS[name])}
+    out = {f.name: f.default for f in typable_fields(DECODERS[name], operator)}
     out.update({k: v for k, v in (overrides or {}).items() if k in out})
     return out
 
@@ -38,10 +38,11 @@ def format_options(options: dict[str, object]) -> str:
                      for k, v in options.items())
 
 
-def parse_options(name: str, text) -> dict[str, object]:
+def parse_options(name: str, text, operator: bool = False) -> dict[str, object]:
     """Parse 'window=8, init=prompt' (a string, or a CLI's list of KEY=VALUE items) for decoder
-    `name`, typed by each option's default. Raises ValueError naming the fix."""
-    valid = ui_options(name)
+    `name`, typed by each option's default; `operator`: the operator's options too (a command line,
+    whose user runs the process). Raises ValueError naming the fix."""
+    valid = ui_options(name, operator=operator)
     out: dict[str, object] = {}
     items = " ".join(text) if isinstance(text, (list, tuple)) else (text or "")
     for item in items.replace(",", " ").split():

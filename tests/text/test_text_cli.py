@@ -129,6 +129,16 @@ def test_bad_decoder_options_are_one_line_errors(tiny_dir, capsys, decoder, opti
     assert err == f"error: {message}\n" or (err.startswith("error: ") and message in err and err.count("\n") == 1)
 
 
+def test_the_command_line_takes_the_operators_options(tiny, tiny_dir, tmp_path, capsys):
+    """The command line's user runs the process: an operator's option (suffix's global tree on disk) is
+    theirs to set there, which a served request may not (tests/apps/test_serve.py)."""
+    tree = tmp_path / "tree.json"
+    assert main(["Hello there", "--model", str(tiny_dir), "--decoder", "suffix", "--max-new-tokens", "5",
+                 "--option", f"global_file={tree}", "global_tokens=5000"]) == 0
+    assert capsys.readouterr().out == tiny.generate("Hello there", max_new_tokens=5).text + "\n"
+    assert tree.is_file() and json.loads(tree.read_text())
+
+
 def test_a_prompt_after_option_is_the_prompt_and_a_bad_option_is_named(tiny_dir, capsys):
     from text.__main__ import parse_args
     args = parse_args(["--decoder", "jacobi", "--option", "window=3", "Hello there"])
