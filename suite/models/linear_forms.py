@@ -24,12 +24,22 @@ grouped heads (`enable_gqa`, the same result bit for bit) and otherwise is trans
 count, CPU and torch build (about a second) and is cached on disk under the cache folder. Every
 form computes the same product (float rounding aside), on the CPU without grad only; elsewhere
 (CUDA, training) the layer is a plain `F.linear`. `describe(model)` tells what was chosen.
+
+A fixed step (suite.models.step) runs every layer in one form at every row count, `pinned`: a GEMM
+library may round a row differently by how many rows share the call (MKL sgemm here: one row, 2-8
+and 16+ rows each round their own way; bf16 at 256 rows of K=1536 too), and with per-width forms a
+row alone (8 slots) and the same row in a batch (8 slots a row) would reach different forms. The
+pinned form is the fastest at a fixed step's row counts among the forms checked row-independent on
+this CPU (`row_independent`, cached with the timings); `one_form_per_layer()` turns it on for the
+forwards within, so a request's tokens are the same alone and in a batch.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import platform
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -44,6 +54,24 @@ WIDTHS = (1, 2, 4, 8, 16, 32)      # the token widths the decoders' forwards use
 FORMS = ("linear", "wxt", "xwt", "onednn")
 _LAYOUT = {"xwt": "transposed", "onednn": "packed"}   # forms that need an extra copy of W
 _MARGIN = 0.05                     # another form must beat F.linear by 5% to replace it
+STEP_ROWS = (8, 16, 32)            # a fixed step's row counts: 8 slots a row, one row or more
+_PINNED = threading.local()        # within one_form_per_layer(): every layer runs its pinned form
+
+
+@contextlib.contextmanager
+def one_form_per_layer():
+    """Within: every swapped layer of this thread runs its pinned form at every row count, so a row's
+    product does not depend on how many rows share the forward (a fixed step's forwards)."""
+    before = getattr(_PINNED, "on", False)
+    _PINNED.on = True
+    try:
+        yield
+    finally:
+        _PINNED.on = before
+
+
+def _pinned_now() -> bool:
+    return getattr(_PINNED, "on", False)
 
 
 def _has_onednn(dtype=torch.float32) -> bool:
@@ -91,18 +119,19 @@ def _apply(form: str, x2: torch.Tensor, weight: torch.Tensor, extra, bias) -> to
 
 class FormLinear(nn.Linear):
     """An nn.Linear (same `weight`/`bias` parameters) whose CPU inference forward uses, for an
-    input of R rows, `forms[w]` of the smallest measured width w >= R (R > max width: F.linear)."""
+    input of R rows, `forms[w]` of the smallest measured width w >= R (R > max width: F.linear),
+    or its `pinned` form at every R within one_form_per_layer()."""
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, forms: dict[int, str]) -> "FormLinear":
+    def from_linear(cls, linear: nn.Linear, forms: dict[int, str], pinned: str | None = None) -> "FormLinear":
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self.forms = dict(sorted(forms.items()))
+        self.forms, self.pinned = dict(sorted(forms.items())), pinned
         widths = list(self.forms)
         self._by_rows = tuple(self.forms[next(w for w in widths if w >= r)] for r in range(widths[-1] + 1))
-        kinds = {_LAYOUT[f] for f in self.forms.values() if f in _LAYOUT}
+        kinds = {_LAYOUT[f] for f in [*self.forms.values(), pinned] if f in _LAYOUT}
         if len(kinds) > 1:
             raise ValueError(f"a FormLinear holds one extra layout, got forms {sorted(set(self.forms.values()))}")
         self._kind = kinds.pop() if kinds else None
@@ -119,18 +148,24 @@ class FormLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features if self.in_features else 0
-        if (rows >= len(self._by_rows) or x.device.type != "cpu" or self.weight.device.type != "cpu"
-                or (torch.is_grad_enabled() and self.weight.requires_grad) or x.dtype != self.weight.dtype
+        pinned = self.pinned if _pinned_now() else None
+        if ((rows >= len(self._by_rows) and pinned is None) or x.device.type != "cpu"
+                or self.weight.device.type != "cpu" or (torch.is_grad_enabled() and self.weight.requires_grad)
+                or x.dtype != self.weight.dtype
                 or torch.compiler.is_compiling()):     # a compiled graph picks its own kernels (none of ours lower)
             return F.linear(x, self.weight, self.bias)
-        form = self._by_rows[rows]
+        form = pinned or self._by_rows[rows]
         if form == "linear":
             return F.linear(x, self.weight, self.bias)
         out = _apply(form, x.reshape(rows, self.in_features), self.weight, self._extra_layout(), self.bias)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + ", forms=" + ",".join(f"{w}:{f}" for w, f in self.forms.items())
+        return super().extra_repr() + ", forms=" + _forms_text(self.forms, self.pinned)
+
+
+def _forms_text(forms: dict[int, str], pinned: str | None) -> str:
+    return ",".join(f"{w}:{f}" for w, f in forms.items()) + (f" pinned:{pinned}" if pinned else "")
 
 
 # -- fused projections --------------------------------------------------------------------------
@@ -143,9 +178,9 @@ class _FusedGroup:
     the members' weights stacked in a single layout, computed once per input; each member returns
     its slice of it (a view)."""
 
-    def __init__(self, members: list["FusedLinear"], forms: dict[int, str]):
+    def __init__(self, members: list["FusedLinear"], forms: dict[int, str], pinned: str | None = None):
         self.members = members
-        self.forms = dict(sorted(forms.items()))
+        self.forms, self.pinned = dict(sorted(forms.items())), pinned
         widths = list(self.forms)
         self._by_rows = tuple(self.forms[next(w for w in widths if w >= r)] for r in range(widths[-1] + 1))
         self.out_features = sum(m.out_features for m in members)
@@ -159,17 +194,19 @@ class _FusedGroup:
         if stamp != self._stamp:
             weight = torch.cat([m.weight.detach() for m in self.members])
             self._bias = torch.cat([m.bias.detach() for m in self.members]) if self.has_bias else None
-            kinds = {_LAYOUT[f] for f in self.forms.values() if f in _LAYOUT}
+            used = {*self.forms.values(), self.pinned} - {None}
+            kinds = {_LAYOUT[f] for f in used if f in _LAYOUT}
             self._extra = _layout(weight, kinds.pop() if kinds else None)
             # the stacked weight itself only where a form reads it (an extra layout replaces it otherwise)
-            self._weight = weight if set(self.forms.values()) - set(_LAYOUT) else None
+            self._weight = weight if used - set(_LAYOUT) else None
             self._stamp = stamp
         return self._weight, self._bias, self._extra
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         weight, bias, extra = self._layouts()
-        form = self._by_rows[min(rows, len(self._by_rows) - 1)]   # past the widths (a prefill): the widest's form
+        pinned = self.pinned if _pinned_now() else None
+        form = pinned or self._by_rows[min(rows, len(self._by_rows) - 1)]   # past the widths: the widest's form
         x2 = x.reshape(rows, x.shape[-1])
         out = F.linear(x2, weight, bias) if form == "linear" else _apply(form, x2, weight, extra, bias)
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -196,7 +233,7 @@ class FusedLinear(nn.Linear):
     A member called on another input (or out of order) computes its own product, F.linear."""
 
     @classmethod
-    def group(cls, linears: list[nn.Linear], forms: dict[int, str]) -> list["FusedLinear"]:
+    def group(cls, linears: list[nn.Linear], forms: dict[int, str], pinned: str | None = None) -> list["FusedLinear"]:
         members, offset = [], 0
         for i, linear in enumerate(linears):
             self = cls.__new__(cls)
@@ -206,7 +243,7 @@ class FusedLinear(nn.Linear):
             self.index, self.offset = i, offset
             offset += linear.out_features
             members.append(self)
-        shared = _FusedGroup(members, forms)
+        shared = _FusedGroup(members, forms, pinned)
         for m in members:
             object.__setattr__(m, "_group", shared)     # not a submodule: the members keep their own parameters
         return members
@@ -222,7 +259,7 @@ class FusedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         names = "+".join(str(m.out_features) for m in self._group.members)
-        return super().extra_repr() + f", fused {names}, forms=" + ",".join(f"{w}:{f}" for w, f in self._group.forms.items())
+        return super().extra_repr() + f", fused {names}, forms=" + _forms_text(self._group.forms, self._group.pinned)
 
 
 def _fusable(parent: nn.Module, names: tuple[str, ...]) -> list[nn.Linear] | None:
@@ -315,9 +352,38 @@ def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
     return min(options, key=lambda c: sum(seconds[c[w]][w] for w in widths))
 
 
+@torch.no_grad()
+def row_independent(out_features: int, in_features: int, bias: bool, dtype=torch.float32) -> list[str]:
+    """The forms whose product for a row does not depend on how many rows share the call, checked on
+    this CPU: 384 rows at once against the same rows in blocks of 8, 24, 64, 128 and 192 (at most
+    1024 output columns: a GEMM's rounding of a row depends on its reduction over the inputs)."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    w = torch.randn(min(out_features, 1024), in_features, generator=gen).to(dtype)
+    b = torch.randn(w.shape[0], generator=gen).to(dtype) if bias else None
+    x = torch.randn(384, in_features, generator=gen).to(dtype)
+    independent = []
+    for f in (f for f in FORMS if f != "onednn" or _has_onednn(dtype)):
+        extra = _layout(w, _LAYOUT.get(f))
+        whole = _apply(f, x, w, extra, b)
+        if all(torch.equal(whole, torch.cat([_apply(f, part, w, extra, b) for part in x.split(rows)]))
+               for rows in (8, 24, 64, 128, 192)):
+            independent.append(f)
+    return independent
+
+
+def pick_pinned(seconds: dict[str, dict[int, float]], independent: list[str], forms: dict[int, str]) -> str | None:
+    """The one form a fixed step runs at every row count: the fastest at STEP_ROWS among the
+    row-independent forms, keeping the layer to one extra layout (the one its per-width `forms` hold,
+    if any); None when no form is row-independent here."""
+    held = {_LAYOUT[f] for f in forms.values() if f in _LAYOUT}
+    fits = [f for f in independent if f not in _LAYOUT or not held or _LAYOUT[f] in held]
+    return min(fits, key=lambda f: sum(seconds[f][w] for w in STEP_ROWS), default=None)
+
+
 def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
-                 refresh: bool = False) -> dict[int, str]:
-    """The per-width forms for a layer of this shape on this machine, measured once and cached."""
+                 refresh: bool = False) -> tuple[dict[int, str], str | None]:
+    """The per-width forms for a layer of this shape on this machine and its pinned form (a fixed
+    step's, `pick_pinned`), measured once and cached."""
     from ..runtime.storage import cache_dir, read_json, write_json
     shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
     key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, per width, one row included".encode()).hexdigest()[:16]
@@ -325,21 +391,27 @@ def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.fl
         return _MEMORY[key]
     path = cache_dir("linear_forms", f"{key}.json")
     data = None if refresh else read_json(path, default=None)
-    if not (isinstance(data, dict) and isinstance(data.get("forms"), dict)):
+    fresh = not (isinstance(data, dict) and isinstance(data.get("forms"), dict))
+    if fresh:
         seconds = measure_forms(out_features, in_features, bias, dtype)
         data = {"shape": shape, "machine": _machine(), "forms": {str(w): f for w, f in pick_forms(seconds).items()},
                 "seconds": {f: {str(w): s for w, s in row.items()} for f, row in seconds.items()}}
+    forms = {int(w): f for w, f in data["forms"].items()}
+    if "pinned" not in data:        # also in a file written before pinned forms: checked now, timings kept
+        seconds = {f: {int(w): t for w, t in row.items()} for f, row in data["seconds"].items()}
+        data["pinned"] = pick_pinned(seconds, row_independent(out_features, in_features, bias, dtype), forms)
+        fresh = True
+    if fresh:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, data)
         except OSError:   # a read-only cache folder: keep the choice for this process only
             pass
-    forms = {int(w): f for w, f in data["forms"].items()}
-    _MEMORY[key] = forms
-    return forms
+    _MEMORY[key] = forms, data["pinned"]
+    return _MEMORY[key]
 
 
-_MEMORY: dict[str, dict[int, str]] = {}
+_MEMORY: dict[str, tuple[dict[int, str], str | None]] = {}
 
 
 # -- grouped-query attention without the K/V copy -------------------------------------------------
@@ -386,36 +458,39 @@ def use_gqa_attention(model: nn.Module) -> bool:
 # -- the swap ------------------------------------------------------------------------------------
 
 def swap_linears(model: nn.Module, refresh: bool = False, forms: dict[int, str] | None = None,
-                 fuse: bool = True) -> dict[str, int]:
+                 fuse: bool = True, pinned: str | None = None) -> dict[str, int]:
     """Replace every nn.Linear of a CPU model (in place) by a `FormLinear` with the forms chosen
-    for its shape (`forms` given: those for every layer, unmeasured), and with fuse, the
+    for its shape and its pinned form (`forms` given: those and `pinned` for every layer,
+    unmeasured), and with fuse, the
     projections of one input (`FUSED_GROUPS`: q/k/v, gate/up) by `FusedLinear` members computed
     in one GEMM; parameters, tied weights and the state dict are unchanged. A no-op for a model
     off the CPU or already swapped. Returns `describe(model)`."""
-    if forms is not None and (set(forms.values()) - set(FORMS) or not forms):
-        raise ValueError(f"forms maps widths to some of {', '.join(FORMS)}, got {forms!r}")
+    if forms is not None and (set(forms.values()) - set(FORMS) or not forms or pinned not in (None, *FORMS)):
+        raise ValueError(f"forms maps widths to some of {', '.join(FORMS)} (and pinned is one), got {forms!r}, "
+                         f"{pinned!r}")
     param = next(iter(model.parameters()), None)
     if param is None or param.device.type != "cpu":
         return describe(model)
     use_gqa_attention(model)
 
     def chosen(out_features, in_features, bias, dtype):
-        return forms or choose_forms(out_features, in_features, bias, dtype, refresh)
+        return (forms, pinned) if forms else choose_forms(out_features, in_features, bias, dtype, refresh)
 
     for parent in list(model.modules()):
         for names in FUSED_GROUPS if fuse else ():
             linears = _fusable(parent, names)
             if linears:
                 first = linears[0]
-                group = chosen(sum(m.out_features for m in linears), first.in_features, first.bias is not None,
-                               first.weight.dtype)
-                for name, member in zip(names, FusedLinear.group(linears, group)):
+                group, pinned = chosen(sum(m.out_features for m in linears), first.in_features,
+                                       first.bias is not None, first.weight.dtype)
+                for name, member in zip(names, FusedLinear.group(linears, group, pinned)):
                     setattr(parent, name, member)
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                forms_here = chosen(child.out_features, child.in_features, child.bias is not None, child.weight.dtype)
-                if any(f != "linear" for f in forms_here.values()):
-                    setattr(parent, name, FormLinear.from_linear(child, forms_here))
+                forms_here, pinned = chosen(child.out_features, child.in_features, child.bias is not None,
+                                            child.weight.dtype)
+                if any(f != "linear" for f in [*forms_here.values(), pinned or "linear"]):
+                    setattr(parent, name, FormLinear.from_linear(child, forms_here, pinned))
     return describe(model)
 
 
@@ -442,14 +517,15 @@ def describe(model: nn.Module) -> dict[str, int]:
         out["attention:" + ATTENTION] = 1
     for m in model.modules():
         if isinstance(m, FormLinear):
-            key = ",".join(f"{w}:{f}" for w, f in m.forms.items())
+            key = _forms_text(m.forms, m.pinned)
             out[key] = out.get(key, 0) + 1
         elif isinstance(m, FusedLinear) and m.index == 0:
-            key = "fused " + "+".join(str(n.out_features) for n in m._group.members) + " " + ",".join(
-                f"{w}:{f}" for w, f in m._group.forms.items())
+            key = "fused " + "+".join(str(n.out_features) for n in m._group.members) + " " + _forms_text(
+                m._group.forms, m._group.pinned)
             out[key] = out.get(key, 0) + 1
     return out
 
 
-__all__ = ["ATTENTION", "FORMS", "FUSED_GROUPS", "FormLinear", "FusedLinear", "WIDTHS", "choose_forms", "describe", "gqa_sdpa_attention",
-           "measure_forms", "native_bf16", "pick_forms", "swap_linears", "unswap_linears", "use_gqa_attention"]
+__all__ = ["ATTENTION", "FORMS", "FUSED_GROUPS", "STEP_ROWS", "FormLinear", "FusedLinear", "WIDTHS", "choose_forms",
+           "describe", "gqa_sdpa_attention", "measure_forms", "native_bf16", "one_form_per_layer", "pick_forms",
+           "pick_pinned", "row_independent", "swap_linears", "unswap_linears", "use_gqa_attention"]

@@ -15,11 +15,14 @@ forward tells) falls back to the dynamic cache and eager forwards, without an er
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers.cache_utils import StaticLayer
 
 from .adapters import HFCausalLM
 from .hf_fields import ConfigFields
+from .linear_forms import one_form_per_layer
 from ..cache import KVCache, join_rows, refuse_sliding
 
 
@@ -326,7 +329,10 @@ class StaticHFCausalLM(HFCausalLM):
         mask = torch.zeros(*attention_mask.shape[:-1], window, dtype=torch.bool, device=dev)
         mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, window)
         forward = self._compiled if compiled else self.model
-        out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
-                      attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from,
-                      output_hidden_states=output_hidden)          # a compiled step: one graph per value
+        # a fixed step: each layer in one matmul form at every row count, so a row's logits do not depend on
+        # its batch mates (suite.models.linear_forms, "pinned")
+        with one_form_per_layer() if self.capabilities.step_width else contextlib.nullcontext():
+            out = forward(input_ids=tokens.to(dev), position_ids=positions.to(dev), cache=cache.backend,
+                          attention_mask=mask, use_cache=True, logits_to_keep=n - logits_from,
+                          output_hidden_states=output_hidden)          # a compiled step: one graph per value
         return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits

@@ -3,7 +3,8 @@ scored at slot k gets bitwise the logits it gets at slot 0, and every lossless d
 bitwise, in float32 and in bfloat16, on three architectures (unsharpened random models: near ties are
 common, so only bitwise-equal logits pass), with the per-width matmul forms the embedded model uses
 (suite.models.linear_forms: without a fixed step, a one-token and an eight-token forward take different
-forms, and in float32 no slot's logits match bitwise)."""
+forms, and in float32 no slot's logits match bitwise), each layer pinned to one form on the step, so a row's
+logits are the same alone and beside others."""
 import pytest
 import torch
 from tinymodels import tiny_model
@@ -25,7 +26,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 12, 5, 6, 7], [20, 21, 22, 20, 21, 2
 def fixed(request):
     arch, dtype = request.param
     model = tiny_model(arch, sharpen=1.0).to(getattr(torch, dtype))
-    swap_linears(model, forms=FORMS)
+    swap_linears(model, forms=FORMS, pinned="onednn")
     return fixed_step(model, WIDTH, PREFILL, max_cache_len=96)
 
 
@@ -49,6 +50,33 @@ def test_a_token_at_slot_k_gets_the_logits_it_gets_at_slot_0(fixed):
     wide = _scored(fixed, together, draft, WIDTH)[0][0]
     for k, logits in enumerate(alone):
         assert torch.equal(logits, wide[k]), f"slot {k}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_row_gets_the_same_logits_alone_and_in_a_batch(dtype):
+    """Rows of one length on a model of SmolLM2's widths (576 wide, 1536 inner: a GEMM library rounds a row
+    of such a product by how many rows share the call) with the forms measured on this CPU: a row's logits,
+    at its prefill chunk and at a step of eight slots, are bitwise the same alone and in a batch of eight."""
+    import transformers as tf
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=256, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,
+                            num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=256)
+    model = tf.LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
+    swap_linears(model)
+    step = fixed_step(model, WIDTH, 64, max_cache_len=160)
+    prompts = [[(7 * b + 3 * i) % 256 for i in range(40)] for b in range(8)]
+    follow = list(range(100, 100 + WIDTH))
+
+    def step_logits(rows):
+        _, _, state = prepare(step, rows, decoder="ar", max_new_tokens=NEW)
+        prefill(step, state, 64)
+        draft = Draft.from_rows([[r[-1]] + follow[1:] for r in rows], [list(range(39, 39 + WIDTH))] * len(rows),
+                                device=state.device)
+        return _scored(step, state, draft, WIDTH)[0]
+
+    together = step_logits(prompts)
+    for b, prompt in enumerate(prompts):
+        assert torch.equal(step_logits([prompt])[0], together[b]), f"row {b}"
 
 
 @pytest.mark.parametrize("bucket", [64, 4], ids=["one-window", "window-every-4-slots"])

@@ -6,8 +6,8 @@ from tinymodels import tiny_model
 from torch import nn
 
 import suite
-from suite.models.linear_forms import (FORMS, FormLinear, FusedLinear, describe, measure_forms, pick_forms, swap_linears,
-                                       unswap_linears)
+from suite.models.linear_forms import (FORMS, FormLinear, FusedLinear, describe, measure_forms, pick_forms, pick_pinned,
+                                       swap_linears, unswap_linears)
 
 MIXES = {"transposed": {1: "linear", 2: "wxt", 4: "xwt", 8: "wxt", 16: "xwt", 32: "wxt"},
          "packed": {1: "wxt", 2: "onednn", 4: "linear", 8: "onednn", 16: "wxt", 32: "onednn"}}
@@ -125,3 +125,13 @@ def test_a_fused_member_on_its_own_input_or_with_grad_computes_its_own_product()
         torch.testing.assert_close(fq(x), q(x))
     fq(x).sum().backward()
     assert q.weight.grad is not None
+
+
+def test_the_pinned_form_is_the_fastest_row_independent_one_within_the_layers_layout():
+    seconds = {"linear": {8: 1.0, 16: 1.0, 32: 1.0}, "wxt": {8: 0.9, 16: 0.9, 32: 0.9},
+               "xwt": {8: 0.5, 16: 0.5, 32: 0.5}, "onednn": {8: 0.4, 16: 0.4, 32: 0.4}}
+    independent = ["wxt", "xwt", "onednn"]
+    assert pick_pinned(seconds, independent, {8: "xwt", 16: "linear"}) == "xwt"   # it holds the transposed layout
+    assert pick_pinned(seconds, independent, {8: "linear"}) == "onednn"           # no extra layout held yet
+    assert pick_pinned(seconds, ["linear"], {8: "xwt"}) == "linear"
+    assert pick_pinned(seconds, [], {8: "xwt"}) is None                           # none here: rows may differ
