@@ -4,9 +4,12 @@
 every row of every request as a sequence (`seq_id`); a forward is one `llama_decode` of a batch whose
 tokens carry their row's sequence, their logical position and a logits flag (slots from `logits_from` on);
 `llama_get_logits_ith` reads them back. Rejected tails leave with `llama_memory_seq_rm`
-(suite.models.llama_cpp_cache). Chain decoders (ar, jacobi, ngram, sjd, sam_decoding without trees, auto)
-run on it unchanged; llama.cpp masks by sequence and position only, so `custom_mask` is False and tree
-decoders are refused by `suite.prepare` (or fall back to chains where they can).
+(suite.models.llama_cpp_cache). The context starts small (START_CTX tokens) and grows on demand, to the next
+power of two up to the file's training context: a request's room (prompts + max_new_tokens per row) is reserved when
+it is checked, and a full context grows at the decode that fills it; live rows' K/V move over as they are (sequence
+state copies), so growing changes no logits. An explicit n_ctx stays fixed. Chain decoders (ar, jacobi, ngram, sjd,
+sam_decoding without trees, auto) run on it unchanged; llama.cpp masks by sequence and position only, so
+`custom_mask` is False and tree decoders are refused by `suite.prepare` (or fall back to chains where they can).
 
 Exactness: llama.cpp multiplies F32, F16 and BF16 matrices by one token with vec_dot and by two or more with
 llamafile's GEMM, whose sums differ in the last bits; for the quantized types both agree to the bit. `min_width`
@@ -37,7 +40,8 @@ INSTALL_FIX = ("the llama.cpp engine needs llama-cpp-python, built from source: 
                "bash scripts/setup.sh (or see requirements/optional/llama-cpp.txt for the pip command)")
 BATCH = 256        # tokens per llama_decode (a longer prefill goes in several)
 UBATCH = 64        # tokens per graph llama.cpp computes: its compute buffer holds UBATCH rows of logits
-N_CTX = 2048       # default context: its K/V (F16) is 45 MiB for SmolLM2, cleared (resident) at load (BENCHMARKS.md)
+START_CTX = 256    # the context at load (no n_ctx given): its K/V (F16) is 5.6 MiB for SmolLM2, resident at once;
+                   # 2048 (45 MiB) put a Q4_K_M file at 1.66x its size after load (BENCHMARKS.md)
 MAX_ROWS = 16      # rows (sequences) at once: the scheduler's default; llama.cpp reserves a row of logits for each
 SCRATCH_TOKEN = 0  # what pads a forward to min_width (any id: its logits are never read)
 
@@ -68,8 +72,10 @@ def _quiet(llama_cpp) -> None:
 
 class LlamaCppEngine:
     """One GGUF model and one llama.cpp context: sequences handed out to rows, batches decoded.
-    Every call into llama.cpp happens in the thread that steps (the scheduler's); sequences freed
-    by a cache's finaliser (any thread) are only queued here and removed before the next decode."""
+    n_ctx None: the context starts at START_CTX tokens and grows up to the file's training context
+    (`max_ctx`; `reserve`, `_grow`); given: fixed at n_ctx. Every call into llama.cpp happens in the
+    thread that steps (the scheduler's): rows take and free sequences from any thread, and freed
+    sequences are only queued here and emptied before the next decode."""
 
     def __init__(self, path, n_ctx: int | None = None, threads: int | None = None, max_rows: int = MAX_ROWS,
                  flash_attn: bool = True, extra_buffers: bool = False):
@@ -87,52 +93,89 @@ class LlamaCppEngine:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.threads = threads or torch.get_num_threads()
         self.flash_attn = flash_attn
-        cp = ll.llama_context_default_params()
-        cp.n_ctx = n_ctx or min(ll.llama_model_n_ctx_train(self.model), N_CTX)
+        self.max_ctx = n_ctx or ll.llama_model_n_ctx_train(self.model) or START_CTX
+        cp = self._params = ll.llama_context_default_params()
         cp.n_batch, cp.n_ubatch = BATCH, UBATCH
         cp.n_seq_max = max_rows + 1                 # the last sequence holds scratch tokens
         cp.kv_unified = True                        # rows share the cells: any mix of lengths fits
         cp.n_threads = cp.n_threads_batch = self.threads
         cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cp.no_perf = True
-        self.ctx = ll.llama_init_from_model(self.model, cp)
-        if not self.ctx:
+        self.ctx = None
+        try:
+            self._use(self._context(min(START_CTX, self.max_ctx) if n_ctx is None else n_ctx))
+        except ValueError:
             ll.llama_model_free(self.model)
-            raise ValueError(f"llama.cpp cannot make a context of {cp.n_ctx} tokens for {str(path)!r}")
-        self.n_ctx = ll.llama_n_ctx(self.ctx)
-        self.memory = ll.llama_get_memory(self.ctx)
+            raise
+        self.max_ctx = max(self.max_ctx, self.n_ctx)   # llama.cpp may round a given n_ctx up
+        self._want = self.n_ctx                     # the size `reserve` asked for (grown at the next decode)
         atexit.register(_close_at_exit, weakref.ref(self))   # freed before Python tears its modules down
         self.scratch_seq = max_rows
         self._free = list(range(max_rows))
-        self._released: list[int] = []
+        self._stale: list[int] = []                 # freed sequences whose cells the next decode removes
         self._lock = threading.Lock()
         self._batch = _Batch(ll, BATCH)
+
+    # -- the context: built, grown -----------------------------------------------------------------
+
+    def _context(self, n_ctx: int):
+        self._params.n_ctx = n_ctx
+        ctx = self.ll.llama_init_from_model(self.model, self._params)
+        if not ctx:
+            raise ValueError(f"llama.cpp cannot make a context of {n_ctx} tokens for {str(self.path)!r}")
+        return ctx
+
+    def _use(self, ctx) -> None:
+        self.ctx, self.memory, self.n_ctx = ctx, self.ll.llama_get_memory(ctx), self.ll.llama_n_ctx(ctx)
+
+    def reserve(self, n_tokens: int) -> None:
+        """Ask for a context of at least `n_tokens` (capped at max_ctx; any thread): the next decode grows it."""
+        with self._lock:
+            self._want = max(self._want, min(self.max_ctx, n_tokens))
+
+    def _grow(self, n_tokens: int) -> bool:
+        """Move to a context of the next power of two holding `n_tokens` (at most max_ctx), the cached
+        positions of every sequence copied over as they are (llama_state_seq_*: the same K/V bits).
+        False: the context is that large already."""
+        size = min(self.max_ctx, 1 << max(n_tokens - 1, 0).bit_length())
+        if size <= self.n_ctx:
+            return False
+        ll = self.ll
+        ctx = self._context(size)
+        for seq in range(self.scratch_seq):
+            if ll.llama_memory_seq_pos_max(self.memory, seq) < 0:
+                continue                            # an empty row: nothing to move
+            buf = (ctypes.c_uint8 * ll.llama_state_seq_get_size(self.ctx, seq))()
+            n = ll.llama_state_seq_get_data(self.ctx, buf, len(buf), seq)
+            if not n or ll.llama_state_seq_set_data(ctx, buf, n, seq) != n:
+                ll.llama_free(ctx)
+                raise RuntimeError(f"llama.cpp could not move sequence {seq} into a context of {size} tokens")
+        ll.llama_free(self.ctx)
+        self._use(ctx)
+        return True
 
     # -- sequences ---------------------------------------------------------------------------------
 
     def take_seqs(self, n: int) -> list[int]:
-        self._drain()
+        """`n` sequences for new rows (any thread): a freed one is emptied before the next decode."""
         with self._lock:
             if n > len(self._free):
                 raise ValueError(f"the llama.cpp context holds {self.scratch_seq} rows at once and {n} more are "
                                  "asked: load it with more max_rows, or send fewer rows at a time")
             seqs, self._free = self._free[:n], self._free[n:]
-        for s in seqs:
-            self.seq_rm(s, -1, -1)
         return seqs
 
     def release_seqs(self, seqs: list[int]) -> None:
-        """Queue sequences for reuse (safe from any thread: removed before the next decode)."""
+        """Free sequences for reuse (any thread): their cells are removed before the next decode."""
         with self._lock:
-            self._released.extend(seqs)
+            self._free.extend(seqs)
+            self._stale.extend(seqs)
 
     def _drain(self) -> None:
         with self._lock:
-            gone, self._released = self._released, []
+            gone, self._stale = self._stale, []
         for s in gone:
             self.seq_rm(s, -1, -1)
-        with self._lock:
-            self._free.extend(gone)
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
         if not self.ll.llama_memory_seq_rm(self.memory, seq, p0, p1):
@@ -143,8 +186,11 @@ class LlamaCppEngine:
     def decode(self, tokens, positions, seqs, wants, min_width: int) -> torch.Tensor:
         """One forward of tokens (numpy arrays in batch order: token, position, sequence, whether its logits are
         wanted) -> the wanted logits (n, V) in order. Split into BATCH-sized decodes; one narrower than `min_width`
-        is padded with scratch tokens (removed after), and each reads at least `min_width` rows (module doc)."""
+        is padded with scratch tokens (removed after), and each reads at least `min_width` rows (module doc).
+        The context grows first to the size `reserve` asked for, and again whenever a decode finds it full."""
         self._drain()
+        if self._want > self.n_ctx:
+            self._grow(self._want)
         rows, padded = [], False
         for start in range(0, len(tokens), BATCH):
             part = slice(start, start + BATCH)
@@ -164,7 +210,10 @@ class LlamaCppEngine:
         read = want.astype(np.int8)
         if 0 < n_want < min_width:        # the last layer and the head run on the rows read: as wide as min_width
             read[np.flatnonzero(~want)[n_want - min_width:]] = 1
-        rc = ll.llama_decode(self.ctx, self._batch.fill(tok, pos, seq, read))
+        batch = self._batch.fill(tok, pos, seq, read)
+        rc = ll.llama_decode(self.ctx, batch)
+        while rc == 1 and self._grow(self.n_ctx + 1):   # no room (nothing was written): a context twice as large
+            rc = ll.llama_decode(self.ctx, batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}): the context ({self.n_ctx} tokens) may be full; "
                                "load the model with a larger n_ctx or decode fewer tokens")
@@ -229,9 +278,10 @@ def _close_at_exit(engine_ref) -> None:
 
 class LlamaCppLM(AdapterBase):
     """A GGUF file on llama.cpp as a ModelAdapter. Logits (B, N - logits_from, V) float32 on the CPU; rows
-    are sequences of one context of `n_ctx` tokens shared by all rows (default: the file's training
-    context, at most N_CTX); `min_width` pads every forward to that many tokens (exactness, module doc;
-    None: `exact_width` of the file, 1, 2 or 8)."""
+    are sequences of one context shared by all rows: `n_ctx` tokens, fixed, or by default START_CTX
+    growing on demand up to the file's training context (`config.max_length`: the most it holds);
+    `min_width` pads every forward to that many tokens (exactness, module doc; None: `exact_width` of the
+    file, 1, 2 or 8)."""
 
     capabilities = Capabilities(row_moves=True, plain_mask=True, cost_model=True)
 
@@ -244,7 +294,7 @@ class LlamaCppLM(AdapterBase):
             [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
         pad = pad_token_id if pad_token_id is not None else min(eos, default=0)
         self.config = AdapterConfig(vocab_size=self.engine.n_vocab, eos_token_ids=eos, pad_token_id=int(pad),
-                                    max_length=self.engine.n_ctx, extra={"engine": "llama.cpp"})
+                                    max_length=self.engine.max_ctx, extra={"engine": "llama.cpp"})
 
     device = torch.device("cpu")
 
@@ -252,19 +302,21 @@ class LlamaCppLM(AdapterBase):
         return self
 
     def cost_identity(self) -> list[str]:
-        st = os.stat(self.engine.path)
-        return [type(self).__name__, str(self.engine.path.resolve()), str(st.st_size), str(st.st_mtime_ns),
-                f"threads {self.engine.threads} ctx {self.engine.n_ctx} fa {self.engine.flash_attn} w {self.min_width}"]
+        e, st = self.engine, os.stat(self.engine.path)
+        return [type(self).__name__, str(e.path.resolve()), str(st.st_size), str(st.st_mtime_ns),
+                f"threads {e.threads} ctx {e.max_ctx} fa {e.flash_attn} w {self.min_width}"]
 
     def new_cache(self, batch: int, max_len: int | None = None) -> LlamaCppCache:
         return LlamaCppCache(batch, self.engine)
 
     def check_request(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        """Refuse a request beyond the largest context; reserve room for it (the context grows at the next decode)."""
         need = sum(len(r) for r in rows) + len(rows) * max_new_tokens
-        if need > self.engine.n_ctx:
-            raise ValueError(f"the llama.cpp context holds {self.engine.n_ctx} tokens and this request needs up to "
+        if need > self.engine.max_ctx:
+            raise ValueError(f"the llama.cpp context holds {self.engine.max_ctx} tokens and this request needs up to "
                              f"{need} (its prompts + max_new_tokens per row): load the GGUF with a larger n_ctx, or "
                              "ask for fewer new tokens")
+        self.engine.reserve(need)
 
     def __call__(self, tokens, positions, cache: LlamaCppCache, attention_mask, logits_from: int = 0, **kwargs):
         if kwargs.get("output_hidden") or kwargs.get("canvas") is not None:

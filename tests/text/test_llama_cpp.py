@@ -1,7 +1,8 @@
 """The llama.cpp engine (suite.models.llama_cpp) on GGUF files of the embedded SmolLM2 at several types:
 logits equal to the torch engine's on the same weights (F32), every lossless chain decoder's greedy tokens
 equal to the engine's own `ar` (F32, Q8_0, Q4_K_M: the quantized types once crashed a native build),
-rejected tails gone from llama.cpp's memory, tree decoders refused, a missing package named with its fix."""
+rejected tails gone from llama.cpp's memory, a context grown on demand decoding as a large fixed one, tree
+decoders refused, a missing package named with its fix."""
 import sys
 
 import pytest
@@ -69,14 +70,54 @@ def test_rejected_tails_leave_llama_cpp_memory(engines):
     ids = engines["Q8_0"].rows(PROMPTS[0])[0]
     adapter_cache = adapter.new_cache(1)
     seq = adapter_cache.seqs[0]
-    mem = adapter.engine.memory
-    assert llama_cpp.llama_memory_seq_pos_max(mem, seq) == -1     # a fresh row starts empty
     n = len(ids)
     adapter(torch.tensor([ids + [1, 2, 3]]), torch.arange(n + 3)[None], adapter_cache, None)
+    mem = adapter.engine.memory
+    assert llama_cpp.llama_memory_seq_pos_max(mem, seq) == n + 2  # a fresh row holds its own positions only
     adapter_cache.append(torch.arange(n + 3)[None], torch.ones(1, n + 3, dtype=torch.bool), dense=True)
     adapter_cache.drop_tail(3)                                     # a rejected draft of 3
     assert llama_cpp.llama_memory_seq_pos_max(mem, seq) == n - 1
     assert adapter_cache.filled == [n]
+
+
+def test_the_context_grows_on_demand_to_the_tokens_of_a_large_fixed_one(engines, files):
+    """The context starts at START_CTX: a short request leaves it there, a longer one grows it to the next power of
+    two first and decodes the tokens of a context fixed at 2048; an explicit n_ctx stays fixed and refuses more."""
+    from suite import generate
+    from suite.models.llama_cpp import START_CTX
+    prompt = torch.tensor([engines["Q8_0"].rows(" ".join([PROMPTS[1]] * 20))[0]])
+    assert START_CTX < prompt.shape[1] + 64 <= 2 * START_CTX
+    grown, fixed = LlamaCppLM(files["Q8_0"]), LlamaCppLM(files["Q8_0"], n_ctx=2048)
+    short = generate(grown, prompt[:, :32], decoder="ar", max_new_tokens=16).new_tokens
+    assert grown.engine.n_ctx == START_CTX and grown.config.max_length == grown.engine.max_ctx > 2048
+    assert short == generate(fixed, prompt[:, :32], decoder="ar", max_new_tokens=16).new_tokens
+    for name in ("ar", "ngram"):
+        want = generate(fixed, prompt, decoder=name, max_new_tokens=64).new_tokens
+        assert generate(grown, prompt, decoder=name, max_new_tokens=64).new_tokens == want, name
+    assert grown.engine.n_ctx == 2 * START_CTX
+    small = LlamaCppLM(files["Q8_0"], n_ctx=START_CTX)
+    with pytest.raises(ValueError, match=f"context holds {START_CTX} tokens"):
+        generate(small, prompt, decoder="ar", max_new_tokens=64)
+    assert small.engine.n_ctx == START_CTX
+
+
+def test_a_full_context_grows_with_its_rows_k_v_moved_over(files):
+    """Forwards past the context without a checked request (rows of several requests): the decode that finds it
+    full grows it, the cached rows' K/V copied over, and the logits equal a large fixed context's to the bit."""
+    from suite.models.llama_cpp import START_CTX
+    grown, fixed = LlamaCppLM(files["Q8_0"]), LlamaCppLM(files["Q8_0"], n_ctx=2048)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1000, 20000, (2, START_CTX), generator=gen)
+    logits = []
+    for adapter in (grown, fixed):
+        cache, out = adapter.new_cache(2), []
+        for part in (slice(0, 100), slice(100, 140), slice(140, 141)):     # 280 cells, then 282: over 256
+            pos = torch.arange(part.start, part.stop)[None].expand(2, -1)
+            out.append(adapter(tokens[:, part], pos, cache, None))
+            cache.append(pos, torch.ones_like(pos, dtype=torch.bool), dense=True)
+        logits.append(torch.cat(out, 1))
+    assert grown.engine.n_ctx == 2 * START_CTX
+    assert torch.equal(logits[0], logits[1])
 
 
 def test_tree_decoders_are_refused_with_the_fix(engines):
