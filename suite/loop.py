@@ -235,7 +235,8 @@ def fixed_width(width: int, n: int) -> int:
 
 def _scored(model, state: DecodeState, draft: Draft, width: int | None) -> tuple[torch.Tensor, slice | None]:
     """One forward of `draft`, padded to the fixed step shape when the model has one: the logits of its
-    real slots, and the cache slots they took (None for a canvas model, which records its own)."""
+    real slots, and the cache slots they took (a slice, or (B, N) per row on a fixed step's ragged rows;
+    None for a canvas model, which records its own)."""
     n = draft.tokens.shape[1]
     wide = draft.padded(fixed_width(width, n)) if width else draft
     t0 = time.perf_counter()
@@ -250,7 +251,7 @@ def _scored(model, state: DecodeState, draft: Draft, width: int | None) -> tuple
     slots = state.cache.append(wide.positions, wide.valid, dense=draft.causal)
     if wide is not draft:
         state.cache.drop_tail(wide.tokens.shape[1] - n)
-        slots = slice(slots.start, slots.start + n)
+        slots = slice(slots.start, slots.start + n) if isinstance(slots, slice) else slots[:, :n]
     return logits, slots
 
 

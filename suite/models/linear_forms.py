@@ -332,10 +332,10 @@ def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.f
     return best
 
 
-def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
+def pick_forms(seconds: dict[str, dict[int, float]], pinned: str | None = None) -> dict[int, str]:
     """The fastest form per width, one row included, with at most one extra layout for the layer
-    (the layout family that saves the most time overall) and F.linear kept unless beaten by
-    `_MARGIN`. (Until the forms were timed cache-cold, one row kept F.linear: cache-hot timings
+    (the layout family that saves the most time overall, or the `pinned` form's where it has one)
+    and F.linear kept unless beaten by `_MARGIN`. (Until the forms were timed cache-cold, one row kept F.linear: cache-hot timings
     had favoured forms that made SmolLM2's one-token forward slower. Timed cold, oneDNN's packed
     weight makes it about 1.5x faster on this project's AMD EPYC, so one row is now picked too.)"""
     widths = sorted(seconds["linear"])
@@ -348,6 +348,8 @@ def pick_forms(seconds: dict[str, dict[int, float]]) -> dict[int, str]:
         return out
 
     plain = [f for f in seconds if f not in _LAYOUT]
+    if pinned in _LAYOUT:
+        return choice(plain + [pinned])
     options = [choice(plain)] + [choice(plain + [f]) for f in seconds if f in _LAYOUT]
     return min(options, key=lambda c: sum(seconds[c[w]][w] for w in widths))
 
@@ -358,9 +360,9 @@ def row_independent(out_features: int, in_features: int, bias: bool, dtype=torch
     this CPU: 384 rows at once against the same rows in blocks of 8, 24, 64, 128 and 192 (at most
     1024 output columns: a GEMM's rounding of a row depends on its reduction over the inputs)."""
     gen = torch.Generator(device="cpu").manual_seed(1)
-    w = torch.randn(min(out_features, 1024), in_features, generator=gen).to(dtype)
-    b = torch.randn(w.shape[0], generator=gen).to(dtype) if bias else None
-    x = torch.randn(384, in_features, generator=gen).to(dtype)
+    w = torch.randn(min(out_features, 1024), in_features, generator=gen, device="cpu").to(dtype)
+    b = torch.randn(w.shape[0], generator=gen, device="cpu").to(dtype) if bias else None
+    x = torch.randn(384, in_features, generator=gen, device="cpu").to(dtype)
     independent = []
     for f in (f for f in FORMS if f != "onednn" or _has_onednn(dtype)):
         extra = _layout(w, _LAYOUT.get(f))
@@ -371,13 +373,11 @@ def row_independent(out_features: int, in_features: int, bias: bool, dtype=torch
     return independent
 
 
-def pick_pinned(seconds: dict[str, dict[int, float]], independent: list[str], forms: dict[int, str]) -> str | None:
+def pick_pinned(seconds: dict[str, dict[int, float]], independent: list[str]) -> str | None:
     """The one form a fixed step runs at every row count: the fastest at STEP_ROWS among the
-    row-independent forms, keeping the layer to one extra layout (the one its per-width `forms` hold,
-    if any); None when no form is row-independent here."""
-    held = {_LAYOUT[f] for f in forms.values() if f in _LAYOUT}
-    fits = [f for f in independent if f not in _LAYOUT or not held or _LAYOUT[f] in held]
-    return min(fits, key=lambda f: sum(seconds[f][w] for w in STEP_ROWS), default=None)
+    row-independent forms (its extra layout, if any, is then the layer's: `pick_forms`); None when no
+    form is row-independent here."""
+    return min(independent, key=lambda f: sum(seconds[f][w] for w in STEP_ROWS), default=None)
 
 
 def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.float32,
@@ -386,21 +386,23 @@ def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.fl
     step's, `pick_pinned`), measured once and cached."""
     from ..runtime.storage import cache_dir, read_json, write_json
     shape = f"{out_features}x{in_features}{'+b' if bias else ''} {str(dtype).replace('torch.', '')}"
-    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\ncold, per width, one row included".encode()).hexdigest()[:16]
+    recipe = "cold, per width, one row included; pinned: row-independent, its layout the layer's"
+    key = hashlib.sha256(f"{_machine()}\n{shape}\n{WIDTHS}\n{recipe}".encode()).hexdigest()[:16]
     if not refresh and key in _MEMORY:
         return _MEMORY[key]
     path = cache_dir("linear_forms", f"{key}.json")
     data = None if refresh else read_json(path, default=None)
-    fresh = not (isinstance(data, dict) and isinstance(data.get("forms"), dict))
+    fresh = not (isinstance(data, dict) and isinstance(data.get("seconds"), dict))
     if fresh:
         seconds = measure_forms(out_features, in_features, bias, dtype)
-        data = {"shape": shape, "machine": _machine(), "forms": {str(w): f for w, f in pick_forms(seconds).items()},
+        data = {"shape": shape, "machine": _machine(),
                 "seconds": {f: {str(w): s for w, s in row.items()} for f, row in seconds.items()}}
-    forms = {int(w): f for w, f in data["forms"].items()}
     if "pinned" not in data:        # also in a file written before pinned forms: checked now, timings kept
         seconds = {f: {int(w): t for w, t in row.items()} for f, row in data["seconds"].items()}
-        data["pinned"] = pick_pinned(seconds, row_independent(out_features, in_features, bias, dtype), forms)
+        data["pinned"] = pick_pinned(seconds, row_independent(out_features, in_features, bias, dtype))
+        data["forms"] = {str(w): f for w, f in pick_forms(seconds, data["pinned"]).items()}
         fresh = True
+    forms = {int(w): f for w, f in data["forms"].items()}
     if fresh:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

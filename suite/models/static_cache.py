@@ -1,7 +1,8 @@
 """A preallocated KV cache and the fixed-shape (compilable) forward over it.
 
 `StaticKVCache` keeps K/V in a transformers `StaticCache` of `capacity` slots per layer: a forward
-writes its N slots at the fill pointer, and rolling back (dropping a rejected tail) only moves the
+writes its N slots at the fill pointer (on a fixed step's ragged rows: each row right after its own live
+slots, `StaticKVCache.row_slots`), and rolling back (dropping a rejected tail) only moves the
 pointer back; the stale slots are overwritten by the next forward and masked until then. So every
 compiled decode step of width N sees tensors of fixed shapes — tokens (B, N), mask (B, 1, N, capacity) —
 which is what `torch.compile` and CUDA graphs need; an eager step reads only the filled slots, rounded
@@ -44,18 +45,93 @@ def attention_window(end: int, capacity: int) -> int:
 
 
 class StaticKVCache(KVCache):
-    def __init__(self, batch: int, backend, capacity: int, fanout: int = 1, device=None):
+    """A `KVCache` over a StaticCache's preallocated buffers. On a fixed step (`row_fill`) every row's
+    live slots stay a prefix of its slot axis: a forward writes row b's N slots right after its own
+    live ones (`row_slots`), not behind the longest row, so a row's keys sit at the slots they hold
+    when the row runs alone, and attention sums them in the same order (a ragged batch's gaps would
+    not). Rows of one length, the usual case, write at the common fill pointer as before."""
+
+    def __init__(self, batch: int, backend, capacity: int, fanout: int = 1, device=None, row_fill: bool = False):
         super().__init__(batch, backend, fanout, device)
         self.capacity = capacity
+        self.row_fill = row_fill
+        self._written: torch.Tensor | None = None    # (B, N) the slots the last per-row append took
+
+    def row_slots(self, n: int) -> torch.Tensor | None:
+        """(B, n) the slots a forward of n writes per row, right after each row's live prefix, when
+        they are not the common ones (a fixed step's cache with holes: rows of different lengths); else None."""
+        if not (self.row_fill and self.holes):
+            return None
+        return self.lengths()[:, None] + torch.arange(n, device=self.valid.device)
+
+    def append(self, positions: torch.Tensor, valid: torch.Tensor, dense: bool = False):
+        slots = self.row_slots(positions.shape[1])
+        if slots is None:
+            self._written = None
+            return super().append(positions, valid, dense)
+        grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], positions.shape[1])], 1)   # noqa: E731
+        self.valid, self.positions = grow(self.valid), grow(self.positions)
+        self.valid.scatter_(1, slots, valid)
+        self.positions.scatter_(1, slots, positions)
+        self.holes = self._dirty = True
+        self._written = slots
+        return slots
+
+    def drop_tail(self, n: int) -> None:
+        """After a per-row append: its last n slots of every row die (compaction crops the common tail)."""
+        if self._written is None or n <= 0:
+            return super().drop_tail(n)
+        self.valid.scatter_(1, self._written[:, -n:], False)
+        self._written = self._written[:, :-n]
+
+    def keep_new(self, slots, keep: torch.Tensor) -> None:
+        if isinstance(slots, slice):
+            return super().keep_new(slots, keep)
+        self.valid.scatter_(1, slots, self.valid.gather(1, slots) & keep)
+        self.holes = self._dirty = True
+
+    def attention_mask(self, draft_mask: torch.Tensor, past_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """As KVCache's, with the draft's own visibility at each row's slots when they are per row."""
+        n = draft_mask.shape[1]
+        slots = self.row_slots(n)
+        if slots is None:
+            return super().attention_mask(draft_mask, past_mask)
+        past = self.valid[:, None, :].expand(-1, n, -1)
+        if past_mask is not None:
+            past = past & past_mask
+        mask = torch.cat([past, past.new_zeros(*past.shape[:2], n)], 2)
+        return mask.scatter_(2, slots[:, None, :].expand(-1, n, -1), draft_mask)[:, None]
+
+    def _compact(self, max_dead_fraction: float) -> bool:
+        """Per-row fill: every row's live slots are a prefix, so compaction crops the common tail only
+        (checked in the same host read; any other layout is gathered as KVCache does)."""
+        self._written = None
+        if not self.row_fill:
+            return super()._compact(max_dead_fraction)
+        live = self.lengths()
+        prefix = self.valid == (torch.arange(self.num_slots, device=live.device)[None] < live[:, None])
+        none = live.new_zeros(1)
+        longest, shortest, whole = torch.cat([torch.cat([live, none]).max().reshape(1),
+                                              live.min().reshape(1) if len(live) else none,
+                                              prefix.all().reshape(1).long()]).tolist()
+        if not whole:
+            return super()._compact(max_dead_fraction)
+        if longest < self.num_slots:
+            self.backend.crop(longest - self.num_slots)
+            self.valid, self.positions = self.valid[:, :longest], self.positions[:, :longest]
+        return shortest != longest
 
     def read_window(self, n: int, whole: bool = False) -> int:
         """Before a forward of `n` slots (room made): the slots its attention reads, filled ones and its
         own rounded up to a bucket (`attention_window`), or all of them (`whole`), set
         on every layer."""
         window = self.capacity if whole else attention_window(self.num_slots + n, self.capacity)
+        slots = self.row_slots(n)
+        slots = None if slots is None else slots.repeat(self.fanout, 1)     # each backend copy of a row
         for layer in self.backend.layers:
             if isinstance(layer, WindowedLayer):
                 layer.window = None if whole else window
+                layer.row_slots = slots
         return window
 
     def make_room(self, n: int) -> None:
@@ -138,9 +214,19 @@ class WindowedLayer(StaticLayer):
     def __init__(self, max_cache_len: int):
         super().__init__(max_cache_len=max_cache_len)
         self.window: int | None = None       # an instance attribute from the start: a compiled step's guards see one
+        self.row_slots: torch.Tensor | None = None   # (rows, N): where each row's N slots go (StaticKVCache.row_slots)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        if self.row_slots is None:
+            keys, values = super().update(key_states, value_states, *args, **kwargs)
+        else:                                # each row's slots right after its own live ones
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.cumulative_length.add_(key_states.shape[-2])    # the common slot axis grows as before
+            at = self.row_slots[:, None, :, None]
+            self.keys.scatter_(2, at.expand(-1, key_states.shape[1], -1, key_states.shape[3]), key_states)
+            self.values.scatter_(2, at.expand(-1, value_states.shape[1], -1, value_states.shape[3]), value_states)
+            keys, values = self.keys, self.values
         if self.window is None:
             return keys, values
         return keys[:, :, :self.window], values[:, :, :self.window]
@@ -313,7 +399,8 @@ class StaticHFCausalLM(HFCausalLM):
             return super().new_cache(batch, max_len)
         from transformers import StaticCache
         backend = windowed(StaticCache(config=self.model.config, max_cache_len=self.max_cache_len))
-        return StaticKVCache(batch, backend, self.max_cache_len, device=self.device)
+        return StaticKVCache(batch, backend, self.max_cache_len, device=self.device,
+                             row_fill=bool(self.capabilities.step_width))
 
     def __call__(self, tokens, positions, cache, attention_mask, logits_from: int = 0, output_hidden: bool = False):
         if not self.static:

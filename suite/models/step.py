@@ -9,8 +9,10 @@ kernel's blocks on the query length), and attention reads the cache's filled slo
 bucket (suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless
 decoders give `ar`'s tokens bitwise in bf16 as in fp32; drafts are chains (suite.loop.DecodeState.fixed_step: a
 tree's node would read its ancestors' keys past masked sibling slots, another summation order than `ar`'s, so tree
-decoders draft their best path); and one graph is compiled once. Changing W, or how it is chosen, is a change
-in this file.
+decoders draft their best path); a row's logits do not depend on its batch mates (each layer in one matmul
+form at every row count, suite.models.linear_forms `one_form_per_layer`; each row's slots right after its
+own, suite.models.static_cache `StaticKVCache.row_slots`); and one graph is compiled once. Changing W, or
+how it is chosen, is a change in this file.
 """
 from __future__ import annotations
 

@@ -54,9 +54,10 @@ def test_a_token_at_slot_k_gets_the_logits_it_gets_at_slot_0(fixed):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_row_gets_the_same_logits_alone_and_in_a_batch(dtype):
-    """Rows of one length on a model of SmolLM2's widths (576 wide, 1536 inner: a GEMM library rounds a row
-    of such a product by how many rows share the call) with the forms measured on this CPU: a row's logits,
-    at its prefill chunk and at a step of eight slots, are bitwise the same alone and in a batch of eight."""
+    """On a model of SmolLM2's widths (576 wide, 1536 inner: a GEMM library rounds a row of such a product
+    by how many rows share the call) with the forms measured on this CPU, and rows of several lengths (a
+    short row's step writes right after its own prompt, not behind the longest row's): a row's logits at
+    a step of eight slots after its prefill chunk are bitwise the same alone and in a batch of eight."""
     import transformers as tf
     torch.manual_seed(0)
     config = tf.LlamaConfig(vocab_size=256, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,
@@ -64,19 +65,19 @@ def test_a_row_gets_the_same_logits_alone_and_in_a_batch(dtype):
     model = tf.LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
     swap_linears(model)
     step = fixed_step(model, WIDTH, 64, max_cache_len=160)
-    prompts = [[(7 * b + 3 * i) % 256 for i in range(40)] for b in range(8)]
+    prompts = [[(7 * b + 3 * i) % 256 for i in range(length)] for b, length in enumerate([40, 37, 40, 33, 40, 29, 40, 38])]
     follow = list(range(100, 100 + WIDTH))
 
     def step_logits(rows):
         _, _, state = prepare(step, rows, decoder="ar", max_new_tokens=NEW)
         prefill(step, state, 64)
-        draft = Draft.from_rows([[r[-1]] + follow[1:] for r in rows], [list(range(39, 39 + WIDTH))] * len(rows),
-                                device=state.device)
+        draft = Draft.from_rows([[r[-1]] + follow[1:] for r in rows],
+                                [list(range(len(r) - 1, len(r) - 1 + WIDTH)) for r in rows], device=state.device)
         return _scored(step, state, draft, WIDTH)[0]
 
     together = step_logits(prompts)
     for b, prompt in enumerate(prompts):
-        assert torch.equal(step_logits([prompt])[0], together[b]), f"row {b}"
+        assert torch.equal(step_logits([prompt])[0], together[b]), f"row {b} ({len(prompt)} tokens)"
 
 
 @pytest.mark.parametrize("bucket", [64, 4], ids=["one-window", "window-every-4-slots"])

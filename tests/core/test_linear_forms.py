@@ -127,11 +127,12 @@ def test_a_fused_member_on_its_own_input_or_with_grad_computes_its_own_product()
     assert q.weight.grad is not None
 
 
-def test_the_pinned_form_is_the_fastest_row_independent_one_within_the_layers_layout():
-    seconds = {"linear": {8: 1.0, 16: 1.0, 32: 1.0}, "wxt": {8: 0.9, 16: 0.9, 32: 0.9},
-               "xwt": {8: 0.5, 16: 0.5, 32: 0.5}, "onednn": {8: 0.4, 16: 0.4, 32: 0.4}}
-    independent = ["wxt", "xwt", "onednn"]
-    assert pick_pinned(seconds, independent, {8: "xwt", 16: "linear"}) == "xwt"   # it holds the transposed layout
-    assert pick_pinned(seconds, independent, {8: "linear"}) == "onednn"           # no extra layout held yet
-    assert pick_pinned(seconds, ["linear"], {8: "xwt"}) == "linear"
-    assert pick_pinned(seconds, [], {8: "xwt"}) is None                           # none here: rows may differ
+def test_the_pinned_form_is_the_fastest_row_independent_one_and_its_layout_is_the_layers():
+    seconds = {"linear": {w: 1.0 for w in (1, 8, 16, 32)}, "wxt": {w: 0.9 for w in (1, 8, 16, 32)},
+               "xwt": {w: 0.5 for w in (1, 8, 16, 32)}, "onednn": {1: 0.3, 8: 0.6, 16: 0.6, 32: 0.6}}
+    assert pick_pinned(seconds, ["wxt", "xwt", "onednn"]) == "xwt"
+    assert pick_pinned(seconds, ["wxt", "onednn"]) == "onednn"
+    assert pick_pinned(seconds, []) is None                          # none here: a row may round by its batch
+    assert pick_forms(seconds) == {1: "xwt", 8: "xwt", 16: "xwt", 32: "xwt"}
+    assert pick_forms(seconds, "onednn") == {1: "onednn", 8: "onednn", 16: "onednn", 32: "onednn"}   # the pinned's
+    assert pick_forms(seconds, "wxt") == pick_forms(seconds)        # a plain pinned form leaves the layout free
