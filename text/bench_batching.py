@@ -110,11 +110,13 @@ def bench(args) -> None:
     import text
     torch.set_num_threads(args.threads)
     gen = text.load()
-    adapter = Timed(suite.as_adapter(gen.model))
+    adapter = Timed(gen.adapter or suite.as_adapter(gen.model))   # the default path's (a fixed step in bf16: text.load)
     rows = chat_prompts(gen, args.prompts)
     rng = random.Random(0)
     gaps = [0.0] + [rng.expovariate(args.rate) for _ in rows[1:]]
-    print(f"{len(rows)} chat prompts, {args.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads; "
+    step = adapter.capabilities.step_width
+    print(f"{len(rows)} chat prompts, {args.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads, "
+          f"{next(gen.model.parameters()).dtype}, {f'fixed step W={step}' if step else 'free widths'}; "
           f"poisson: {args.rate}/s", file=sys.stderr)
     lines = ["| decoder | mode | tok/s | x serial | p50 latency s | p95 latency s | forwards | tok/forward | same as serial |",
              "|---|---|---|---|---|---|---|---|---|"]
