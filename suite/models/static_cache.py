@@ -69,8 +69,9 @@ class StaticKVCache(KVCache):
         if slots is None:
             self._written = None
             return super().append(positions, valid, dense)
-        grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], positions.shape[1])], 1)   # noqa: E731
-        self.valid, self.positions = grow(self.valid), grow(self.positions)
+        n = positions.shape[1]
+        self.valid = torch.cat([self.valid, self.valid.new_zeros(self.batch, n)], 1)   # the common axis grows by n
+        self.positions = torch.cat([self.positions, self.positions.new_zeros(self.batch, n)], 1)
         self.valid.scatter_(1, slots, valid)
         self.positions.scatter_(1, slots, positions)
         self.holes = self._dirty = True
