@@ -329,7 +329,7 @@ def main(argv=None) -> int:
     lines = [f"Command: `python -m text.bench --peers {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{len(prompts)} chat prompts x {args.max_new_tokens} greedy tokens (prefill included), "
              f"{args.threads} threads, best of {args.repeats}.", "",
-             "| run | tokens/s | vs ours ar fp32 | same tokens as ours ar fp32 | same tokens as ar of its dtype "
+             f"| run | tokens/s | vs {base_label} | same tokens as {base_label} | same tokens as ar of its dtype "
              "| forwards' share of the time |", "|---|---|---|---|---|---|"]
     rates = {}
     for label, _ in table:
