@@ -335,8 +335,8 @@ def measure_forms(out_features: int, in_features: int, bias: bool, dtype=torch.f
 def pick_forms(seconds: dict[str, dict[int, float]], pinned: str | None = None) -> dict[int, str]:
     """The fastest form per width, one row included, with at most one extra layout for the layer
     (the layout family that saves the most time overall, or the `pinned` form's where it has one)
-    and F.linear kept unless beaten by `_MARGIN`. (Until the forms were timed cache-cold, one row kept F.linear: cache-hot timings
-    had favoured forms that made SmolLM2's one-token forward slower. Timed cold, oneDNN's packed
+    and F.linear kept unless beaten by `_MARGIN`. (Until the forms were timed cache-cold, one row
+    kept F.linear: cache-hot timings had favoured forms that made SmolLM2's one-token forward slower. Timed cold, oneDNN's packed
     weight makes it about 1.5x faster on this project's AMD EPYC, so one row is now picked too.)"""
     widths = sorted(seconds["linear"])
 
@@ -392,24 +392,18 @@ def choose_forms(out_features: int, in_features: int, bias: bool, dtype=torch.fl
         return _MEMORY[key]
     path = cache_dir("linear_forms", f"{key}.json")
     data = None if refresh else read_json(path, default=None)
-    fresh = not (isinstance(data, dict) and isinstance(data.get("seconds"), dict))
-    if fresh:
+    if not (isinstance(data, dict) and isinstance(data.get("forms"), dict) and "pinned" in data):
         seconds = measure_forms(out_features, in_features, bias, dtype)
-        data = {"shape": shape, "machine": _machine(),
+        pinned = pick_pinned(seconds, row_independent(out_features, in_features, bias, dtype))
+        data = {"shape": shape, "machine": _machine(), "pinned": pinned,
+                "forms": {str(w): f for w, f in pick_forms(seconds, pinned).items()},
                 "seconds": {f: {str(w): s for w, s in row.items()} for f, row in seconds.items()}}
-    if "pinned" not in data:        # also in a file written before pinned forms: checked now, timings kept
-        seconds = {f: {int(w): t for w, t in row.items()} for f, row in data["seconds"].items()}
-        data["pinned"] = pick_pinned(seconds, row_independent(out_features, in_features, bias, dtype))
-        data["forms"] = {str(w): f for w, f in pick_forms(seconds, data["pinned"]).items()}
-        fresh = True
-    forms = {int(w): f for w, f in data["forms"].items()}
-    if fresh:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, data)
         except OSError:   # a read-only cache folder: keep the choice for this process only
             pass
-    _MEMORY[key] = forms, data["pinned"]
+    _MEMORY[key] = {int(w): f for w, f in data["forms"].items()}, data["pinned"]
     return _MEMORY[key]
 
 
