@@ -118,9 +118,7 @@ class KVCache:
         end, total, longest, shortest = torch.cat([
             (self.valid.any(0) * slot).max().reshape(1) if self.num_slots else none, live.sum().reshape(1),
             torch.cat([live, none]).max().reshape(1), live.min().reshape(1) if len(live) else none]).tolist()
-        if end < self.num_slots:
-            self.backend.crop(end - self.num_slots)  # transformers 5: negative = drop that many
-            self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
+        self._crop_to(end)
         if end == 0 or 1 - total / len(live) / end <= max_dead_fraction:
             return total != len(live) * end
         keep = longest
@@ -129,6 +127,12 @@ class KVCache:
         self.positions = self.positions.gather(1, order)
         self._gather_backend(order)
         return shortest != longest
+
+    def _crop_to(self, end: int) -> None:
+        """Drop every slot from `end` on (no row uses them)."""
+        if end < self.num_slots:
+            self.backend.crop(end - self.num_slots)  # transformers 5: negative = drop that many
+            self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
 
     def _gather_backend(self, order: torch.Tensor) -> None:
         idx = order.repeat(self.fanout, 1)  # (fanout*B, keep): copies are stacked, not interleaved

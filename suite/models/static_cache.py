@@ -117,9 +117,7 @@ class StaticKVCache(KVCache):
                                               prefix.all().reshape(1).long()]).tolist()
         if not whole:
             return super()._compact(max_dead_fraction)
-        if longest < self.num_slots:
-            self.backend.crop(longest - self.num_slots)
-            self.valid, self.positions = self.valid[:, :longest], self.positions[:, :longest]
+        self._crop_to(longest)
         return shortest != longest
 
     def read_window(self, n: int, whole: bool = False) -> int:
