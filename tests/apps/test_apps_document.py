@@ -14,25 +14,17 @@ def ocr(require_tab):
     return document.load_ocr()
 
 
-def upload(page, path: str, tries: int = 3):
-    """Upload `path` into the Document tab's file box. On this loaded CPU the File component's upload
-    sometimes stalls at "Uploading 1 file..." (seen on 2026-12-02, not understood yet): the page is
-    then reloaded and the upload tried again, up to `tries` times."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    for _ in range(tries):
-        box = page.locator("#document-file")
-        if not box.locator("input[type=file]").count():     # the example page is shown (maybe not rendered yet)
-            clear = box.get_by_role("button", name="Clear")
-            clear.wait_for()
-            clear.click()                                    # drop the example, upload the file
-        box.locator("input[type=file]").set_input_files(path)
-        try:
-            box.get_by_text(path.rsplit("/", 1)[-1]).wait_for(timeout=60_000)
-            return
-        except PlaywrightTimeout:
-            page.reload()
-            page.get_by_role("tab", name="Document").click()
-    raise AssertionError(f"the upload of {path} stalled {tries} times")
+def upload(page, path: str):
+    """Upload `path` into the Document tab's file box and wait until the box lists it. The box shows a
+    name as two spans (stem, extension), so it is found by its accessible name, not by its text: waiting
+    for the text "name.png" timed out after uploads that had succeeded (CI, 2026-12-06)."""
+    box = page.locator("#document-file")
+    if not box.locator("input[type=file]").count():     # the example page is shown (maybe not rendered yet)
+        clear = box.get_by_role("button", name="Clear")
+        clear.wait_for()
+        clear.click()                                    # drop the example, upload the file
+    box.locator("input[type=file]").set_input_files(path)
+    box.get_by_label(path.rsplit("/", 1)[-1], exact=True).wait_for(timeout=60_000)
 
 
 def read_like_the_app(ocr, path: str, decoder: str) -> str:
