@@ -63,7 +63,7 @@ def prepare(model, input_ids, attention_mask=None, params: RequestParams | None 
     eos = adapter.config.eos_token_ids if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
     state = DecodeState(tokens=rows, cache=adapter.new_cache(len(rows)), params=params.sampling,
                         max_new_tokens=params.max_new_tokens, eos_token_ids=eos, max_length=limit, inputs=inputs,
-                        slots=step_width(adapter))
+                        slots=step_width(adapter, len(rows)))
     return adapter, decoder, state
 
 

@@ -201,7 +201,9 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's.
     On a model whose steps have a fixed shape (`step_width`), a prompt not cached yet is prefilled
     first (`prefill`, in chunks of `prefill_width`), so every decode step scores `step_width` slots."""
-    width = step_width(model)
+    width = step_width(model, state.batch)
+    if width:
+        state.slots = width                 # the step's rows decide its width (suite.models.step.width_at)
     if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
                      if not state.done[b]):
         return prefill(model, state, model.capabilities.prefill_width)
@@ -221,10 +223,13 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
 
 
-def step_width(model) -> int | None:
-    """The token slots every decode step of `model` scores (`capabilities.step_width`, chosen by
-    text.load / suite.models.step), or None: each step as wide as its draft."""
-    return model.capabilities.step_width
+def step_width(model, rows: int = 1) -> int | None:
+    """The token slots a row scores in a decode step of `rows` rows of `model` (`capabilities.step_width` for
+    a lone row, chosen by text.load / suite.models.step; fewer for many rows: `width_at`), or None: each
+    step as wide as its draft."""
+    from .models.step import width_at
+    width = model.capabilities.step_width
+    return width and width_at(width, rows)
 
 
 def fixed_width(width: int, n: int) -> int:

@@ -1,27 +1,42 @@
-"""The step's shape: every decode step of a model scores the same number of token slots a row.
+"""The step's shape: every decode step of a model scores a fixed number of token slots a row, W,
+set by how many rows the step runs (`width_at`: STEP_WIDTH for a lone row, fewer for many).
 
-A decoder never picks a width: under a fixed step of W slots it fills its row's slots (the committed
-token plus up to W-1 drafted ones) because sizing over `suite.cost.FixedStepCurve` finds every slot up
-to W free and none past it; `ar` runs in the same shape with its slots empty (suite.loop.advance pads
-every draft, and prefills prompts in chunks of PREFILL_WIDTH first). With one shape, a token scored at
-slot k runs the same kernels as at slot 0 (a GEMM's path depends on its row count, a CPU attention
-kernel's blocks on the query length), and attention reads the cache's filled slots rounded up to a
-bucket (suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless
-decoders give `ar`'s tokens bitwise in bf16 as in fp32; drafts are chains (suite.loop.DecodeState.fixed_step: a
-tree's node would read its ancestors' keys past masked sibling slots, another summation order than `ar`'s, so tree
-decoders draft their best path); a row's logits do not depend on its batch mates (each layer in one matmul
-form at every row count, suite.models.linear_forms `one_form_per_layer`; each row's slots right after its
-own, suite.models.static_cache `StaticKVCache.row_slots`); and one graph is compiled once. Changing W, or
-how it is chosen, is a change in this file.
+A decoder never picks a width: under a step of W slots it fills its row's slots (the committed token
+plus up to W-1 drafted ones) because sizing over `suite.cost.FixedStepCurve` finds every slot up to W
+free and none past it, and `DecodeState.draft_slots` cuts a draft to the step's W; `ar` runs in the same
+shape with its slots empty (suite.loop.advance pads every draft, and prefills prompts in chunks of
+PREFILL_WIDTH first). A token scored at slot k runs the same kernels as at slot 0, whatever W (a GEMM's
+path depends on its row count: each layer runs one matmul form at every row count, suite.models.linear_forms
+`one_form_per_layer`), and attention reads the cache's filled slots rounded up to a bucket
+(suite.models.static_cache.attention_window: the masked tail adds exact zeros), so lossless decoders give
+`ar`'s tokens bitwise in bf16 as in fp32; drafts are chains (suite.loop.DecodeState.fixed_step: a tree's
+node would read its ancestors' keys past masked sibling slots, another summation order than `ar`'s, so
+tree decoders draft their best path); a row's logits do not depend on its batch mates nor on the W their
+number sets (each row's slots right after its own, suite.models.static_cache `StaticKVCache.row_slots`);
+and a compiled step compiles one graph a width. Changing W, or how it is chosen, is a change in this file.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-STEP_WIDTH = 8         # token slots of a decode step (its cost against free widths: BENCHMARKS.md, "The fixed step";
-                       # other widths not yet measured: python -m text.bench --step --widths 4 8 16)
+STEP_WIDTH = 8         # token slots of a lone row's decode step (its cost against free widths: BENCHMARKS.md,
+                       # "The fixed step"; other widths: python -m text.bench --step --widths 4 8 16)
+ROW_WIDTHS = ((2, 8), (4, 4))   # (at most this many rows, slots a row); more rows: 1 (BENCHMARKS.md, "The step by rows")
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
+
+
+def width_at(width: int, rows: int) -> int:
+    """The slots a row scores in a step of `rows` rows, on a model whose lone row scores `width`: a draft's
+    slots pay in a step of few rows, where the forward costs little more for them, and not in a step of
+    many, where each slot is another row of every matmul. A row's logits do not depend on the width
+    (each layer pinned to one matmul form, the masked slots exact zeros: tests/core/test_fixed_step.py)."""
+    return min(width, next((w for most, w in ROW_WIDTHS if rows <= most), 1))
+
+
+def step_widths(width: int) -> tuple[int, ...]:
+    """Every width a model whose lone row scores `width` steps at (the ones a compiled step compiles)."""
+    return tuple(sorted({width_at(width, most) for most, _ in ROW_WIDTHS} | {width_at(width, ROW_WIDTHS[-1][0] + 1)}))
 
 
 
@@ -33,7 +48,8 @@ def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDT
     from .static_cache import StaticHFCausalLM
     if not 1 <= width <= prefill_width:
         raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
-    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=(width,) if setting else (), setting=setting)
+    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=step_widths(width) if setting else (),
+                               setting=setting)
     if adapter.static:                      # a model without a static cache keeps free widths
         adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width)
     return adapter

@@ -80,6 +80,43 @@ def test_a_row_gets_the_same_logits_alone_and_in_a_batch(dtype):
         assert torch.equal(step_logits([prompt])[0], together[b]), f"row {b} ({len(prompt)} tokens)"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_row_gets_the_same_logits_at_the_width_of_every_row_count(dtype):
+    """A step of many rows scores fewer slots a row (suite.models.step.width_at: 8 alone, 4 beside two
+    others, 1 among eight): `ar`'s logits of a row, step by step, are bitwise the same at each, and a
+    drafting decoder beside seven others gives `ar`'s tokens. (With each width's own matmul form, none
+    pinned, float32 fails here.)"""
+    import transformers as tf
+    from suite.models.step import width_at
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=256, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,
+                            num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=256)
+    model = tf.LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
+    swap_linears(model, forms=FORMS, pinned="onednn")
+    step = fixed_step(model, WIDTH, 64, max_cache_len=160)
+    prompts = [[(7 * b + 3 * i) % 256 for i in range(length)] for b, length in enumerate([40, 37, 40, 33, 40, 29, 40, 38])]
+    assert [width_at(WIDTH, n) for n in (1, 3, 8)] == [8, 4, 1]
+    seen = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: seen.append(out[0, 0].clone()))
+
+    def row0_logits(rows):
+        seen.clear()
+        out = suite.generate(step, rows, decoder="ar", max_new_tokens=12)
+        return out.sequences[0], list(seen)
+
+    try:
+        alone, alone_logits = row0_logits(prompts[:1])
+        for n in (3, 8):
+            tokens, logits = row0_logits(prompts[:n])
+            assert torch.equal(tokens[:len(alone)], alone) and len(logits) == len(alone_logits), n
+            for k, (a, b) in enumerate(zip(alone_logits[1:], logits[1:])):     # decode steps (not the prefill chunk)
+                assert torch.equal(a, b), (n, k)
+    finally:
+        hook.remove()
+    ar = suite.generate(step, prompts, decoder="ar", max_new_tokens=12)
+    assert torch.equal(suite.generate(step, prompts, decoder="ngram", max_new_tokens=12).sequences, ar.sequences)
+
+
 @pytest.mark.parametrize("bucket", [64, 4], ids=["one-window", "window-every-4-slots"])
 @pytest.mark.parametrize("rows", [[0, 1]], ids=["ragged2"])
 def test_lossless_decoders_give_ar_tokens_bitwise(fixed, rows, bucket, monkeypatch):
