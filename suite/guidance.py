@@ -23,8 +23,9 @@ class ClassifierFreeGuidance(AdapterBase):
         self.uncond_ids = torch.as_tensor(uncond_ids)   # (B, P) unconditional prompt tokens
         self.config = model.config
         inner = model.capabilities         # what the inner model can do, but no cost model: a step is two rows
+        widths = inner.row_widths and tuple((most // 2, slots) for most, slots in inner.row_widths)   # a row is two
         self.capabilities = Capabilities(custom_mask=inner.custom_mask, row_moves=inner.row_moves,
-                                         plain_mask=inner.plain_mask)
+                                         plain_mask=inner.plain_mask, row_widths=widths)
 
     def new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         """The inner model's cache of 2 x batch rows, seen as batch rows, carrying this instance's

@@ -53,7 +53,7 @@ class DecodeState:
     rows: list = field(default_factory=list)   # the decoder's per-row bookkeeping: one of its Row dataclass per row
     shared: Any = None                         # the decoder's batch-wide bookkeeping (its own dataclass), if any
     stats: DecodeStats = field(default_factory=DecodeStats)
-    slots: int | None = None              # a fixed step's token slots a row (suite.models.step); None: any
+    slots: int | None = None              # the step's token slots a row (suite.models.step.width_at); None: any
 
     def __post_init__(self):
         self.prompt_lengths = [len(t) for t in self.tokens]
@@ -88,9 +88,9 @@ class DecodeState:
 
     @property
     def fixed_step(self) -> bool:
-        """Whether every step has one shape (suite.models.step). Drafts are chains there: a tree's node
-        that reads its ancestors' keys past sibling slots sums its attention in another order than
-        `ar`'s contiguous keys, so only a row's first path scores bitwise what `ar` scores."""
+        """Whether the model sets a step's slots a row (suite.models.step). Drafts are chains there: on a
+        fixed step a tree's node that reads its ancestors' keys past sibling slots sums its attention in
+        another order than `ar`'s contiguous keys, so only a row's first path scores bitwise what `ar` scores."""
         return self.slots is not None
 
     def new_tokens(self, b: int) -> list[int]:
@@ -201,9 +201,8 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's.
     On a model whose steps have a fixed shape (`step_width`), a prompt not cached yet is prefilled
     first (`prefill`, in chunks of `prefill_width`), so every decode step scores `step_width` slots."""
-    width = step_width(model, state.batch)
-    if width:
-        state.slots = width                 # the step's rows decide its width (suite.models.step.width_at)
+    state.slots = step_width(model, state.batch)      # the step's rows decide its slots (suite.models.step)
+    width = state.slots if model.capabilities.step_width else None      # a fixed shape: drafts padded to it
     if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
                      if not state.done[b]):
         return prefill(model, state, model.capabilities.prefill_width)
@@ -224,12 +223,11 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
 
 
 def step_width(model, rows: int = 1) -> int | None:
-    """The token slots a row scores in a decode step of `rows` rows of `model` (`capabilities.step_width` for
-    a lone row, chosen by text.load / suite.models.step; fewer for many rows: `width_at`), or None: each
-    step as wide as its draft."""
+    """The token slots a row may score in a decode step of `rows` rows of `model` (its
+    `capabilities.row_widths`: suite.models.step.width_at), or None: as many as its draft takes."""
     from .models.step import width_at
-    width = model.capabilities.step_width
-    return width and width_at(width, rows)
+    widths = model.capabilities.row_widths
+    return None if widths is None else width_at(widths, rows)
 
 
 def fixed_width(width: int, n: int) -> int:
@@ -297,7 +295,7 @@ def prefill(model, state: DecodeState, width: int) -> Step:
     positions = [list(range(state.num_cached[b], state.num_cached[b] + n)) for b, n in enumerate(take)]
     draft = Draft.from_rows(rows, positions, device=state.device)
     draft.logits_from = draft.tokens.shape[1] - 1          # no logits are read: the least the adapter computes
-    _scored(model, state, draft, model.capabilities.prefill_width if step_width(model) else None)
+    _scored(model, state, draft, model.capabilities.prefill_width)
     for b, n in enumerate(take):
         state.num_cached[b] += n
     state.stats.num_forwards += 1

@@ -11,6 +11,7 @@ import hashlib
 import os
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 
@@ -28,6 +29,9 @@ PRIOR_FILE = "image_prior.json"
 SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
 SHARD_INDEX = "model.safetensors.index.json"   # present when the weights span several files
 SAMPLING = {"guidance_scale": 2.0, "temperature": 0.7, "top_k": 16}   # shipped defaults (guidance swept on class accuracy)
+# on a CPU, (at most rows, slots a row) of a step (guidance doubles the rows): a window of 16 guesses pays for one
+# image, 4 for up to four, none past that (BENCHMARKS.md, "Images": sjd at 2, 4, 8 and 20 rows)
+CPU_ROW_WIDTHS = ((4, 17), (8, 5))
 
 
 def build_prior(codebook: int, num_classes: int, grid: tuple[int, int], hidden: int = 128, layers: int = 4,
@@ -50,6 +54,8 @@ class ImagePrior(AdapterBase):
     def __init__(self, model, meta: dict):
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model = model
+        if self.device.type == "cpu":      # where every slot costs: a step's slots a row follow its rows
+            self.capabilities = replace(self.capabilities, row_widths=CPU_ROW_WIDTHS)
         self.meta = meta
         self.codebook_size = int(meta["codebook_size"])
         grid = tuple(meta["grid"])

@@ -20,6 +20,8 @@ class Capabilities:
     only_decoders: tuple[str, ...] | None = None     # the decoders that run on it (None: any)
     step_width: int | None = None  # every decode step scores this many slots a row (suite.models.step); None: free
     prefill_width: int | None = None               # with step_width: a prompt is prefilled in chunks of this many
+    row_widths: tuple[tuple[int, int], ...] | None = None   # ((at most rows, slots a row), ...) a step of so many
+                                   # rows gives a row, one slot past the last (suite.models.step.width_at); None: any
 
     def has(self, name: str) -> bool:
         """Whether the capability `name` (a decoder's `requires` entry) is declared."""
@@ -28,4 +30,4 @@ class Capabilities:
         return bool(getattr(self, name))
 
 
-_NAMES = {f.name for f in fields(Capabilities)} - {"only_decoders", "step_width", "prefill_width"}
+_NAMES = {f.name for f in fields(Capabilities)} - {"only_decoders", "step_width", "prefill_width", "row_widths"}

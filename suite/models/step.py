@@ -21,23 +21,23 @@ from dataclasses import replace
 
 STEP_WIDTH = 8         # token slots of a lone row's decode step (its cost against free widths: BENCHMARKS.md,
                        # "The fixed step"; other widths: python -m text.bench --step --widths 4 8 16)
-ROW_WIDTHS = ((2, 8), (4, 4))   # (at most this many rows, slots a row); more rows: 1 (BENCHMARKS.md, "The step by rows")
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
 
 
-def width_at(width: int, rows: int) -> int:
-    """The slots a row scores in a step of `rows` rows, on a model whose lone row scores `width`: a draft's
-    slots pay in a step of few rows, where the forward costs little more for them, and not in a step of
-    many, where each slot is another row of every matmul. A row's logits do not depend on the width
-    (each layer pinned to one matmul form, the masked slots exact zeros: tests/core/test_fixed_step.py)."""
-    return min(width, next((w for most, w in ROW_WIDTHS if rows <= most), 1))
+def row_widths(width: int) -> tuple[tuple[int, int], ...]:
+    """((at most rows, slots a row), ...) of a model whose lone row scores `width`: a draft's slots pay in a
+    step of few rows, where the forward costs little more for them, and not in a step of many, where
+    each slot is another row of every matmul (BENCHMARKS.md, "The step by rows"): `width` up to 2 rows,
+    4 up to 4, 1 past that."""
+    return ((2, width), (4, min(width, 4)))
 
 
-def step_widths(width: int) -> tuple[int, ...]:
-    """Every width a model whose lone row scores `width` steps at (the ones a compiled step compiles)."""
-    return tuple(sorted({width_at(width, most) for most, _ in ROW_WIDTHS} | {width_at(width, ROW_WIDTHS[-1][0] + 1)}))
-
+def width_at(widths: tuple[tuple[int, int], ...], rows: int) -> int:
+    """The slots a row scores in a step of `rows` rows under `widths` (`Capabilities.row_widths`). On the
+    fixed step a row's logits do not depend on the width (each layer pinned to one matmul form, the
+    masked slots exact zeros: tests/core/test_fixed_step.py)."""
+    return next((w for most, w in widths if rows <= most), 1)
 
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,
@@ -48,8 +48,10 @@ def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDT
     from .static_cache import StaticHFCausalLM
     if not 1 <= width <= prefill_width:
         raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
-    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=step_widths(width) if setting else (),
-                               setting=setting)
+    widths = row_widths(width)
+    compiled = sorted({w for _, w in widths} | {1})
+    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=compiled if setting else (), setting=setting)
     if adapter.static:                      # a model without a static cache keeps free widths
-        adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width)
+        adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width,
+                                       row_widths=widths)
     return adapter

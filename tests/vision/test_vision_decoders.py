@@ -1,6 +1,7 @@
 """Image decoders on tiny random priors: zipar's masks and positions, sjd/mc_sjd lossless in
 distribution over image codes (chi-square against the exact law), zipar_sjd's speculative rule
 in law (full window; and window 1 on a prior of Markov rows), CFG composition."""
+from dataclasses import replace
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
 import pytest
@@ -167,6 +168,7 @@ def exact_law(model, prompt, params):
 @pytest.mark.parametrize("setting", [dict(temperature=1.0), dict(temperature=1.0, top_k=3)])
 def test_sjd_lossless_on_image_codes(decoder, setting):
     prior = tiny_prior(codebook=V, classes=2, grid=(2, 2), sharpen=3.0)
+    prior.capabilities = replace(prior.capabilities, row_widths=None)    # every row of the 300 drafts
     prompt = [prior.class_token(1)]
     law = exact_law(prior, prompt, SamplingParams(**setting))
     samples, longest = [], 0
@@ -331,3 +333,16 @@ def test_zipar_sjd_is_lossless_where_the_prior_needs_only_the_left_neighbour(cro
         longest = max([longest] + [n for s in out.stats.accepted_lengths for n in s])
     assert goodness_of_fit(samples, law) > 1e-3
     assert longest > 2
+
+
+def test_sjd_windows_follow_the_rows_on_a_cpu():
+    """On a CPU the prior's step gives a row 17 slots (16 guesses) in a step of up to 4 rows, 5 up to 8 and
+    1 past that (vision.prior.CPU_ROW_WIDTHS): drafts pay for few images, not for many."""
+    from suite.api import prepare
+    from suite.loop import decode_steps
+    prior = tiny_prior(grid=(6, 6))
+    for rows, most in ((2, 17), (6, 5), (10, 1)):
+        _, decoder, state = prepare(prior, [[prior.class_token(0)]] * rows, decoder="sjd", window=16, init="left",
+                                    max_new_tokens=36, temperature=1.0, seed=0)
+        widths = [step.draft_size for step in decode_steps(prior, decoder, state)]
+        assert max(widths) == most, (rows, widths)
