@@ -19,17 +19,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 STEP_WIDTH = 8         # token slots of a lone row's decode step (its cost against free widths: BENCHMARKS.md,
                        # "The fixed step"; other widths: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
 
 
-def row_widths(width: int) -> tuple[tuple[int, int], ...]:
-    """((at most rows, slots a row), ...) of a model whose lone row scores `width`: a draft's slots pay in a
-    step of few rows, where the forward costs little more for them, and not in a step of many, where
-    each slot is another row of every matmul (BENCHMARKS.md, "The step by rows"): `width` up to 2 rows,
-    4 up to 4, 1 past that."""
+def row_widths(width: int, device) -> tuple[tuple[int, int], ...]:
+    """((at most rows, slots a row), ...) of a model on `device` whose lone row scores `width`. On a CPU a
+    draft's slots pay in a step of few rows, where the forward costs little more for them, and not in a
+    step of many, where each slot is another row of every matmul (BENCHMARKS.md, "The step by rows"):
+    `width` up to 2 rows, 4 up to 4, 1 past that. Elsewhere (not measured yet) `width` at every row count."""
+    if torch.device(device).type != "cpu":
+        return ((1 << 30, width),)
     return ((2, width), (4, min(width, 4)))
 
 
@@ -48,9 +52,9 @@ def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDT
     from .static_cache import StaticHFCausalLM
     if not 1 <= width <= prefill_width:
         raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
-    widths = row_widths(width)
-    compiled = sorted({w for _, w in widths} | {1})
-    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=compiled if setting else (), setting=setting)
+    widths = row_widths(width, next(model.parameters()).device)
+    compiled = sorted({w for _, w in widths} | {1}) if setting else ()
+    adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=compiled, setting=setting)
     if adapter.static:                      # a model without a static cache keeps free widths
         adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width,
                                        row_widths=widths)
