@@ -199,8 +199,9 @@ def begin(decoder: Decoder, state: DecodeState) -> Step | None:
 def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step:
     """One step over the rows not done: propose, score (one forward), accept, commit and discard
     the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's.
-    On a model whose steps have a fixed shape (`step_width`), a prompt not cached yet is prefilled
-    first (`prefill`, in chunks of `prefill_width`), so every decode step scores `step_width` slots."""
+    A model's `row_widths` set the step's slots a row (`state.slots`) by its rows; on a model whose steps
+    have a fixed shape (`step_width`), a prompt not cached yet is prefilled first (`prefill`, in chunks of
+    `prefill_width`), and every decode step scores exactly that many slots a row."""
     state.slots = step_width(model, state.batch)      # the step's rows decide its slots (suite.models.step)
     width = state.slots if model.capabilities.step_width else None      # a fixed shape: drafts padded to it
     if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)

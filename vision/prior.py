@@ -24,6 +24,7 @@ from . import data as vdata
 from .tokenizer import VQTokenizer, require_files
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
+from suite.models.step import ANY_ROWS
 
 PRIOR_FILE = "image_prior.json"
 SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
@@ -31,7 +32,7 @@ SHARD_INDEX = "model.safetensors.index.json"   # present when the weights span s
 SAMPLING = {"guidance_scale": 2.0, "temperature": 0.7, "top_k": 16}   # shipped defaults (guidance swept on class accuracy)
 # on a CPU, (at most rows, slots a row) of a step (guidance doubles the rows): a window of 16 guesses pays for one
 # image, 4 for up to four, none past that (BENCHMARKS.md, "Images": sjd at 2, 4, 8 and 20 rows)
-CPU_ROW_WIDTHS = ((4, 17), (8, 5))
+CPU_ROW_WIDTHS = ((4, 17), (8, 5), (ANY_ROWS, 1))
 
 
 def build_prior(codebook: int, num_classes: int, grid: tuple[int, int], hidden: int = 128, layers: int = 4,

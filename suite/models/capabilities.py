@@ -20,8 +20,8 @@ class Capabilities:
     only_decoders: tuple[str, ...] | None = None     # the decoders that run on it (None: any)
     step_width: int | None = None  # every decode step scores this many slots a row (suite.models.step); None: free
     prefill_width: int | None = None               # with step_width: a prompt is prefilled in chunks of this many
-    row_widths: tuple[tuple[int, int], ...] | None = None   # ((at most rows, slots a row), ...) a step of so many
-                                   # rows gives a row, one slot past the last (suite.models.step.width_at); None: any
+    row_widths: tuple[tuple[int, int], ...] | None = None   # ((at most rows, slots a row), ...): what a step of so
+                                   # many rows gives a row (suite.models.step.width_at); None: as many as a draft takes
 
     def has(self, name: str) -> bool:
         """Whether the capability `name` (a decoder's `requires` entry) is declared."""

@@ -17,6 +17,7 @@ and a compiled step compiles one graph a width. Changing W, or how it is chosen,
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import torch
@@ -25,6 +26,7 @@ STEP_WIDTH = 8         # token slots of a lone row's decode step (its cost again
                        # "The fixed step"; other widths: python -m text.bench --step --widths 4 8 16)
 PREFILL_WIDTH = 64     # token slots of a prefill chunk
 CACHE_SLOTS = 2048     # a row's static cache: prompt + new tokens fit in it
+ANY_ROWS = sys.maxsize  # a row_widths entry for every row count
 
 
 def row_widths(width: int, device) -> tuple[tuple[int, int], ...]:
@@ -33,15 +35,16 @@ def row_widths(width: int, device) -> tuple[tuple[int, int], ...]:
     step of many, where each slot is another row of every matmul (BENCHMARKS.md, "The step by rows"):
     `width` up to 2 rows, 4 up to 4, 1 past that. Elsewhere (not measured yet) `width` at every row count."""
     if torch.device(device).type != "cpu":
-        return ((1 << 30, width),)
-    return ((2, width), (4, min(width, 4)))
+        return ((ANY_ROWS, width),)
+    return ((2, width), (4, min(width, 4)), (ANY_ROWS, 1))
 
 
 def width_at(widths: tuple[tuple[int, int], ...], rows: int) -> int:
-    """The slots a row scores in a step of `rows` rows under `widths` (`Capabilities.row_widths`). On the
+    """The slots a row scores in a step of `rows` rows under `widths` (`Capabilities.row_widths`: its last
+    entry covers any row count). On the
     fixed step a row's logits do not depend on the width (each layer pinned to one matmul form, the
     masked slots exact zeros: tests/core/test_fixed_step.py)."""
-    return next((w for most, w in widths if rows <= most), 1)
+    return next(w for most, w in widths if rows <= most)
 
 
 def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDTH, max_cache_len: int = CACHE_SLOTS,
@@ -53,7 +56,7 @@ def fixed_step(model, width: int = STEP_WIDTH, prefill_width: int = PREFILL_WIDT
     if not 1 <= width <= prefill_width:
         raise ValueError(f"a step has 1 to prefill_width ({prefill_width}) slots, got width={width}")
     widths = row_widths(width, next(model.parameters()).device)
-    compiled = sorted({w for _, w in widths} | {1}) if setting else ()
+    compiled = sorted({w for _, w in widths}) if setting else ()
     adapter = StaticHFCausalLM(model, max_cache_len, compiled_widths=compiled, setting=setting)
     if adapter.static:                      # a model without a static cache keeps free widths
         adapter.capabilities = replace(adapter.capabilities, step_width=width, prefill_width=prefill_width,
