@@ -26,7 +26,7 @@ travels in the cache too (`row_inputs["motion"]`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,10 +37,14 @@ from ..prior import SHARD_INDEX
 from . import motioncopy, prevframe, rotary
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
+from suite.models.step import ANY_ROWS
 
 PRIOR_FILE = "video_prior.json"
 PROMPT = 2                                    # [motion, class]
 SAMPLING = {"guidance_scale": 2.0, "temperature": 0.7, "top_k": 16}
+# on a CPU, (at most rows, slots a row) of a step (guidance doubles the rows): a window of 16 guesses pays up to
+# 8 clips, 4 at 12 (BENCHMARKS.md, "Video": sjd at 8 and 12 clips; more clips not measured)
+CPU_ROW_WIDTHS = ((16, 17), (ANY_ROWS, 5))
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,8 @@ class VideoPrior(AdapterBase):
         self.reads_board = prevframe.module(model) is not None or motioncopy.module(model) is not None
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
+        if self.device.type == "cpu":      # where every slot costs: a step's slots a row follow its rows
+            self.capabilities = replace(self.capabilities, row_widths=CPU_ROW_WIDTHS)
         self.codebook_size = lay.codebook
         self.config = AdapterConfig(vocab_size=lay.codebook, eos_token_ids=frozenset(), pad_token_id=0,
                                     max_length=lay.length,
