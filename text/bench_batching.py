@@ -12,10 +12,12 @@ every request's tokens equal its serial decode.
     python -m text.bench_batching --prompts 12 --decoders ar ngram jacobi lookahead
     python -m text.bench_batching --overhead      # the loop's share of a step, tiny model, 8 live rows
     python -m text.bench_batching --long-prompt   # a long prompt joining: its prefill whole vs in chunks
+    python -m text.bench_batching --widths --decoders ar suffix auto --threads 1   # which step width pays by rows
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import threading
@@ -216,6 +218,57 @@ def long_prompt(args) -> None:
     print("\n".join(lines))
 
 
+def agentic_turns(gen, n: int) -> list[list[int]]:
+    """Up to n agentic turns (text/agentic_prompts.py, the first session of each group) as prompt ids, each
+    with `ar`'s answers to the earlier turns of its session in its history: what an agent's requests copy from."""
+    from .agentic_prompts import AGENTIC
+    turns = []
+    for system, sessions in AGENTIC.values():
+        history = [{"role": "system", "content": system}] if system else []
+        for user, _ in sessions[0]:
+            history.append({"role": "user", "content": user})
+            ids = gen.tokenizer(gen.tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False),
+                                add_special_tokens=False)["input_ids"]
+            turns.append(ids)
+            answer = suite.generate(gen.adapter or gen.model, [ids], decoder="ar", max_new_tokens=64).new_tokens[0]
+            history.append({"role": "assistant", "content": gen.decode(answer)})
+    return [t for t in turns if len(t) < 1500][:n]
+
+
+def widths(args) -> None:
+    """Which step width pays at how many rows (suite.models.step.row_widths): decode-only tok/s (a run of
+    --max-new-tokens less a run of one token, so prefill is not counted) of one batch through
+    suite.generate on the fixed step at each width, for 1, 2, 4 and 8 rows of agentic turns (or chat
+    prompts with --chat), each decoder with a fresh tree."""
+    import text
+    from suite.models.step import ANY_ROWS, fixed_step
+    torch.set_num_threads(args.threads)
+    gen = text.load()
+    rows = chat_prompts(gen, 8) if args.chat else agentic_turns(gen, 8)
+    lines = ["| rows | W | " + " | ".join(args.decoders) + " |", "|---|---|" + "---|" * len(args.decoders)]
+    for n in (1, 2, 4, 8):
+        batches = [rows[i:i + n] for i in range(0, max(len(rows), n), n)][:max(1, 4 // n)]
+        for width in (8, 4, 2, 1):
+            step = fixed_step(gen.model, width)
+            step.capabilities = dataclasses.replace(step.capabilities, row_widths=((ANY_ROWS, width),))
+            suite.generate(step, rows[:1], decoder="ar", max_new_tokens=4)                  # warm-up
+            rates = []
+            for name in args.decoders:
+                tokens, seconds = 0, 0.0
+                for batch in batches:
+                    t0 = time.perf_counter()
+                    suite.generate(step, batch, decoder="ar", max_new_tokens=1)
+                    prefill = time.perf_counter() - t0
+                    t0 = time.perf_counter()
+                    out = suite.generate(step, batch, decoder=gen.bench_decoder(name), max_new_tokens=args.max_new_tokens)
+                    seconds += time.perf_counter() - t0 - prefill
+                    tokens += out.stats.num_new_tokens - len(batch)
+                rates.append(f"{tokens / seconds:.1f}")
+            lines.append(f"| {n} | {width} | " + " | ".join(rates) + " |")
+            print(lines[-1], file=sys.stderr)
+    print("\n".join(lines))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m text.bench_batching", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -229,10 +282,14 @@ def main(argv=None) -> int:
                    help="a long prompt joining running requests: its prefill whole against in chunks (--max-tokens)")
     p.add_argument("--long-tokens", type=int, default=1500, help="--long-prompt: the long prompt's tokens")
     p.add_argument("--max-tokens", type=int, default=512, help="--long-prompt: the scheduler's prefill cap")
+    p.add_argument("--widths", action="store_true",
+                   help="which fixed step width pays at 1, 2, 4 and 8 rows (agentic turns; --chat: chat prompts)")
+    p.add_argument("--chat", action="store_true", help="--widths: chat prompts instead of agentic turns")
     args = p.parse_args(argv)
     if args.prompts < 1 or args.rate <= 0 or args.long_tokens < 2 or args.max_tokens < 1:
         p.error("--prompts must be >= 1, --rate > 0, --long-tokens >= 2 and --max-tokens >= 1")
-    return exit_status(overhead if args.overhead else long_prompt if args.long_prompt else bench, args)
+    run = overhead if args.overhead else long_prompt if args.long_prompt else widths if args.widths else bench
+    return exit_status(run, args)
 
 
 if __name__ == "__main__":
