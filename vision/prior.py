@@ -24,7 +24,7 @@ from . import data as vdata
 from .tokenizer import VQTokenizer, require_files
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
-from suite.models.step import ANY_ROWS
+from suite.models.step import ANY_ROWS, on_cpu
 
 PRIOR_FILE = "image_prior.json"
 SHARD_SIZE = "15MB"                        # each weight file stays well under 20 MB
@@ -55,8 +55,7 @@ class ImagePrior(AdapterBase):
     def __init__(self, model, meta: dict):
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model = model
-        if self.device.type == "cpu":      # where every slot costs: a step's slots a row follow its rows
-            self.capabilities = replace(self.capabilities, row_widths=CPU_ROW_WIDTHS)
+        self.capabilities = replace(self.capabilities, row_widths=on_cpu(CPU_ROW_WIDTHS, self.device))
         self.meta = meta
         self.codebook_size = int(meta["codebook_size"])
         grid = tuple(meta["grid"])

@@ -34,9 +34,13 @@ def row_widths(width: int, device) -> tuple[tuple[int, int], ...]:
     draft's slots pay in a step of few rows, where the forward costs little more for them, and not in a
     step of many, where each slot is another row of every matmul (BENCHMARKS.md, "The step by rows"):
     `width` up to 2 rows, 4 up to 4, 1 past that. Elsewhere (not measured yet) `width` at every row count."""
-    if torch.device(device).type != "cpu":
-        return ((ANY_ROWS, width),)
-    return ((2, width), (4, min(width, 4)), (ANY_ROWS, 1))
+    return on_cpu(((2, width), (4, min(width, 4)), (ANY_ROWS, 1)), device) or ((ANY_ROWS, width),)
+
+
+def on_cpu(widths: tuple[tuple[int, int], ...], device) -> tuple[tuple[int, int], ...] | None:
+    """`widths` (a `Capabilities.row_widths` measured on a CPU) for a model on `device`: themselves on a CPU,
+    None elsewhere (not measured there: as many slots as a draft takes)."""
+    return widths if torch.device(device).type == "cpu" else None
 
 
 def width_at(widths: tuple[tuple[int, int], ...], rows: int) -> int:

@@ -37,7 +37,7 @@ from ..prior import SHARD_INDEX
 from . import motioncopy, prevframe, rotary
 from suite.models.adapters import AdapterBase
 from suite.models.capabilities import Capabilities
-from suite.models.step import ANY_ROWS
+from suite.models.step import ANY_ROWS, on_cpu
 
 PRIOR_FILE = "video_prior.json"
 PROMPT = 2                                    # [motion, class]
@@ -212,8 +212,7 @@ class VideoPrior(AdapterBase):
         self.reads_board = prevframe.module(model) is not None or motioncopy.module(model) is not None
         self.inner = HFCausalLM(model, eos_token_id=[], pad_token_id=0)
         self.model, self.meta = model, meta
-        if self.device.type == "cpu":      # where every slot costs: a step's slots a row follow its rows
-            self.capabilities = replace(self.capabilities, row_widths=CPU_ROW_WIDTHS)
+        self.capabilities = replace(self.capabilities, row_widths=on_cpu(CPU_ROW_WIDTHS, self.device))
         self.codebook_size = lay.codebook
         self.config = AdapterConfig(vocab_size=lay.codebook, eos_token_ids=frozenset(), pad_token_id=0,
                                     max_length=lay.length,
