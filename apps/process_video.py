@@ -52,10 +52,10 @@ def detect_lines(frame, detector: str) -> list[tuple[tuple, object]]:
 def reading_pieces(ocr, images) -> tuple[list, list[int]]:
     """(pieces, owner line of each): the pieces the OCR cuts long lines into (`OCR.pieces`), so each
     piece drafts from its own predecessor; the lines themselves if a piece would be cut again."""
-    pieces, owner = ocr.pieces(images)
-    if ocr.pieces(pieces)[1] != list(range(len(pieces))):
+    cut = ocr.pieces(images)
+    if ocr.pieces(cut.images).owner != list(range(len(cut.images))):
         return images, list(range(len(images)))
-    return pieces, owner
+    return cut.images, cut.owner
 
 
 class TextReader:

@@ -334,6 +334,12 @@ def _percentiles_2_98(gray: np.ndarray, inverted: bool) -> tuple[np.float64, np.
     return out[0], out[1]
 
 
+def text_rows(img: Image.Image) -> tuple[int, int]:
+    """The rows [y0, y1) of a line image's text band, with the margin `to_model_input` keeps."""
+    _, y0, _, y1 = tight_box(normalise_contrast(np.asarray(flatten(img.convert("L")))))
+    return y0, y1
+
+
 def to_model_input(img: Image.Image) -> np.ndarray:
     """Any PIL line image -> (HEIGHT, WIDTH) float32 in [0, 1], text dark on light: cropped to the
     text (`tight_box`), height scaled to HEIGHT (aspect kept, squeezed if wider than WIDTH),

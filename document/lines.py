@@ -8,6 +8,9 @@ from PIL import Image
 from . import data
 
 PIECE_WIDTH = 0.8        # long lines are cut into pieces at most this fraction of the model's width (chosen on validation lines)
+# ... and of at most this many words: the model reads up to 32 characters, which one-letter words (a
+# table of contents' leader dots, ". . . .") fill in a third of the width prose does
+MAX_WORDS = 12
 
 
 def pad_box(x0, y0, x1, y1, size, frac: float = 0.12):
@@ -51,7 +54,8 @@ def ink_runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
 
 def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
     """Cut a line box into pieces of at most PIECE_WIDTH of what the model reads (WIDTH/HEIGHT per
-    unit of text height, about 27 characters of prose), without overlap. A piece too wide is cut
+    unit of text height, about 27 characters of prose) and of at most MAX_WORDS words, without
+    overlap. A piece too wide or with too many words is cut
     in two at its widest gap between ink runs (a word space; among gaps nearly as wide, the one
     nearest its middle), recursively; a word wider than the model with no gap is cut at the
     emptiest ink column near its middle. Each piece keeps a margin of up to 0.15 text heights,
@@ -73,8 +77,11 @@ def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[i
     min_word_gap = max(2, int(WORD_GAP * h))
     gaps = [(b, c) for (_, b), (c, _) in zip(runs, runs[1:])]     # [end of ink, start of next ink)
 
+    def words(a: int, b: int) -> int:
+        return 1 + sum(g1 - g0 >= min_word_gap for g0, g1 in gaps if a < g0 and g1 < b)
+
     def cut(a: int, b: int) -> list[tuple[int, int]]:
-        if b - a <= max_w:
+        if b - a <= max_w and words(a, b) <= MAX_WORDS:
             return [(a, b)]
         inner = [(g0, g1) for g0, g1 in gaps if a < g0 and g1 < b]
         widest = max((g1 - g0 for g0, g1 in inner), default=0)
@@ -136,6 +143,26 @@ def words_seen(line: Image.Image) -> int:
     """How many words a line image shows set apart (SEEN_GAP): a reading with fewer may have
     dropped some."""
     return len(word_runs(np.asarray(line.convert("L"), dtype=np.float32), SEEN_GAP)[0])
+
+
+LEADER_DOT = 0.25        # a leader dot: ink at most this share of its line's text rows tall, and about as wide
+
+
+def leader_text(piece: Image.Image, rows: tuple[int, int]) -> str | None:
+    """The text of a piece that holds only leader dots (the ". . . ." of a table of contents), from
+    its geometry; None for any other piece. `rows`: its line's text rows (data.text_rows). The model
+    reads words: a run of dots cut away from them it has never seen alone, and reads as letters."""
+    band = ink_mask(np.asarray(piece.convert("L"), dtype=np.float32)[rows[0]:rows[1]])
+    h = rows[1] - rows[0]
+    ink_rows = np.flatnonzero(band.any(1))
+    runs = ink_runs(band.any(0), min_gap=1)
+    if len(runs) < 2 or ink_rows[0] < h / 2 or ink_rows[-1] - ink_rows[0] >= LEADER_DOT * h:
+        return None                              # not only low, short ink: letters, dashes or nothing
+    dot = ink_rows[-1] - ink_rows[0] + 1
+    if any(b - a > 2 * dot for a, b in runs):
+        return None                              # a dash or a rule, not a dot
+    spaced = min(c - b for (_, b), (c, _) in zip(runs, runs[1:])) >= WORD_GAP * h
+    return (" " if spaced else "").join("." * len(runs))
 
 
 def line_pieces(line: Image.Image) -> list[Image.Image]:

@@ -20,8 +20,9 @@ from suite import DecodeStats, RequestInputs
 from suite.registry import DEFAULTS
 
 from .confidence import load as load_calibration
+from .data import text_rows
 from .decoder_probs import Recording
-from .lines import line_pieces, squeeze_gaps, words_seen
+from .lines import leader_text, line_pieces, squeeze_gaps, words_seen
 from .model import OCRAdapter, OCRModel
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "ocr-small"
@@ -104,19 +105,22 @@ class OCR:
         """Model input for a list of line images."""
         return self.adapter.pixels([as_pil(im, i) for i, im in enumerate(images)])
 
-    def pieces(self, images) -> tuple[list, list[int]]:
-        """(pieces, owner line of each), when the adapter asks for it (`split_lines`): a justified
-        line's wide word gaps squeezed (document.lines.squeeze_gaps), and lines wider than the
-        model reads well cut at word gaps (document.lines.line_pieces)."""
+    def pieces(self, images) -> "Pieces":
+        """The line images as the model reads them, when the adapter asks for it (`split_lines`): a
+        justified line's wide word gaps squeezed (document.lines.squeeze_gaps), lines wider than the
+        model reads well cut at word gaps (document.lines.line_pieces), and a cut line's pieces of
+        leader dots read from their geometry (document.lines.leader_text)."""
         if not getattr(self.adapter, "split_lines", False):
-            return images, list(range(len(images)))
-        pieces, owner = [], []
+            return Pieces(images, list(range(len(images))), [None] * len(images))
+        cut = Pieces([], [], [])
         for i, im in enumerate(images):
             im = squeeze_gaps(im)            # a justified line's wide gaps made ordinary word spaces
-            cut = line_pieces(im) or [im]
-            pieces += cut
-            owner += [i] * len(cut)
-        return pieces, owner
+            parts = line_pieces(im) or [im]
+            rows = text_rows(im) if len(parts) > 1 else None
+            cut.images += parts
+            cut.owner += [i] * len(parts)
+            cut.known += [None if rows is None else leader_text(p, rows) for p in parts]
+        return cut
 
     @property
     def scheduler(self):
@@ -152,8 +156,19 @@ class OCR:
         if score:
             dec = Recording(dec)         # the read tokens' probabilities from the decoding forwards themselves
         t0 = time.perf_counter()
-        pieces, owner = self.pieces(images)
-        size = batch_size or self.batch_size
+        cut = self.pieces(images)
+        read = [i for i, text in enumerate(cut.known) if text is None]
+        res = self.read_pieces([cut.images[i] for i in read], dec, batch_size or self.batch_size, score,
+                               None if prior_texts is None else [prior_texts[cut.owner[i]] for i in read])
+        res = with_known(res, read, cut.known, score)
+        res.stats.num_lines = len(images)
+        res.stats.wall_time_s = time.perf_counter() - t0
+        return join_pieces(res, cut.owner, len(images))
+
+    def read_pieces(self, pieces: list, dec, size: int, score: bool, prior_texts: list[str] | None) -> OCRResult:
+        """The model's reading of each piece (`__call__`), `size` pieces to an encoder forward."""
+        if not pieces:
+            return OCRResult([], OCRStats(), [], [], [], [])
         # the widest pieces first: the job's last steps then finish short lines, not wait on a long one
         order = sorted(range(len(pieces)), key=lambda i: -pieces[i].width / pieces[i].height)
         requests, inputs, chunks = [], [], []
@@ -168,7 +183,7 @@ class OCR:
                 inputs.append(RequestInputs(
                     ctc=tuple(ctc) if ctc is not None and dec.name == "ctc_speculative" else None,
                     prior_tokens=None if prior_texts is None else
-                    tuple(bound.prior_tokens(prior_texts[owner[i]]) for i in rows)))
+                    tuple(bound.prior_tokens(prior_texts[i]) for i in rows)))
                 requests.append(self.scheduler.request([[bound.start_token_id]] * len(rows), decoder=dec,
                                                        inputs=inputs[-1], max_new_tokens=self.max_length - 1,
                                                        bound=bound))
@@ -197,10 +212,31 @@ class OCR:
                         agree[i] = list(ctc[j].tokens) == [t for t in tokens[i] if t not in eos]
         stats = OCRStats.beside([res.stats for res in results])
         stats.num_forwards = len({f for r in requests for f in r.forward_ids})     # forwards shared by the lines
-        stats.num_lines, stats.encoder_forwards = len(images), len(chunks)
-        stats.wall_time_s = time.perf_counter() - t0
-        res = OCRResult(texts, stats, confs if score else [], tokens, mins if score else [], agree if score else [])
-        return join_pieces(res, owner, len(images))
+        stats.encoder_forwards = len(chunks)
+        return OCRResult(texts, stats, confs if score else [], tokens, mins if score else [], agree if score else [])
+
+
+@dataclass
+class Pieces:
+    """What the model reads of some line images (`OCR.pieces`): each piece with its line (`owner`)
+    and its text where known without the model (else None)."""
+    images: list
+    owner: list[int]
+    known: list
+
+
+def with_known(res: OCRResult, read: list[int], known: list, scored: bool) -> OCRResult:
+    """The model's reading of the pieces `read` -> every piece's, the known texts in their places
+    (no tokens, no confidence of their own)."""
+    if len(read) == len(known):
+        return res
+    out = OCRResult(list(known), res.stats, [None] * len(known) if scored else [], [[] for _ in known],
+                    [1.0] * len(known) if scored else [], [None] * len(known) if scored else [])
+    for j, i in enumerate(read):
+        out.texts[i], out.tokens[i] = res.texts[j], res.tokens[j]
+        if scored:
+            out.confidences[i], out.min_probs[i], out.ctc_agree[i] = res.confidences[j], res.min_probs[j], res.ctc_agree[j]
+    return out
 
 
 def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
@@ -213,7 +249,7 @@ def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
         if res.texts[k]:
             texts[o].append(res.texts[k])
         tokens[o] += res.tokens[k]
-        if res.confidences:
+        if res.confidences and res.confidences[k] is not None:
             confs[o].append(res.confidences[k])
             mins[o] = min(mins[o], res.min_probs[k])
             if res.ctc_agree[k] is not None:

@@ -13,7 +13,7 @@ LINES = 24
 def lines(ocr):
     """Held-out lines read whole (one piece each): the pass below scores whole images."""
     images = [s.image for s in data.heldout_set(LINES)]
-    owners = ocr.pieces(images)[1]
+    owners = ocr.pieces(images).owner
     whole = [im for i, im in enumerate(images) if owners.count(i) == 1]
     assert len(whole) >= 8
     return whole
@@ -37,7 +37,7 @@ def test_chain_decoders_score_their_lines_without_a_pass(ocr, lines, decoder, op
     monkeypatch.undo()
     assert res.tokens == plain.tokens
     assert not passes
-    pieces = ocr.pieces(lines)[0]           # what the model read: wide word gaps squeezed
+    pieces = ocr.pieces(lines).images       # what the model read: wide word gaps squeezed
     means, lows = teacher_forced(ocr, pieces, res.tokens)
     assert np.allclose(res.min_probs, lows, rtol=1e-4, atol=1e-6)
     words = [min(1.0, len(t.split()) / max(document.ocr.words_seen(im), 1)) for t, im in zip(res.texts, pieces)]
@@ -47,5 +47,5 @@ def test_chain_decoders_score_their_lines_without_a_pass(ocr, lines, decoder, op
 def test_block_diffusion_lines_are_scored_by_the_pass(ocr, lines):
     """Tokens read from noisy slots carry no causal probability: the pass scores them."""
     res = ocr(lines, decoder="block_diffusion", score=True, block_size=8, threshold=0.9)
-    _, lows = teacher_forced(ocr, ocr.pieces(lines)[0], res.tokens)
+    _, lows = teacher_forced(ocr, ocr.pieces(lines).images, res.tokens)
     assert np.allclose(res.min_probs, lows, rtol=1e-4, atol=1e-6)

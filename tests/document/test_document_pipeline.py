@@ -213,6 +213,25 @@ def test_long_lines_are_cut_between_words_without_overlap():
     assert len(line_pieces(img)) == len(boxes)
 
 
+def test_a_table_of_contents_line_keeps_its_leader_dots(ocr):
+    """A long run of leader dots is cut into pieces of dots alone, which the model never saw and read
+    as letters ("the thet tor tore"): they are read from their geometry instead, and the line comes
+    back whole. Dashes and words are not dots."""
+    from document.lines import leader_text, line_pieces
+    head, dots = "2.3 Simple parsing", " ".join(["."] * 40)
+    img = text_page([f"{head} {dots} 14"], size=(1500, 90)).convert("L")
+    pieces = line_pieces(img)
+    rows = data.text_rows(img)
+    known = [leader_text(p, rows) for p in pieces]
+    assert len(pieces) >= 3 and known[0] is None and known[-1] is None
+    assert any(k and set(k) == {".", " "} for k in known)
+    line = ocr([img]).texts[0]
+    assert line.startswith(head) and line.endswith("14") and " . . . . . . . . " in line
+    assert line.count(".") >= 38 and not any(c.isalpha() for c in line[len(head):])
+    rule = text_page([" ".join(["-"] * 30)], size=(1500, 90)).convert("L")
+    assert leader_text(rule, data.text_rows(img)) is None
+
+
 def test_shaded_and_slanted_scans_are_flattened_and_straightened(ocr):
     from document.reader import quad_crop
     line = np.asarray(text_page(["Total: $12.50"], size=(300, 90)).convert("L"), dtype=np.float32)
