@@ -11,6 +11,7 @@ uses it.
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import sys
 import time
@@ -75,8 +76,9 @@ def diffusion_batch(ids: torch.Tensor, rng: random.Random):
 
 
 def losses(model: OCRModel, pixels: torch.Tensor, ids: torch.Tensor, rng: random.Random):
-    """(causal, block-diffusion, auxiliary CTC) losses of one batch."""
-    inputs, positions, masks, targets, n = diffusion_batch(ids, rng)
+    """(causal, block-diffusion, auxiliary CTC) losses of one batch (on the device of `ids`)."""
+    *streams, n = diffusion_batch(ids.cpu(), rng)
+    inputs, positions, masks, targets = (t.to(ids.device) for t in streams)
     enc = model.encoder(pixels)                                                       # (B, S, D)
     logits = model.decoder_logits(inputs, positions, masks, enc)                      # (B, 2n, V)
     v = logits.shape[-1]
@@ -85,8 +87,8 @@ def losses(model: OCRModel, pixels: torch.Tensor, ids: torch.Tensor, rng: random
     chars = ids[:, 1:]
     lengths = ((chars != EOS) & (chars != PAD)).sum(1)
     log_probs = model.ctc_logits(enc).log_softmax(-1).transpose(0, 1)                 # (cols, B, V)
-    ctc = F.ctc_loss(log_probs, chars, torch.full((ids.shape[0],), log_probs.shape[0], dtype=torch.long), lengths,
-                     blank=PAD, zero_infinity=True)
+    ctc = F.ctc_loss(log_probs, chars, torch.full((ids.shape[0],), log_probs.shape[0], dtype=torch.long,
+                                                  device=ids.device), lengths, blank=PAD, zero_infinity=True)
     return causal, block, ctc
 
 
@@ -103,6 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda (the GPU recipe "
+                                                     "in the weights' README)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="render the batches in this many worker processes, ahead of the steps (0: between them, "
+                         "in this process; a GPU trains faster than one core renders)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--resume", default=None, metavar="FOLDER",
@@ -128,6 +135,16 @@ def main(argv=None) -> int:
     if not 0.0 <= args.typeset_share <= 1.0:
         print("error: --typeset-share must be between 0 and 1", file=sys.stderr)
         return 2
+    if args.workers < 0:
+        print("error: --workers must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        device = torch.device(args.device)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as e:
+        print(f"error: --device {args.device} is not usable here ({str(e).splitlines()[0]}); pass --device cpu",
+              file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -147,6 +164,7 @@ def main(argv=None) -> int:
         cfg["decoder"]["n_layer"] = args.decoder_layers or cfg["decoder"]["n_layer"]
         model = OCRModel(cfg)
         start_step = 0
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     run_before, step = 0.0, 0          # minutes and steps of the interrupted run this one continues
     if args.resume and Path(args.state).is_file():
@@ -163,7 +181,8 @@ def main(argv=None) -> int:
         return 2
     log(f"training from step {start_step} for {args.minutes} min")
     val = data.make_samples(64, seed=999, split="heldout")
-    val_px, val_ids = pixels_of([s.image for s in val]), encode_batch(model, [s.text for s in val])
+    val_px, val_ids = pixels_of([s.image for s in val]).to(device), encode_batch(model, [s.text for s in val]).to(device)
+    batches = rendered(model, args, rng)
     budget = cpu_budget(args.minutes, minutes_before=run_before) if args.cpu else Budget(args.minutes, minutes_before=run_before)
     first_step = step
     wall = Budget(args.wall_minutes) if args.cpu and args.wall_minutes else None
@@ -172,9 +191,9 @@ def main(argv=None) -> int:
     bar, status = ClockBar(args.minutes * 60, "train"), ""
     while progress() < 1.0:
         lr = set_learning_rate(opt, warmup_cosine(args.lr, step, progress(), args.warmup))
-        batch = training_batch(args.batch, args.data, rng, args.typeset_share)
+        pixels, ids = next(batches)
         model.train()
-        causal, block, ctc = losses(model, pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch]), rng)
+        causal, block, ctc = losses(model, pixels.to(device), ids.to(device), rng)
         optimizer_step(opt, causal + block + CTC_WEIGHT * ctc)
         step += 1
         if step % 50 == 0:
@@ -240,6 +259,35 @@ def grow_depth(model: OCRModel, encoder_layers: list[int] | None, decoder_layers
     return grown
 
 
+class RenderedBatches(torch.utils.data.IterableDataset):
+    """Endless training batches (pixels, ids), each DataLoader worker drawing lines from a seed of its own."""
+
+    def __init__(self, model: OCRModel, args):
+        self.tokenizer, self.max_length, self.args = model.tokenizer, model.max_length, args
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        rng = random.Random(f"{self.args.seed} {worker.id if worker else 0}")
+        while True:
+            yield rendered_batch(self, self.args, rng)
+
+
+def rendered_batch(model, args, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training batch rendered: (B, 1, H, W) pixels and (B, L) token ids (`model`: anything with the
+    model's tokenizer and max_length)."""
+    batch = training_batch(args.batch, args.data, rng, args.typeset_share)
+    return pixels_of([s.image for s in batch]), encode_batch(model, [s.text for s in batch])
+
+
+def rendered(model: OCRModel, args, rng: random.Random):
+    """The run's batches: rendered here between steps, or with --workers ahead of them in worker processes."""
+    if not args.workers:
+        while True:
+            yield rendered_batch(model, args, rng)
+    yield from torch.utils.data.DataLoader(RenderedBatches(model, args), batch_size=None, num_workers=args.workers,
+                                           prefetch_factor=4, persistent_workers=True)
+
+
 def training_batch(n: int, kind: str, rng: random.Random, share: float = TYPESET_SHARE) -> list[data.LineSample]:
     """n rendered training lines: classic (document.data) or typeset (`share` of them, on average)
     mixed with classic."""
@@ -261,7 +309,8 @@ def schedule_before(saved: dict, minutes: float) -> float:
 def checkpoint(model: OCRModel, opt, args, steps: int, minutes: float, run: tuple[int, float, float]) -> None:
     """Weights (+ training counters in config.json) to --out, optimizer state to --state with the
     run's (steps, schedule minutes, schedule progress) so far, which --continue-run resumes from."""
-    model.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch,
+    on_cpu = model if next(model.parameters()).device.type == "cpu" else copy.deepcopy(model).cpu()
+    on_cpu.save(args.out, {"train_steps": steps, "train_minutes": round(minutes, 1), "batch": args.batch,
                           "train_cpu_minutes_last_run": round(time.process_time() / 60, 1)})
     state = Path(args.state)
     state.parent.mkdir(parents=True, exist_ok=True)

@@ -68,3 +68,16 @@ def test_an_interrupted_run_continues_its_schedule(tmp_path, monkeypatch):
     # a run stopped a quarter into its cosine, continued for 30 more minutes: 10 minutes count as done
     assert train.schedule_before({"run_progress": 0.25, "run_minutes": 3.0}, 30) == 10.0
     assert train.schedule_before({"run_minutes": 3.0}, 30) == 3.0          # a state written before progress was
+
+
+def test_batches_rendered_by_workers_train_the_model(tmp_path):
+    """--workers renders the batches in worker processes (the GPU recipe's data loader): the run trains and
+    checkpoints as without them; a device this machine lacks is a clear error."""
+    from document import data, train
+    from document.model import OCRModel, default_config
+    start, out = tmp_path / "start", tmp_path / "run"
+    OCRModel(default_config(data.CHARSET, data.MAX_CHARS, data.HEIGHT, data.WIDTH)).save(start)
+    common = ["--batch", "2", "--threads", "1", "--out", str(out), "--state", str(tmp_path / "state.pt")]
+    assert train.main(["--resume", str(start), "--minutes", "0.1", "--workers", "1", *common]) == 0
+    assert OCRModel.load(out).cfg["train_steps"] > 0
+    assert train.main(["--minutes", "0.1", "--device", "no-such-device", *common]) == 2
