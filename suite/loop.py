@@ -201,15 +201,17 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     the rejected K/V. Structured output's part (suite.structured) is one hook around the decoder's.
     A model's `row_widths` set the step's slots a row (`state.slots`) by its rows; on a model whose steps
     have a fixed shape (`step_width`), a prompt not cached yet is prefilled first (`prefill`, in chunks of
-    `prefill_width`), and every decode step scores exactly that many slots a row."""
+    `prefill_width`), and every decode step scores one of its widths a row: the narrowest that holds the
+    step's drafts, up to `state.slots`."""
     state.slots = step_width(model, state.batch)      # the step's rows decide its slots (suite.models.step)
-    width = state.slots if model.capabilities.step_width else None      # a fixed shape: drafts padded to it
-    if width and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
+    fixed = model.capabilities.step_width              # a fixed shape: drafts padded to one of its widths
+    if fixed and any(state.num_cached[b] < state.prompt_lengths[b] - 1 for b in range(state.batch)
                      if not state.done[b]):
         return prefill(model, state, model.capabilities.prefill_width)
     t0 = time.perf_counter()
     grammar = structured.hook(state)
     draft = grammar.propose(decoder)
+    width = step_width(model, state.batch, draft.tokens.shape[1]) if fixed else None
     logits, slots = _scored(model, state, draft, width)
     state.stats.num_forwards += 1
     grammar.mask(draft, logits)
@@ -223,12 +225,16 @@ def advance(model, decoder: Decoder, state: DecodeState, index: int = 0) -> Step
     return Step(index, committed, int(draft.tokens.shape[1]), list(state.done), state.stats, forced)
 
 
-def step_width(model, rows: int = 1) -> int | None:
+def step_width(model, rows: int = 1, filled: int | None = None) -> int | None:
     """The token slots a row may score in a decode step of `rows` rows of `model` (its
-    `capabilities.row_widths`: suite.models.step.width_at), or None: as many as its draft takes."""
-    from .models.step import width_at
+    `capabilities.row_widths`: suite.models.step.width_at), or None: as many as its draft takes. `filled`:
+    the slots the step's widest row fills; the narrowest of the model's widths that holds them
+    (suite.models.step.fitted_width)."""
+    from .models.step import fitted_width, width_at
     widths = model.capabilities.row_widths
-    return None if widths is None else width_at(widths, rows)
+    if widths is None:
+        return None
+    return width_at(widths, rows) if filled is None else fitted_width(widths, rows, filled)
 
 
 def fixed_width(width: int, n: int) -> int:

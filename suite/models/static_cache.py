@@ -23,6 +23,7 @@ from transformers.cache_utils import StaticLayer
 
 from .adapters import HFCausalLM
 from .hf_fields import ConfigFields
+from .lean_forward import lean_forward
 from .linear_forms import one_form_per_layer
 from ..cache import KVCache, join_rows, refuse_sliding
 
@@ -340,6 +341,7 @@ class StaticHFCausalLM(HFCausalLM):
             kwargs = compile_kwargs(setting, self.device) if setting is not None else {"mode": self.mode}
             self._compiled = torch.compile(self.model.forward, dynamic=False, **kwargs)
         self._ready = set(self.compiled_widths)      # widths whose steps run compiled (`warm` empties it first)
+        self._lean = lean_forward(model) if self.static else None     # transformers' forward op for op, leaner
 
     def warm(self, background: bool = True, batch: int = 1, hidden: tuple[bool, ...] = (False,)):
         """Compile every width of `compiled_widths` now, one forward each over a scratch cache of `batch`
@@ -416,7 +418,7 @@ class StaticHFCausalLM(HFCausalLM):
         window = cache.read_window(n, whole=compiled)     # a compiled graph reads every slot: one graph a width
         mask = torch.zeros(*attention_mask.shape[:-1], window, dtype=torch.bool, device=dev)
         mask[..., :attention_mask.shape[-1]] = attention_mask.to(dev)   # (B, 1, N, window)
-        forward = self._compiled if compiled else self.model
+        forward = self._compiled if compiled else self._lean if self._lean and not output_hidden else self.model
         # a fixed step: each layer in one matmul form at every row count, so a row's logits do not depend on
         # its batch mates (suite.models.linear_forms, "pinned")
         with one_form_per_layer() if self.capabilities.step_width else contextlib.nullcontext():
