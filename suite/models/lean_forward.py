@@ -1,13 +1,14 @@
 """transformers' forward of a Llama-family causal LM, op for op, without its per-module plumbing.
 
 A decode step of a small model on a CPU is mostly its weights streamed through the matmuls and a few
-hundred small ops; transformers adds to each layer its module calls, keyword plumbing, mask and output
+thousand small ops; transformers adds to each layer its module calls, keyword plumbing, mask and output
 handling. `lean_forward(model)` runs the same ops in the same order on the same modules (the embedding,
 the rotary module, each layer's projections, the static cache layers' `update`, the attention function
-the model is set to, the LM head), so its logits are transformers' bit for bit (tests/core/test_lean_forward.py, float32 and
-bfloat16): for SmolLM2 in bfloat16 on one core a step costs about 7-10% less. It serves a static cache's
-eager decode steps and prefill chunks (suite.models.static_cache.StaticHFCausalLM) for the families
-whose forward it mirrors; any other model, a compiled step, or a step that returns hidden states runs
+the model is set to, the LM head), so its logits are transformers' bit for bit
+(tests/core/test_lean_forward.py, float32 and bfloat16): SmolLM2's `ar` in bfloat16 on one core runs
+1.06x faster end to end (BENCHMARKS.md, "Where a lone row's step goes"). It serves a static cache's eager
+decode steps and prefill chunks (suite.models.static_cache.StaticHFCausalLM) for the families whose
+forward it mirrors; any other model, a compiled step, or a step that returns hidden states runs
 transformers' forward.
 """
 from __future__ import annotations
@@ -17,14 +18,13 @@ from types import SimpleNamespace
 
 import torch
 
-FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM")    # their decoder layers: pre-norm attention and SwiGLU MLP
+FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM")    # their layers: pre-norm attention, then a gated MLP
 
 
 def lean_forward(model):
     """`model`'s forward as `LeanForward`, or None for a model whose forward this does not mirror."""
     config = model.config
-    if (type(model).__name__ not in FAMILIES or getattr(config, "hidden_act", None) != "silu"
-            or getattr(config, "use_sliding_window", False)):
+    if type(model).__name__ not in FAMILIES or getattr(config, "use_sliding_window", False):
         return None
     return LeanForward(model)
 
