@@ -49,13 +49,15 @@ def detect_lines(frame, detector: str) -> list[tuple[tuple, object]]:
             if min(crop.size) >= 2]
 
 
-def reading_pieces(ocr, images) -> tuple[list, list[int]]:
-    """(pieces, owner line of each): the pieces the OCR cuts long lines into (`OCR.pieces`), so each
+def reading_pieces(ocr, images):
+    """The pieces the OCR cuts long lines into (`OCR.pieces`: images, owner line, word spaces), so each
     piece drafts from its own predecessor; the lines themselves if a piece would be cut again."""
+    from document.ocr import Pieces
     cut = ocr.pieces(images)
     if ocr.pieces(cut.images).owner != list(range(len(cut.images))):
-        return images, list(range(len(images)))
-    return cut.images, cut.owner
+        n = len(images)
+        return Pieces(images, list(range(n)), [None] * n, [False] * n)
+    return cut
 
 
 class TextReader:
@@ -76,10 +78,12 @@ class TextReader:
             self.previous = []
             return {"lines": [], "forwards": 0, "line_forwards": 0}
         if self.temporal:
-            pieces, owner = reading_pieces(self.ocr, images)
-            res = self.ocr(pieces, decoder=self.decoder, prior_texts=piece_priors(owner, boxes, self.previous))
-            parts = [[t for t, o in zip(res.texts, owner) if o == i] for i in range(len(boxes))]
-            lines = [(box, " ".join(t for t in p if t), p) for box, p in zip(boxes, parts)]
+            from document.ocr import join_pieces
+            cut = reading_pieces(self.ocr, images)
+            res = self.ocr(cut.images, decoder=self.decoder, prior_texts=piece_priors(cut.owner, boxes, self.previous))
+            joined = join_pieces(res, cut.owner, cut.spaced, len(boxes)).texts
+            parts = [[t for t, o in zip(res.texts, cut.owner) if o == i] for i in range(len(boxes))]
+            lines = [(box, text, p) for box, text, p in zip(boxes, joined, parts)]
         else:
             res = self.ocr(images, decoder=self.decoder)
             lines = [(box, text, [text]) for box, text in zip(boxes, res.texts)]

@@ -52,28 +52,29 @@ def ink_runs(flags: np.ndarray, min_gap: int) -> list[tuple[int, int]]:
     return list(zip(np.r_[starts[0], starts[apart + 1]].tolist(), np.r_[ends[apart], ends[-1]].tolist()))
 
 
-def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
+def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> tuple[list[tuple[int, int, int, int]], list[bool]]:
     """Cut a line box into pieces of at most PIECE_WIDTH of what the model reads (WIDTH/HEIGHT per
     unit of text height, about 27 characters of prose) and of at most MAX_WORDS words, without
     overlap. A piece too wide or with too many words is cut
     in two at its widest gap between ink runs (a word space; among gaps nearly as wide, the one
     nearest its middle), recursively; a word wider than the model with no gap is cut at the
     emptiest ink column near its middle. Each piece keeps a margin of up to 0.15 text heights,
-    never reaching into the next word."""
+    never reaching into the next word. Returns the boxes, and for each whether a word space comes
+    before it (False for the first, and after a cut inside a word: a long path or URL)."""
     x0, y0, x1, y1 = box
     if x1 - x0 < 2 or y1 - y0 < 2:
-        return [box]
+        return [box], [False]
     tx0, ty0, tx1, ty1 = data.tight_box(data.normalise_contrast(gray[y0:y1, x0:x1].astype(np.uint8)))
     h = max(ty1 - ty0, 1)                       # the text's height, as the model will see it
     max_w = int(PIECE_WIDTH * data.WIDTH / data.HEIGHT * h)
     hard_w = int(0.95 * data.WIDTH / data.HEIGHT * h)
     if x1 - x0 <= max_w:
-        return [box]
+        return [box], [False]
     band = ink_mask(gray[y0 + ty0:y0 + ty1, x0:x1])              # the text band only: no neighbours
     cols, weight = band.any(0), band.sum(0)
     runs = ink_runs(cols, min_gap=1)
     if not runs:
-        return [box]
+        return [box], [False]
     min_word_gap = max(2, int(WORD_GAP * h))
     gaps = [(b, c) for (_, b), (c, _) in zip(runs, runs[1:])]     # [end of ink, start of next ink)
 
@@ -103,7 +104,8 @@ def split_line(gray: np.ndarray, box: tuple[int, int, int, int]) -> list[tuple[i
         right = b if i + 1 < len(spans) and spans[i + 1][0] == b else \
             int(b + min(m, ((spans[i + 1][0] if i + 1 < len(spans) else x1) - b) / 2))
         out.append((max(x0, left), y0, min(x1, right), y1))
-    return out
+    spaced = [False] + [a - b >= min_word_gap for (_, b), (a, _) in zip(spans, spans[1:])]
+    return out, spaced
 
 
 WORD_GAP = 0.22          # a gap between ink runs of at least this many text heights separates words
@@ -165,8 +167,10 @@ def leader_text(piece: Image.Image, rows: tuple[int, int]) -> str | None:
     return (" " if spaced else "").join("." * len(runs))
 
 
-def line_pieces(line: Image.Image) -> list[Image.Image]:
-    """A line image cut at word gaps into pieces the model reads (`split_line`)."""
+def line_pieces(line: Image.Image) -> tuple[list[Image.Image], list[bool]]:
+    """A line image cut at word gaps into pieces the model reads, and for each whether a word space
+    comes before it (`split_line`)."""
     gray = np.asarray(line.convert("L"), dtype=np.float32)
-    boxes = split_line(gray, (0, 0, line.width, line.height))
-    return [line.crop(b) for b in boxes if b[2] - b[0] >= 2 and b[3] - b[1] >= 2]
+    boxes, spaced = split_line(gray, (0, 0, line.width, line.height))
+    kept = [(line.crop(b), s) for b, s in zip(boxes, spaced) if b[2] - b[0] >= 2 and b[3] - b[1] >= 2]
+    return [p for p, _ in kept], [s for _, s in kept]

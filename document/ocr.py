@@ -111,15 +111,17 @@ class OCR:
         model reads well cut at word gaps (document.lines.line_pieces), and a cut line's pieces of
         leader dots read from their geometry (document.lines.leader_text)."""
         if not getattr(self.adapter, "split_lines", False):
-            return Pieces(images, list(range(len(images))), [None] * len(images))
-        cut = Pieces([], [], [])
+            return Pieces(images, list(range(len(images))), [None] * len(images), [False] * len(images))
+        cut = Pieces([], [], [], [])
         for i, im in enumerate(images):
             im = squeeze_gaps(im)            # a justified line's wide gaps made ordinary word spaces
-            parts = line_pieces(im) or [im]
+            parts, spaced = line_pieces(im)
+            parts, spaced = (parts, spaced) if parts else ([im], [False])
             rows = text_rows(im) if len(parts) > 1 else None
             cut.images += parts
             cut.owner += [i] * len(parts)
             cut.known += [None if rows is None else leader_text(p, rows) for p in parts]
+            cut.spaced += spaced
         return cut
 
     @property
@@ -163,7 +165,7 @@ class OCR:
         res = with_known(res, read, cut.known, score)
         res.stats.num_lines = len(images)
         res.stats.wall_time_s = time.perf_counter() - t0
-        return join_pieces(res, cut.owner, len(images))
+        return join_pieces(res, cut.owner, cut.spaced, len(images))
 
     def read_pieces(self, pieces: list, dec, size: int, score: bool, prior_texts: list[str] | None) -> OCRResult:
         """The model's reading of each piece (`__call__`), `size` pieces to an encoder forward."""
@@ -218,11 +220,12 @@ class OCR:
 
 @dataclass
 class Pieces:
-    """What the model reads of some line images (`OCR.pieces`): each piece with its line (`owner`)
-    and its text where known without the model (else None)."""
+    """What the model reads of some line images (`OCR.pieces`): each piece with its line (`owner`),
+    its text where known without the model (else None) and whether a word space comes before it."""
     images: list
     owner: list[int]
     known: list
+    spaced: list[bool]
 
 
 def with_known(res: OCRResult, read: list[int], known: list, scored: bool) -> OCRResult:
@@ -239,15 +242,16 @@ def with_known(res: OCRResult, read: list[int], known: list, scored: bool) -> OC
     return out
 
 
-def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
-    """Per-piece results -> per-line: texts joined by spaces, tokens concatenated, confidence averaged."""
+def join_pieces(res: OCRResult, owner: list[int], spaced: list[bool], n: int) -> OCRResult:
+    """Per-piece results -> per-line: texts joined (by a space where the cut was a word space), tokens
+    concatenated, confidence averaged."""
     if owner == list(range(n)):
         return res
-    texts, tokens, confs = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    texts, tokens, confs = [""] * n, [[] for _ in range(n)], [[] for _ in range(n)]
     mins, agree = [1.0] * n, [None] * n
     for k, o in enumerate(owner):
         if res.texts[k]:
-            texts[o].append(res.texts[k])
+            texts[o] += (" " if texts[o] and spaced[k] else "") + res.texts[k]
         tokens[o] += res.tokens[k]
         if res.confidences and res.confidences[k] is not None:
             confs[o].append(res.confidences[k])
@@ -255,7 +259,7 @@ def join_pieces(res: OCRResult, owner: list[int], n: int) -> OCRResult:
             if res.ctc_agree[k] is not None:
                 agree[o] = res.ctc_agree[k] and agree[o] is not False
     scored = bool(res.confidences)
-    return OCRResult([" ".join(t) for t in texts], res.stats,
+    return OCRResult(texts, res.stats,
                      [float(np.mean(c)) if c else 0.0 for c in confs] if scored else [], tokens,
                      mins if scored else [], agree if scored else [])
 

@@ -205,12 +205,22 @@ def test_long_lines_are_cut_between_words_without_overlap():
     text = "the quick brown fox jumps over the lazy dog and keeps running far away"
     img = text_page([text], size=(1400, 80)).convert("L")
     gray = np.asarray(img, dtype=np.float32)
-    boxes = split_line(gray, (0, 0, img.width, img.height))
-    assert len(boxes) >= 3
+    boxes, spaced = split_line(gray, (0, 0, img.width, img.height))
+    assert len(boxes) >= 3 and spaced == [False] + [True] * (len(boxes) - 1)     # every cut a word space
     assert all(b[2] <= c[0] for b, c in zip(boxes, boxes[1:]))            # no overlap: no character read twice
     ink = (gray < 128).any(0)
     assert not any(ink[b[2] - 1] and ink[b[2]] for b in boxes[:-1])       # no cut through a glyph
-    assert len(line_pieces(img)) == len(boxes)
+    assert len(line_pieces(img)[0]) == len(boxes)
+
+
+def test_a_long_word_cut_in_pieces_is_joined_without_a_space(ocr):
+    """A path or URL longer than the model reads is cut inside the word; its pieces join as one word."""
+    from document.lines import split_line
+    url = "http://www.example.org/software/tar/manual/html_node/index.html"
+    img = text_page([url], size=(1400, 80)).convert("L")
+    boxes, spaced = split_line(np.asarray(img, dtype=np.float32), (0, 0, img.width, img.height))
+    assert len(boxes) >= 2 and not any(spaced)
+    assert " " not in ocr([img]).texts[0]
 
 
 def test_a_table_of_contents_line_keeps_its_leader_dots(ocr):
@@ -220,7 +230,7 @@ def test_a_table_of_contents_line_keeps_its_leader_dots(ocr):
     from document.lines import leader_text, line_pieces
     head, dots = "2.3 Simple parsing", " ".join(["."] * 40)
     img = text_page([f"{head} {dots} 14"], size=(1500, 90)).convert("L")
-    pieces = line_pieces(img)
+    pieces, _ = line_pieces(img)
     rows = data.text_rows(img)
     known = [leader_text(p, rows) for p in pieces]
     assert len(pieces) >= 3 and known[0] is None and known[-1] is None
@@ -256,15 +266,15 @@ def test_pieces_are_cut_at_the_widest_gaps_not_inside_numbers():
     img = Image.new("L", (900, 50), 255)
     ImageDraw.Draw(img).text((10, 8), " ".join(words), font=font, fill=0)
     gray = np.asarray(img, dtype=np.float32)
-    boxes = split_line(gray, (0, 0, img.width, img.height))
-    assert len(boxes) >= 2 and PIECE_WIDTH < 1
+    boxes, spaced = split_line(gray, (0, 0, img.width, img.height))
+    assert len(boxes) >= 2 and PIECE_WIDTH < 1 and all(spaced[1:])
     runs = ink_runs((gray < 128).any(0), min_gap=1)
     gaps = sorted(((c - b, b, c) for (_, b), (c, _) in zip(runs, runs[1:])), reverse=True)
     spaces = gaps[:len(words) - 1]               # the word spaces: wider than any gap inside a word
     assert spaces[-1][0] > gaps[len(words) - 1][0]
     for left, right in zip(boxes, boxes[1:]):
         assert any(a <= left[2] <= b and a <= right[0] <= b for _, a, b in spaces)
-    assert len(line_pieces(img)) == len(boxes)
+    assert len(line_pieces(img)[0]) == len(boxes)
 
 
 def test_tight_box_keeps_an_underscore_but_not_the_next_line():

@@ -173,8 +173,9 @@ def test_aligned_prior_drafts_past_a_changed_digit(worker):
     from apps.process_video import detect_lines, reading_pieces
     before = [crop for _, crop in detect_lines(slide_frames()[0], "projection")]
     after = [crop for _, crop in detect_lines(slide_frames()[PER_SLIDE], "projection")]
-    (pieces, owner), (prior_pieces, _) = reading_pieces(worker.ocr, after), reading_pieces(worker.ocr, before)
-    assert owner == reading_pieces(worker.ocr, before)[1]
+    cut, prior_cut = reading_pieces(worker.ocr, after), reading_pieces(worker.ocr, before)
+    pieces, prior_pieces = cut.images, prior_cut.images
+    assert cut.owner == prior_cut.owner
     prior = worker.ocr(prior_pieces, decoder="ar").texts
     ar = worker.ocr(pieces, decoder="ar")
     runs = {aligned: worker.ocr(pieces, decoder=suite.make_decoder("ngram_prior", num_draft=32, aligned=aligned),
