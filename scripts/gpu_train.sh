@@ -25,6 +25,9 @@
 #                            scratch, GROUNDING_MIN of training after rendering SCENES scenes
 #                 5. asr     speech/train_gpu.sh: data without Piper (NUM_TRAIN utterances), then the
 #                            recogniser from scratch for ASR_MIN
+#                 6. ocr     python3 -m document.train from the shipped OCR weights (the weights README's
+#                            GPU recipe: lines rendered by WORKERS processes) for OCR_MIN; not in the
+#                            default STEPS (lane B has no time left for it): STEPS=ocr runs it alone
 # Each finished step's folder is packed as NN_name.tar (split into NN_name.tar.partXX of at most 15
 # MiB: the tool's limit is 16 MiB a file), pages of at most 8 files and 62 MiB with the logs:
 # page 1 (eagle.log, train.log, summary.md and the first results, in the order above) comes back
@@ -56,13 +59,16 @@
 #              gate the shipped folder has), then python -m speech.bench --tts 0 --asr-weights
 #              /tmp/gpu/asr/asr --json ...: ship into speech/weights/asr/ only if ctc's held-out CER is
 #              below the shipped one (0.212)
+#   ocr        the shipping rule of document/weights/ocr-small/README.md: python -m document.devset --weights
+#              document/weights/ocr-small /tmp/gpu/ocr --heldout 200, then python -m document.bench --real
+#              --threads 1 --no-engines --weights /tmp/gpu/ocr against the same without --weights
 #
 # Environment: DEVICE (cuda), PYTHON (python3), OUT, WORK, TOTAL_S (450), QUICK (0; 1 when
 # DEVICE=cpu), STEPS (all: "eagle video lpd grounding asr"), PARALLEL (1: lane A beside lane B; 0:
 # one after the other), EAGLE_THREADS (8), PROMPTS (4000), DATA_MIN (2.5 wall minutes), EAGLE_MIN
 # (2.5), VIDEO_MIN (1.5), LPD_MIN (1.25), PER_CLASS (3000), GROUNDING_MIN (0.75), SCENES (20000),
-# OBB_SCENES (6000), ASR_MIN (1), NUM_TRAIN (3000), WORKERS (8: processes of the grounding and ASR
-# data), PAGE_MIB (62), WHEELS, LIMIT_SCALE (scripts/gpu_env.sh). A step's limit is its budget plus
+# OBB_SCENES (6000), ASR_MIN (1), NUM_TRAIN (3000), OCR_MIN (5), WORKERS (8: processes of the grounding,
+# ASR and OCR data), PAGE_MIB (62), WHEELS, LIMIT_SCALE (scripts/gpu_env.sh). A step's limit is its budget plus
 # its data and evaluation overhead; one that would get less than MIN_FRACTION (0.6) of it before
 # the deadline is skipped rather than cut short (a cut training writes nothing).
 set -uo pipefail
@@ -95,6 +101,7 @@ if [ "$QUICK" = 1 ]; then
     GROUNDING_MIN=${GROUNDING_MIN:-0.05}; SCENES=${SCENES:-100}; OBB_SCENES=${OBB_SCENES:-50}; G_BATCH=16
     ASR_MIN=${ASR_MIN:-0.05}; NUM_TRAIN=${NUM_TRAIN:-16}; WORKERS=${WORKERS:-1}; A_BATCH=4
     ASR_CONFIG='{"d_model": 64, "enc_layers": 2, "dec_hidden": 64, "conv_kernel": 15}'
+    OCR_MIN=${OCR_MIN:-0.05}; O_BATCH=4
 else
     EAGLE_THREADS=${EAGLE_THREADS:-8}; PROMPTS=${PROMPTS:-4000}; HELD=48; DATA_MIN=${DATA_MIN:-2.5}
     EAGLE_MIN=${EAGLE_MIN:-2.5}; EAGLE_EXTRA=()
@@ -103,6 +110,7 @@ else
     GROUNDING_MIN=${GROUNDING_MIN:-0.75}; SCENES=${SCENES:-20000}; OBB_SCENES=${OBB_SCENES:-6000}; G_BATCH=256
     ASR_MIN=${ASR_MIN:-1}; NUM_TRAIN=${NUM_TRAIN:-3000}; WORKERS=${WORKERS:-8}; A_BATCH=64
     ASR_CONFIG=''                                    # speech/train_gpu.sh's default (8.55M parameters)
+    OCR_MIN=${OCR_MIN:-5}; O_BATCH=256
 fi
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 cpu_min() { "$PY" -c "import sys; print(round(float(sys.argv[1]) * int(sys.argv[2]), 3))" "$1" "$2"; }
@@ -168,6 +176,13 @@ lane_b() {
             "${config[@]}" speech/train_gpu.sh "$RESULTS/asr"
         rm -rf "$RESULTS/asr/cache"                  # the generated data set: not brought back
         pack 05 asr "$RESULTS/asr"
+    fi
+    if wants ocr; then
+        step train "6. ocr recogniser (${OCR_MIN} min, batch $O_BATCH)" "$(secs "$OCR_MIN" 90)" "$PY" -m document.train \
+            --resume document/weights/ocr-small --data typeset --typeset-share 0.5 --device "$DEV" \
+            --workers "$WORKERS" --batch "$O_BATCH" --lr 1e-3 --warmup 100 --minutes "$OCR_MIN" \
+            --out "$RESULTS/ocr" --state "$WORK/ocr-state.pt"
+        pack 06 ocr "$RESULTS/ocr"
     fi
 }
 
