@@ -142,10 +142,10 @@ class OCR:
                  prior_texts: list[str] | None = None, **options) -> OCRResult:
         """Read each line image; `decoder` is a registered name or a decoder object, `options` its
         hyperparameters; `prior_texts` (one per line) feed the input-guided `ngram_prior` decoder.
-        A long line is read in pieces (see `pieces`) joined by spaces; its stats count every piece's
-        forwards. The encoder reads `batch_size` images per forward; each such chunk of pieces is
-        then one request to the reader's scheduler (its rows join the running batch together and
-        each leaves at its EOS). score=True: each line's token probabilities, from the decoding
+        A long line is read in pieces (see `pieces`), joined with a space where a cut was a word space;
+        its stats count every piece's forwards. The encoder reads `batch_size` images per forward; each
+        such chunk of pieces is then one request to the reader's scheduler (its rows join the running
+        batch together and each leaves at its EOS). score=True: each line's token probabilities, from the decoding
         forwards themselves where the decoder verifies a chain (document.decoder_probs)."""
         images = [as_pil(im, i) for i, im in enumerate(line_images)]
         if prior_texts is not None and len(prior_texts) != len(images):
