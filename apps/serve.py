@@ -184,8 +184,7 @@ def chat_rows(gen, body: dict) -> list[int]:
         turns.append({"role": role, "content": _content(m, i)})
     if not getattr(gen.tokenizer, "chat_template", None):
         raise ServeError(400, f"{gen.name} has no chat template: use /v1/completions", param="messages")
-    text = gen.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
-    return gen.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return gen.chat_row(turns)
 
 
 def completion_rows(gen, body: dict, vocab: int) -> list[list[int]]:

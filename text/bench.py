@@ -415,8 +415,7 @@ def run_session(gen, system, turns, decoder, options, max_new) -> list[tuple[lis
     out = []
     for user, schema in turns:
         history.append({"role": "user", "content": user})
-        text = gen.tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
-        ids = gen.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = gen.chat_row(history)
         c0 = time.process_time()
         if callable(decoder):
             t0 = time.perf_counter()

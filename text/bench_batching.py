@@ -227,8 +227,7 @@ def agentic_turns(gen, n: int) -> list[list[int]]:
         history = [{"role": "system", "content": system}] if system else []
         for user, _ in sessions[0]:
             history.append({"role": "user", "content": user})
-            ids = gen.tokenizer(gen.tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False),
-                                add_special_tokens=False)["input_ids"]
+            ids = gen.chat_row(history)
             turns.append(ids)
             answer = suite.generate(gen.adapter or gen.model, [ids], decoder="ar", max_new_tokens=64).new_tokens[0]
             history.append({"role": "assistant", "content": gen.decode(answer)})

@@ -170,6 +170,11 @@ class TextGenerator:
         texts, special = self._texts(prompts, chat)
         return self.tokenizer(texts, add_special_tokens=special)["input_ids"]
 
+    def chat_row(self, turns: list[dict]) -> list[int]:
+        """The token ids of a conversation (`turns`: {"role", "content"} dicts, oldest first) through the chat
+        template, ready for the assistant's answer. ValueError when the tokenizer has no chat template."""
+        return self.tokenizer(self._chat_text(turns), add_special_tokens=False)["input_ids"]
+
     def encode(self, prompts: str | list[str], chat: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids, attention_mask), both (B, P), left-padded, as transformers' generate takes
         them. ValueError on a bad prompt."""
@@ -183,10 +188,12 @@ class TextGenerator:
         rows = self._as_list(prompts)
         if not chat:
             return rows, True
+        return [self._chat_text([{"role": "user", "content": p}]) for p in rows], False
+
+    def _chat_text(self, turns: list[dict]) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {self.name} has no chat template: drop chat=True (--chat)")
-        return [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                                   tokenize=False) for p in rows], False
+        return self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
 
     @staticmethod
     def _as_list(prompts) -> list[str]:
