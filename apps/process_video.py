@@ -55,8 +55,7 @@ def reading_pieces(ocr, images):
     from document.ocr import Pieces
     cut = ocr.pieces(images)
     if ocr.pieces(cut.images).owner != list(range(len(cut.images))):
-        n = len(images)
-        return Pieces(images, list(range(n)), [None] * n, [False] * n)
+        return Pieces.whole(images)
     return cut
 
 

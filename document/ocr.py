@@ -111,7 +111,7 @@ class OCR:
         model reads well cut at word gaps (document.lines.line_pieces), and a cut line's pieces of
         leader dots read from their geometry (document.lines.leader_text)."""
         if not getattr(self.adapter, "split_lines", False):
-            return Pieces(images, list(range(len(images))), [None] * len(images), [False] * len(images))
+            return Pieces.whole(images)
         cut = Pieces([], [], [], [])
         for i, im in enumerate(images):
             im = squeeze_gaps(im)            # a justified line's wide gaps made ordinary word spaces
@@ -226,6 +226,12 @@ class Pieces:
     owner: list[int]
     known: list
     spaced: list[bool]
+
+    @classmethod
+    def whole(cls, images: list) -> "Pieces":
+        """Each line one piece of its own, read by the model."""
+        n = len(images)
+        return cls(images, list(range(n)), [None] * n, [False] * n)
 
 
 def with_known(res: OCRResult, read: list[int], known: list, scored: bool) -> OCRResult:
